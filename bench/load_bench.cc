@@ -1,0 +1,62 @@
+// load + validate + race check throughput on large schedules.
+// Target: at least 1 M commands/s on a 100,000-command schedule of 8 ranks.
+#include <benchmark/benchmark.h>
+
+#include "core/validate.h"
+#include "tools/gen.h"
+
+namespace {
+
+// A pipelined schedule: per step, a shift on communication:0 into one of
+// two ping-pong buffers, a join, a rank-dependent GEMM into c and a map.
+std::string big_schedule(int64_t commands, int64_t ranks) {
+  nlohmann::ordered_json s;
+  s["format"] = "thunky.sched/1";
+  s["name"] = "bench";
+  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {ranks}}};
+  s["buffers"] = {{"a", {{"shape", {8, 8}}, {"dtype", "f32"}, {"role", "input"}, {"init", {{"kind", "iota"}}}}},
+                  {"b", {{"shape", {8, 8}}, {"dtype", "f32"}, {"role", "input"}, {"init", {{"kind", "ones"}}}}},
+                  {"r0", {{"shape", {8, 8}}, {"dtype", "f32"}}},
+                  {"r1", {{"shape", {8, 8}}, {"dtype", "f32"}}},
+                  {"c", {{"shape", {8 * ranks, 8}}, {"dtype", "f32"}, {"role", "output"}}}};
+  nlohmann::ordered_json prog = nlohmann::ordered_json::array();
+  int64_t step = 0;
+  while (static_cast<int64_t>(prog.size()) + 4 <= commands) {
+    std::string buf = step % 2 ? "r1" : "r0";
+    std::string tok = "t" + std::to_string(step);
+    prog.push_back({{"op", "async_start"}, {"token", tok}, {"stream", {{"kind", "communication"}, {"id", 0}}},
+                    {"body", {{{"op", "collective_permute"}, {"src", "a"}, {"dst", buf}, {"axis", "x"}, {"shift", 1}}}}});
+    prog.push_back({{"op", "async_done"}, {"token", tok}});
+    prog.push_back({{"op", "gemm"}, {"a", buf}, {"b", "b"}, {"c", "c[ds(((x + " + std::to_string(step) + ") % " + std::to_string(ranks) + ") * 8, 8)]"}}});
+    prog.push_back({{"op", "map"}, {"out", buf}, {"expr", "v * 2.0"}, {"in", {{"v", buf}}}});
+    ++step;
+  }
+  s["program"] = prog;
+  return s.dump();
+}
+
+void BM_LoadValidate(benchmark::State& state) {
+  const int64_t commands = state.range(0), ranks = state.range(1);
+  const std::string text = big_schedule(commands, ranks);
+  // The async_start and its body are two commands.
+  const int64_t counted = commands + commands / 4;
+  for (auto _ : state) {
+    auto p = thunky::load_schedule_text(text, "bench.json");
+    if (!p) state.SkipWithError(p.errors().front().str().c_str());
+    benchmark::DoNotOptimize(p);
+  }
+  state.counters["commands/s"] = benchmark::Counter(static_cast<double>(counted * state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["rank-commands/s"] = benchmark::Counter(static_cast<double>(counted * ranks * state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LoadValidate)->Args({100000, 8})->Args({100000, 1})->Args({10000, 8})->Unit(benchmark::kMillisecond);
+
+// Parsing JSON alone, for reference.
+void BM_JsonParseOnly(benchmark::State& state) {
+  const std::string text = big_schedule(state.range(0), 8);
+  for (auto _ : state) benchmark::DoNotOptimize(nlohmann::ordered_json::parse(text));
+}
+BENCHMARK(BM_JsonParseOnly)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,275 @@
+#include "core/expr.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+#include "core/status.h"
+
+namespace thunky {
+
+namespace {
+
+class Parser {
+ public:
+  Parser(std::string_view s, size_t pos) : s_(s), pos_(pos) {}
+
+  ExprPtr parse() { return parse_or(); }
+  size_t pos() const { return pos_; }
+  void skip_ws() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool at_end() {
+    skip_ws();
+    return pos_ >= s_.size();
+  }
+  [[noreturn]] void fail(const std::string& what) {
+    throw ThunkyError("", "in expression '" + std::string(s_) + "' at offset " + std::to_string(pos_) + ": " + what);
+  }
+
+ private:
+  static ExprPtr make(Expr::Kind k, std::string text, std::vector<ExprPtr> args = {}) {
+    auto e = std::make_shared<Expr>();
+    e->kind = k;
+    e->text = std::move(text);
+    e->args = std::move(args);
+    return e;
+  }
+  bool eat_word(std::string_view w) {
+    skip_ws();
+    if (s_.substr(pos_, w.size()) != w) return false;
+    size_t end = pos_ + w.size();
+    if (end < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_')) return false;
+    pos_ = end;
+    return true;
+  }
+  bool eat(std::string_view op) {
+    skip_ws();
+    if (s_.substr(pos_, op.size()) != op) return false;
+    pos_ += op.size();
+    return true;
+  }
+  ExprPtr parse_or() {
+    auto l = parse_and();
+    while (eat_word("or")) l = make(Expr::Kind::binary, "or", {l, parse_and()});
+    return l;
+  }
+  ExprPtr parse_and() {
+    auto l = parse_not();
+    while (eat_word("and")) l = make(Expr::Kind::binary, "and", {l, parse_not()});
+    return l;
+  }
+  ExprPtr parse_not() {
+    if (eat_word("not")) return make(Expr::Kind::unary, "not", {parse_not()});
+    return parse_cmp();
+  }
+  ExprPtr parse_cmp() {
+    auto l = parse_arith();
+    for (std::string_view op : {"<=", ">=", "==", "!=", "<", ">"}) {
+      if (eat(op)) return make(Expr::Kind::binary, std::string(op), {l, parse_arith()});
+    }
+    return l;
+  }
+  ExprPtr parse_arith() {
+    auto l = parse_term();
+    for (;;) {
+      if (eat("+")) l = make(Expr::Kind::binary, "+", {l, parse_term()});
+      else if (eat("-")) l = make(Expr::Kind::binary, "-", {l, parse_term()});
+      else return l;
+    }
+  }
+  ExprPtr parse_term() {
+    auto l = parse_unary();
+    for (;;) {
+      skip_ws();
+      if (s_.substr(pos_, 2) == "**") return l;
+      if (eat("//")) l = make(Expr::Kind::binary, "//", {l, parse_unary()});
+      else if (eat("*")) l = make(Expr::Kind::binary, "*", {l, parse_unary()});
+      else if (eat("/")) l = make(Expr::Kind::binary, "/", {l, parse_unary()});
+      else if (eat("%")) l = make(Expr::Kind::binary, "%", {l, parse_unary()});
+      else return l;
+    }
+  }
+  ExprPtr parse_unary() {
+    if (++depth_ > 64) fail("expression nested too deeply");
+    ExprPtr r;
+    if (eat("-")) r = make(Expr::Kind::unary, "-", {parse_unary()});
+    else if (eat("+")) r = parse_unary();
+    else r = parse_power();
+    --depth_;
+    return r;
+  }
+  ExprPtr parse_power() {
+    auto base = parse_atom();
+    if (eat("**")) return make(Expr::Kind::binary, "**", {base, parse_unary()});
+    // After a complete `**` chain, multiplication continues in parse_term.
+    return base;
+  }
+  ExprPtr parse_atom() {
+    skip_ws();
+    if (pos_ >= s_.size()) fail("expected a value");
+    char c = s_[pos_];
+    if (c == '(') {
+      ++pos_;
+      if (++depth_ > 64) fail("expression nested too deeply");
+      auto e = parse_or();
+      --depth_;
+      if (!eat(")")) fail("expected ')'");
+      return e;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') return parse_number();
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t start = pos_;
+      while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) ++pos_;
+      std::string name(s_.substr(start, pos_ - start));
+      if (name == "True" || name == "False") {
+        auto e = make(Expr::Kind::bool_lit, name);
+        const_cast<Expr&>(*e).ival = name == "True";
+        return e;
+      }
+      if (eat("(")) {
+        std::vector<ExprPtr> args;
+        if (!eat(")")) {
+          for (;;) {
+            if (++depth_ > 64) fail("expression nested too deeply");
+            args.push_back(parse_or());
+            --depth_;
+            if (eat(")")) break;
+            if (!eat(",")) fail("expected ',' or ')' in call to " + name);
+          }
+        }
+        return make(Expr::Kind::call, name, std::move(args));
+      }
+      return make(Expr::Kind::name, name);
+    }
+    fail(std::string("unexpected character '") + c + "'");
+  }
+  ExprPtr parse_number() {
+    size_t start = pos_;
+    bool is_float = false;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    if (pos_ < s_.size() && s_[pos_] == '.') {
+      is_float = true;
+      ++pos_;
+      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    }
+    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      size_t save = pos_;
+      ++pos_;
+      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
+      if (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+        is_float = true;
+        while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+      } else {
+        pos_ = save;
+      }
+    }
+    std::string text(s_.substr(start, pos_ - start));
+    if (text == ".") fail("expected a number");
+    auto e = std::make_shared<Expr>();
+    e->text = text;
+    if (is_float) {
+      e->kind = Expr::Kind::float_lit;
+      e->fval = std::strtod(text.c_str(), nullptr);
+    } else {
+      e->kind = Expr::Kind::int_lit;
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), e->ival);
+      if (ec != std::errc()) fail("integer literal out of range: " + text);
+      e->fval = static_cast<double>(e->ival);
+    }
+    return e;
+  }
+
+  std::string_view s_;
+  size_t pos_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+ExprPtr parse_expr(std::string_view src) {
+  Parser p(src, 0);
+  auto e = p.parse();
+  if (!p.at_end()) p.fail("unexpected trailing text");
+  return e;
+}
+
+ExprPtr parse_expr_prefix(std::string_view src, size_t& pos) {
+  Parser p(src, pos);
+  auto e = p.parse();
+  p.skip_ws();
+  pos = p.pos();
+  return e;
+}
+
+std::string to_string(const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::int_lit:
+    case Expr::Kind::float_lit:
+    case Expr::Kind::bool_lit:
+    case Expr::Kind::name: return e.text;
+    case Expr::Kind::unary: return e.text == "not" ? "(not " + to_string(*e.args[0]) + ")" : "(-" + to_string(*e.args[0]) + ")";
+    case Expr::Kind::binary:
+      return "(" + to_string(*e.args[0]) + " " + e.text + " " + to_string(*e.args[1]) + ")";
+    case Expr::Kind::call: {
+      std::string s = e.text + "(";
+      for (size_t i = 0; i < e.args.size(); ++i) s += (i ? ", " : "") + to_string(*e.args[i]);
+      return s + ")";
+    }
+  }
+  return "";
+}
+
+int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+int64_t floor_mod(int64_t a, int64_t b) {
+  int64_t m = a % b;
+  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  return m;
+}
+
+int64_t eval_int(const Expr& e, const std::function<std::optional<int64_t>(std::string_view)>& lookup) {
+  auto overflow = [&] { throw ThunkyError("", "integer overflow in '" + to_string(e) + "'"); };
+  switch (e.kind) {
+    case Expr::Kind::int_lit: return e.ival;
+    case Expr::Kind::name: {
+      auto v = lookup(e.text);
+      if (!v) throw ThunkyError("", "unknown name '" + e.text + "' in index expression (expected a mesh axis name)");
+      return *v;
+    }
+    case Expr::Kind::unary:
+      if (e.text == "-") {
+        int64_t v = eval_int(*e.args[0], lookup);
+        if (v == INT64_MIN) overflow();
+        return -v;
+      }
+      break;
+    case Expr::Kind::binary: {
+      int64_t a = eval_int(*e.args[0], lookup), b = eval_int(*e.args[1], lookup);
+      int64_t r = 0;
+      if (e.text == "+") { if (__builtin_add_overflow(a, b, &r)) overflow(); return r; }
+      if (e.text == "-") { if (__builtin_sub_overflow(a, b, &r)) overflow(); return r; }
+      if (e.text == "*") { if (__builtin_mul_overflow(a, b, &r)) overflow(); return r; }
+      if (e.text == "//" || e.text == "%") {
+        if (b == 0) throw ThunkyError("", "division by zero in '" + to_string(e) + "'");
+        if (a == INT64_MIN && b == -1) overflow();
+        return e.text == "//" ? floor_div(a, b) : floor_mod(a, b);
+      }
+      break;
+    }
+    case Expr::Kind::call:
+      if ((e.text == "min" || e.text == "max") && e.args.size() == 2) {
+        int64_t a = eval_int(*e.args[0], lookup), b = eval_int(*e.args[1], lookup);
+        return e.text == "min" ? std::min(a, b) : std::max(a, b);
+      }
+      break;
+    default: break;
+  }
+  throw ThunkyError("", "'" + to_string(e) + "' is not an integer index expression (allowed: literals, axis names, + - * // %, min, max)");
+}
+
+}  // namespace thunky
+

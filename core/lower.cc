@@ -1,0 +1,119 @@
+#include "core/lower.h"
+
+#include <map>
+#include <set>
+
+namespace thunky {
+
+namespace {
+
+struct Scope {
+  std::map<std::string, Ref> bindings;  // param or scratch name -> ref of the outer program
+  std::string token_suffix;             // appended to token names inside this call instance
+  std::vector<std::string> call_stack;  // function names, for recursion checks
+};
+
+class Lowerer {
+ public:
+  explicit Lowerer(Program& p) : p_(p) {}
+
+  void run() {
+    std::map<std::string, int> index;
+    for (size_t i = 0; i < p_.buffers.size(); ++i) index[p_.buffers[i].name] = static_cast<int>(i);
+    index_ = std::move(index);
+    Scope top;
+    lower_block(p_.program, "/program", top);
+    p_.functions.clear();
+  }
+
+ private:
+  void bind(Ref& r, const Scope& s) {
+    auto it = s.bindings.find(r.syntax.buffer);
+    if (it != s.bindings.end()) {
+      const Ref& outer = it->second;
+      std::vector<IndexGroup> groups = outer.syntax.groups;
+      groups.insert(groups.end(), r.syntax.groups.begin(), r.syntax.groups.end());
+      r.syntax.buffer = outer.syntax.buffer;
+      r.syntax.groups = std::move(groups);
+      r.buffer = outer.buffer;
+      return;
+    }
+    auto b = index_.find(r.syntax.buffer);
+    if (b == index_.end()) throw ThunkyError(r.pointer, "unknown buffer '" + r.syntax.buffer + "'");
+    r.buffer = b->second;
+  }
+  void bind(std::optional<Ref>& r, const Scope& s) {
+    if (r) bind(*r, s);
+  }
+
+  void lower_block(Block& block, const std::string& id, const Scope& s) {
+    for (size_t i = 0; i < block.size(); ++i) lower_command(block[i], id + "/" + std::to_string(i), s);
+  }
+
+  void lower_command(Command& c, const std::string& id, const Scope& s) {
+    c.id = id;
+    for (auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf}) bind(*r, s);
+    for (auto& [k, r] : c.in) bind(r, s);
+    for (auto& r : c.refs) bind(r, s);
+    for (auto& r : c.refs2) bind(r, s);
+    if (c.cpu) {
+      bind(c.cpu->out, s);
+      for (auto& [k, r] : c.cpu->in) bind(r, s);
+    }
+    if (!c.token.empty()) c.token += s.token_suffix;
+    lower_block(c.body, id + "/body", s);
+    lower_block(c.then_, id + "/then", s);
+    lower_block(c.else_, id + "/else", s);
+    lower_block(c.cond, id + "/cond", s);
+    for (size_t k = 0; k < c.branches.size(); ++k) lower_block(c.branches[k], id + "/branches/" + std::to_string(k), s);
+    if (c.op == Op::call) inline_call(c, id, s);
+  }
+
+  void inline_call(Command& c, const std::string& id, const Scope& outer) {
+    auto fit = p_.functions.find(c.fn);
+    if (fit == p_.functions.end()) throw ThunkyError(c.pointer + "/fn", "unknown function '" + c.fn + "'");
+    const Function& f = fit->second;
+    for (const auto& name : outer.call_stack)
+      if (name == c.fn) throw ThunkyError(c.pointer + "/fn", "recursive call of function '" + c.fn + "'");
+    if (outer.call_stack.size() > 32) throw ThunkyError(c.pointer, "calls nested more than 32 deep");
+    Scope inner;
+    inner.call_stack = outer.call_stack;
+    inner.call_stack.push_back(c.fn);
+    const int instance = ++calls_;
+    inner.token_suffix = outer.token_suffix + "$" + std::to_string(instance);
+    std::set<std::string> params(f.params.begin(), f.params.end());
+    for (auto& [k, r] : c.args_map) {
+      if (!params.count(k)) throw ThunkyError(c.pointer + "/args/" + k, "function '" + c.fn + "' has no parameter '" + k + "'");
+      bind(r, outer);
+      inner.bindings[k] = r;
+    }
+    for (const auto& pname : f.params)
+      if (!inner.bindings.count(pname)) throw ThunkyError(c.pointer + "/args", "missing argument for parameter '" + pname + "' of function '" + c.fn + "'");
+    for (const auto& [sname, sb] : f.scratch) {
+      if (params.count(sname)) throw ThunkyError(sb.pointer, "scratch '" + sname + "' has the name of a parameter");
+      Buffer b = sb;
+      b.name = c.fn + "." + sname + "$" + std::to_string(instance);
+      b.role = Role::scratch;
+      int idx = static_cast<int>(p_.buffers.size());
+      p_.buffers.push_back(b);
+      index_[b.name] = idx;
+      Ref r;
+      r.syntax.buffer = b.name;
+      r.buffer = idx;
+      r.pointer = sb.pointer;
+      inner.bindings[sname] = r;
+    }
+    c.body = f.program;
+    lower_block(c.body, id + "/body", inner);
+  }
+
+  Program& p_;
+  std::map<std::string, int> index_;
+  int calls_ = 0;
+};
+
+}  // namespace
+
+void lower(Program& p) { Lowerer(p).run(); }
+
+}  // namespace thunky

@@ -1,0 +1,83 @@
+#include "core/mesh.h"
+
+#include <set>
+
+namespace thunky {
+
+std::vector<int64_t> rank_coords(const Mesh& m, int64_t rank) {
+  std::vector<int64_t> c(m.shape.size());
+  for (int i = static_cast<int>(m.shape.size()) - 1; i >= 0; --i) {
+    c[i] = rank % m.shape[i];
+    rank /= m.shape[i];
+  }
+  return c;
+}
+
+int64_t rank_of(const Mesh& m, const std::vector<int64_t>& coords) {
+  int64_t r = 0;
+  for (size_t i = 0; i < m.shape.size(); ++i) r = r * m.shape[i] + coords[i];
+  return r;
+}
+
+std::string rank_label(const Mesh& m, int64_t rank) {
+  std::string s = "rank " + std::to_string(rank);
+  if (m.axis_names.empty()) return s;
+  auto c = rank_coords(m, rank);
+  s += " (";
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + m.axis_names[i] + "=" + std::to_string(c[i]);
+  return s + ")";
+}
+
+Participants participants(const Mesh& m, int64_t rank, const std::vector<std::string>& axes,
+                          const std::optional<std::vector<std::vector<int64_t>>>& groups) {
+  std::vector<int> dims;
+  for (const auto& a : axes) {
+    auto d = m.axis(a);
+    if (!d) throw ThunkyError("", "unknown mesh axis '" + a + "'");
+    for (int prev : dims)
+      if (prev == *d) throw ThunkyError("", "axis '" + a + "' listed twice");
+    dims.push_back(*d);
+  }
+  const auto me = rank_coords(m, rank);
+  int64_t n = 1;
+  for (int d : dims) n *= m.shape[d];
+  int64_t my_index = 0;
+  for (int d : dims) my_index = my_index * m.shape[d] + me[d];
+  // Global rank of combined index k (other coordinates as this rank's).
+  auto rank_at = [&](int64_t k) {
+    auto c = me;
+    for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
+      c[dims[i]] = k % m.shape[dims[i]];
+      k /= m.shape[dims[i]];
+    }
+    return static_cast<int>(rank_of(m, c));
+  };
+  Participants p;
+  if (!groups) {
+    for (int64_t k = 0; k < n; ++k) p.ranks.push_back(rank_at(k));
+    p.position = static_cast<int>(my_index);
+    return p;
+  }
+  std::set<int64_t> seen;
+  size_t size = groups->empty() ? 0 : (*groups)[0].size();
+  const std::vector<int64_t>* mine = nullptr;
+  for (size_t g = 0; g < groups->size(); ++g) {
+    const auto& grp = (*groups)[g];
+    if (grp.size() != size || grp.empty())
+      throw ThunkyError("", "groups must be non-empty and of equal size (group " + std::to_string(g) + " has " + std::to_string(grp.size()) + " members, group 0 has " + std::to_string(size) + ")");
+    for (auto k : grp) {
+      if (k < 0 || k >= n) throw ThunkyError("", "group member " + std::to_string(k) + " is not an index of an axis of size " + std::to_string(n));
+      if (!seen.insert(k).second) throw ThunkyError("", "axis index " + std::to_string(k) + " appears in more than one group");
+      if (k == my_index) mine = &grp;
+    }
+  }
+  if (static_cast<int64_t>(seen.size()) != n)
+    throw ThunkyError("", "groups cover " + std::to_string(seen.size()) + " of the " + std::to_string(n) + " axis indices; every index must be in exactly one group");
+  for (size_t i = 0; i < mine->size(); ++i) {
+    p.ranks.push_back(rank_at((*mine)[i]));
+    if ((*mine)[i] == my_index) p.position = static_cast<int>(i);
+  }
+  return p;
+}
+
+}  // namespace thunky

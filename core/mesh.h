@@ -1,0 +1,31 @@
+// Ranks of a mesh (row-major, last axis fastest) and the participants of a
+// collective over some of its axes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/schedule.h"
+
+namespace thunky {
+
+std::vector<int64_t> rank_coords(const Mesh& m, int64_t rank);
+int64_t rank_of(const Mesh& m, const std::vector<int64_t>& coords);
+std::string rank_label(const Mesh& m, int64_t rank);  // "rank 3 (x=1, y=1)"
+
+// Participants of one collective as seen from `rank`: the global ranks in
+// collective order and this rank's position among them.
+struct Participants {
+  std::vector<int> ranks;
+  int position = 0;
+};
+
+// axes: the collective's axis names; groups: axis_index_groups over the
+// combined (row-major, first axis slowest) index. Throws ThunkyError with
+// an empty pointer on unknown axes or bad groups.
+Participants participants(const Mesh& m, int64_t rank, const std::vector<std::string>& axes,
+                          const std::optional<std::vector<std::vector<int64_t>>>& groups);
+
+}  // namespace thunky

@@ -1,0 +1,173 @@
+#include "core/ref.h"
+
+#include <cctype>
+
+#include "core/status.h"
+
+namespace thunky {
+
+namespace {
+[[noreturn]] void fail(std::string_view text, const std::string& what) {
+  throw ThunkyError("", "bad ref '" + std::string(text) + "': " + what);
+}
+void skip_ws(std::string_view s, size_t& p) {
+  while (p < s.size() && std::isspace(static_cast<unsigned char>(s[p]))) ++p;
+}
+bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$'; }
+
+ExprPtr parse_item_expr(std::string_view text, size_t& p) {
+  try {
+    return parse_expr_prefix(text, p);
+  } catch (const ThunkyError& e) {
+    fail(text, e.what());
+  }
+}
+
+IndexItem parse_item(std::string_view text, size_t& p) {
+  IndexItem item;
+  skip_ws(text, p);
+  if (text.substr(p, 3) == "ds(") {
+    p += 3;
+    item.kind = IndexItem::Kind::ds;
+    item.a = parse_item_expr(text, p);
+    if (p >= text.size() || text[p] != ',') fail(text, "ds() takes (start, size)");
+    ++p;
+    item.b = parse_item_expr(text, p);
+    if (p >= text.size() || text[p] != ')') fail(text, "expected ')' after ds(start, size)");
+    ++p;
+    skip_ws(text, p);
+    return item;
+  }
+  auto at = [&](char c) {
+    skip_ws(text, p);
+    return p < text.size() && text[p] == c;
+  };
+  if (!at(':')) item.a = parse_item_expr(text, p);
+  if (!at(':')) return item;  // plain index
+  item.kind = IndexItem::Kind::slice;
+  ++p;
+  if (!at(':') && !at(',') && !at(']')) item.b = parse_item_expr(text, p);
+  if (at(':')) {
+    ++p;
+    if (!at(',') && !at(']')) item.step = parse_item_expr(text, p);
+  }
+  return item;
+}
+}  // namespace
+
+RefSyntax parse_ref(std::string_view text) {
+  RefSyntax r;
+  size_t p = 0;
+  skip_ws(text, p);
+  size_t start = p;
+  while (p < text.size() && is_ident(text[p])) ++p;
+  if (p == start) fail(text, "expected a buffer name");
+  r.buffer = std::string(text.substr(start, p - start));
+  for (;;) {
+    skip_ws(text, p);
+    if (p >= text.size()) break;
+    if (text[p] != '[') fail(text, "expected '[' or the end");
+    ++p;
+    IndexGroup g;
+    skip_ws(text, p);
+    if (p < text.size() && text[p] == ']') fail(text, "empty index");
+    for (;;) {
+      g.push_back(parse_item(text, p));
+      skip_ws(text, p);
+      if (p < text.size() && text[p] == ',') { ++p; continue; }
+      if (p < text.size() && text[p] == ']') { ++p; break; }
+      fail(text, "expected ',' or ']'");
+    }
+    r.groups.push_back(std::move(g));
+  }
+  return r;
+}
+
+std::string RefSyntax::text() const {
+  std::string s = buffer;
+  for (const auto& g : groups) {
+    s += "[";
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (i) s += ", ";
+      const auto& it = g[i];
+      if (it.kind == IndexItem::Kind::index) s += to_string(*it.a);
+      else if (it.kind == IndexItem::Kind::ds) s += "ds(" + to_string(*it.a) + ", " + to_string(*it.b) + ")";
+      else {
+        if (it.a) s += to_string(*it.a);
+        s += ":";
+        if (it.b) s += to_string(*it.b);
+        if (it.step) s += ":" + to_string(*it.step);
+      }
+    }
+    s += "]";
+  }
+  return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vector<IndexGroup>& groups,
+                  const std::function<std::optional<int64_t>(std::string_view)>& lookup) {
+  View v;
+  v.buffer = buffer;
+  v.shape = shape;
+  auto eval = [&](const ExprPtr& e) { return eval_int(*e, lookup); };
+  for (const auto& g : groups) {
+    if (g.size() > v.shape.size())
+      throw ThunkyError("", "too many indices (" + std::to_string(g.size()) + ") for a view of shape " + shape_str(v.shape));
+    // Strides of the current view (row-major, contiguous by construction).
+    std::vector<int64_t> stride(v.shape.size(), 1);
+    for (int i = static_cast<int>(v.shape.size()) - 2; i >= 0; --i) stride[i] = stride[i + 1] * v.shape[i + 1];
+    std::vector<int64_t> out_shape;
+    bool sliced = false;  // a kept dimension has been emitted: later ones must be whole
+    for (size_t d = 0; d < g.size(); ++d) {
+      const auto& it = g[d];
+      const int64_t n = v.shape[d];
+      int64_t start = 0, len = n;
+      bool keep = true;
+      if (it.kind == IndexItem::Kind::index) {
+        int64_t i = eval(it.a);
+        if (i < 0 && it.a->kind == Expr::Kind::unary) i += n;  // negative literal: from the end
+        if (i < 0 || i >= n)
+          throw ThunkyError("", "index " + std::to_string(i) + " out of bounds for dimension " + std::to_string(d) + " of size " + std::to_string(n));
+        start = i;
+        len = 1;
+        keep = false;
+      } else if (it.kind == IndexItem::Kind::ds) {
+        start = eval(it.a);
+        len = eval(it.b);
+        if (len < 0 || start < 0 || start > n || len > n - start)
+          throw ThunkyError("", "ds(" + std::to_string(start) + ", " + std::to_string(len) + ") out of bounds for dimension " + std::to_string(d) + " of size " + std::to_string(n));
+      } else {
+        if (it.step) {
+          int64_t st = eval(it.step);
+          if (st != 1) throw ThunkyError("", "non-unit stride " + std::to_string(st) + ": a ref must be one contiguous byte range");
+        }
+        int64_t lo = it.a ? eval(it.a) : 0;
+        int64_t hi = it.b ? eval(it.b) : n;
+        if (it.a && lo < 0 && it.a->kind == Expr::Kind::unary) lo += n;
+        if (it.b && hi < 0 && it.b->kind == Expr::Kind::unary) hi += n;
+        if (lo < 0 || hi > n || lo > hi)
+          throw ThunkyError("", "slice " + std::to_string(lo) + ":" + std::to_string(hi) + " out of bounds for dimension " + std::to_string(d) + " of size " + std::to_string(n));
+        start = lo;
+        len = hi - lo;
+      }
+      if (sliced && (start != 0 || len != n))
+        throw ThunkyError("", "dimension " + std::to_string(d) + " is indexed after an earlier dimension was sliced: a ref must be one contiguous byte range (only the leading not-yet-fixed dimension may be sliced)");
+      v.offset += start * stride[d];
+      if (keep) {
+        out_shape.push_back(len);
+        sliced = true;
+      }
+    }
+    for (size_t d = g.size(); d < v.shape.size(); ++d) out_shape.push_back(v.shape[d]);
+    v.shape = std::move(out_shape);
+  }
+  return v;
+}
+
+}  // namespace thunky

@@ -1,0 +1,778 @@
+#include "core/schedule.h"
+
+#include <set>
+
+namespace thunky {
+
+namespace {
+
+std::string child(const std::string& ptr, std::string_view key) {
+  std::string k;
+  for (char c : key) {
+    if (c == '~') k += "~0";
+    else if (c == '/') k += "~1";
+    else k += c;
+  }
+  return ptr + "/" + k;
+}
+std::string child(const std::string& ptr, size_t i) { return ptr + "/" + std::to_string(i); }
+
+[[noreturn]] void fail(const std::string& ptr, const std::string& msg) { throw ThunkyError(ptr, msg); }
+
+std::string type_name(const json& j) {
+  if (j.is_null()) return "null";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_number()) return "a number";
+  if (j.is_string()) return "a string";
+  if (j.is_array()) return "an array";
+  return "an object";
+}
+
+// A JSON object being read: remembers which keys were consumed so that
+// unknown keys are reported instead of silently ignored.
+class Obj {
+ public:
+  Obj(const json& j, std::string ptr) : j_(j), ptr_(std::move(ptr)) {
+    if (!j.is_object()) fail(ptr_, "expected an object, got " + type_name(j));
+  }
+  const std::string& ptr() const { return ptr_; }
+  bool has(std::string_view k) const { return j_.contains(std::string(k)); }
+  const json* get(std::string_view k) {
+    used_.insert(std::string(k));
+    auto it = j_.find(std::string(k));
+    return it == j_.end() ? nullptr : &*it;
+  }
+  const json& need(std::string_view k) {
+    auto* v = get(k);
+    if (!v) fail(ptr_, "missing required field '" + std::string(k) + "'");
+    return *v;
+  }
+  std::string at(std::string_view k) const { return child(ptr_, k); }
+  std::string str(std::string_view k) {
+    const json& v = need(k);
+    if (!v.is_string()) fail(at(k), "expected a string, got " + type_name(v));
+    return v.get<std::string>();
+  }
+  std::string str_or(std::string_view k, std::string def) {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_string()) fail(at(k), "expected a string, got " + type_name(*v));
+    return v->get<std::string>();
+  }
+  double num_or(std::string_view k, double def) {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_number()) fail(at(k), "expected a number, got " + type_name(*v));
+    return v->get<double>();
+  }
+  bool bool_or(std::string_view k, bool def) {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_boolean()) fail(at(k), "expected true or false, got " + type_name(*v));
+    return v->get<bool>();
+  }
+  void done() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!used_.count(it.key())) fail(child(ptr_, it.key()), "unknown key '" + it.key() + "'");
+  }
+
+ private:
+  const json& j_;
+  std::string ptr_;
+  std::set<std::string> used_;
+};
+
+int64_t as_int(const json& j, const std::string& ptr) {
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number_float()) {
+    double d = j.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  }
+  fail(ptr, "expected an integer, got " + (j.is_number() ? j.dump() : type_name(j)));
+}
+
+std::vector<int64_t> int_list(const json& j, const std::string& ptr) {
+  if (!j.is_array()) fail(ptr, "expected a list of integers, got " + type_name(j));
+  std::vector<int64_t> v;
+  for (size_t i = 0; i < j.size(); ++i) v.push_back(as_int(j[i], child(ptr, i)));
+  return v;
+}
+
+std::vector<int64_t> shape_of(const json& j, const std::string& ptr) {
+  auto s = int_list(j, ptr);
+  int64_t total = 1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] < 0) fail(child(ptr, i), "negative dimension " + std::to_string(s[i]));
+    if (s[i] > 0 && total > (int64_t{1} << 40) / s[i]) fail(ptr, "shape " + shape_str(s) + " is too large (more than 2^40 elements)");
+    total *= s[i];
+  }
+  return s;
+}
+
+Ref ref_of(const json& j, const std::string& ptr) {
+  if (!j.is_string()) fail(ptr, "expected a ref string such as \"a[2:4]\", got " + type_name(j));
+  try {
+    return Ref{parse_ref(j.get<std::string>()), -1, ptr};
+  } catch (const ThunkyError& e) {
+    fail(ptr, e.what());
+  }
+}
+
+void flatten_values(const json& j, const std::string& ptr, std::vector<double>& out) {
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) flatten_values(j[i], child(ptr, i), out);
+  } else if (j.is_number()) {
+    out.push_back(j.get<double>());
+  } else if (j.is_boolean()) {
+    out.push_back(j.get<bool>() ? 1.0 : 0.0);
+  } else {
+    fail(ptr, "expected a number, got " + type_name(j));
+  }
+}
+
+Init parse_init(const json& j, const std::string& ptr) {
+  Obj o(j, ptr);
+  Init in;
+  std::string kind = o.str("kind");
+  if (kind == "zeros") in.kind = Init::Kind::zeros;
+  else if (kind == "ones") in.kind = Init::Kind::ones;
+  else if (kind == "iota") in.kind = Init::Kind::iota;
+  else if (kind == "constant") {
+    in.kind = Init::Kind::constant;
+    const json& v = o.need("value");
+    if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
+    in.value = v.is_boolean() ? (v.get<bool>() ? 1 : 0) : v.get<double>();
+  } else if (kind == "values") {
+    in.kind = Init::Kind::values;
+    flatten_values(o.need("values"), o.at("values"), in.values);
+  } else if (kind == "uniform") {
+    in.kind = Init::Kind::uniform;
+    in.low = o.num_or("low", 0.0);
+    in.high = o.num_or("high", 1.0);
+    if (auto* s = o.get("seed")) in.seed = static_cast<uint64_t>(as_int(*s, o.at("seed")));
+  } else if (kind == "normal") {
+    in.kind = Init::Kind::normal;
+    if (auto* s = o.get("seed")) in.seed = static_cast<uint64_t>(as_int(*s, o.at("seed")));
+  } else if (kind == "axis_index") {
+    in.kind = Init::Kind::axis_index;
+    in.axis = o.str("axis");
+  } else if (kind == "npy") {
+    in.kind = Init::Kind::npy;
+    in.path = o.str("path");
+  } else {
+    fail(o.at("kind"), "unknown init kind '" + kind + "' (expected zeros, ones, iota, constant, values, uniform, normal, axis_index or npy)");
+  }
+  o.done();
+  return in;
+}
+
+Buffer parse_buffer(const std::string& name, const json& j, const std::string& ptr) {
+  Obj o(j, ptr);
+  Buffer b;
+  b.name = name;
+  b.pointer = ptr;
+  b.shape = shape_of(o.need("shape"), o.at("shape"));
+  std::string dt = o.str("dtype");
+  auto t = parse_dtype(dt);
+  if (!t) fail(o.at("dtype"), "unknown dtype '" + dt + "' (expected one of f64 f32 f16 bf16 f8e4m3 f8e5m2 s64 s32 s16 s8 u32 u8 bool)");
+  b.dtype = *t;
+  std::string role = o.str_or("role", "scratch");
+  if (role == "input") b.role = Role::input;
+  else if (role == "inout") b.role = Role::inout;
+  else if (role == "output") b.role = Role::output;
+  else if (role == "scratch") b.role = Role::scratch;
+  else fail(o.at("role"), "unknown role '" + role + "' (expected input, inout, output or scratch)");
+  if (auto* in = o.get("init")) {
+    if (b.role != Role::input && b.role != Role::inout)
+      fail(o.at("init"), "init is only allowed on input and inout buffers (this one is " + role + ")");
+    b.init = parse_init(*in, o.at("init"));
+  } else if (b.role == Role::input || b.role == Role::inout) {
+    fail(ptr, "an " + role + " buffer needs an 'init'");
+  }
+  if (auto* g = o.get("global")) {
+    Obj go(*g, o.at("global"));
+    GlobalLayout gl;
+    gl.shape = shape_of(go.need("shape"), go.at("shape"));
+    const json& spec = go.need("spec");
+    if (!spec.is_array()) fail(go.at("spec"), "expected a PartitionSpec list such as [\"x\", null]");
+    if (spec.size() > gl.shape.size())
+      fail(go.at("spec"), "spec has " + std::to_string(spec.size()) + " entries for a global shape of rank " + std::to_string(gl.shape.size()));
+    for (size_t i = 0; i < gl.shape.size(); ++i) {
+      std::vector<std::string> axes;
+      if (i < spec.size()) {
+        const json& e = spec[i];
+        std::string ep = child(go.at("spec"), i);
+        if (e.is_string()) axes.push_back(e.get<std::string>());
+        else if (e.is_array()) {
+          for (size_t k = 0; k < e.size(); ++k) {
+            if (!e[k].is_string()) fail(child(ep, k), "expected an axis name");
+            axes.push_back(e[k].get<std::string>());
+          }
+        } else if (!e.is_null()) fail(ep, "expected an axis name, a list of axis names or null");
+      }
+      gl.spec.push_back(std::move(axes));
+    }
+    go.done();
+    b.global = std::move(gl);
+  }
+  o.done();
+  return b;
+}
+
+StreamId parse_stream(const json& j, const std::string& ptr) {
+  Obj o(j, ptr);
+  StreamId s;
+  std::string kind = o.str_or("kind", "computation");
+  if (kind == "computation") s.kind = StreamId::Kind::computation;
+  else if (kind == "communication") s.kind = StreamId::Kind::communication;
+  else fail(o.at("kind"), "unknown stream kind '" + kind + "' (expected computation or communication)");
+  if (auto* id = o.get("id")) {
+    int64_t v = as_int(*id, o.at("id"));
+    if (v < 0 || v > 1023) fail(o.at("id"), "stream id must be in 0..1023");
+    s.id = static_cast<int>(v);
+  }
+  o.done();
+  return s;
+}
+
+Cost parse_cost(const json& j, const std::string& ptr) {
+  Obj o(j, ptr);
+  Cost c;
+  auto nonneg = [&](std::string_view k) -> std::optional<double> {
+    const json* v = o.get(k);
+    if (!v) return std::nullopt;
+    if (!v->is_number() || v->get<double>() < 0) fail(o.at(k), "expected a non-negative number");
+    return v->get<double>();
+  };
+  c.seconds = nonneg("seconds");
+  c.flops = nonneg("flops");
+  c.bytes = nonneg("bytes");
+  if (!c.seconds && !c.flops && !c.bytes) fail(ptr, "cost needs 'seconds' or 'flops'/'bytes'");
+  o.done();
+  return c;
+}
+
+std::vector<std::string> parse_axis(const json& j, const std::string& ptr) {
+  std::vector<std::string> axes;
+  if (j.is_string()) axes.push_back(j.get<std::string>());
+  else if (j.is_array() && !j.empty()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (!j[i].is_string()) fail(child(ptr, i), "expected an axis name");
+      axes.push_back(j[i].get<std::string>());
+    }
+  } else {
+    fail(ptr, "expected an axis name or a non-empty list of axis names");
+  }
+  return axes;
+}
+
+Block parse_block(const json& j, const std::string& ptr, int depth);
+
+Command parse_command(const json& j, const std::string& ptr, int depth) {
+  if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
+  Obj o(j, ptr);
+  Command c;
+  c.pointer = ptr;
+  std::string op = o.str("op");
+  c.name = o.str_or("name", "");
+  if (auto* cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
+  auto ref = [&](std::string_view k) { return ref_of(o.need(k), o.at(k)); };
+  auto ref_list = [&](std::string_view k, bool required) {
+    std::vector<Ref> v;
+    const json* l = required ? &o.need(k) : o.get(k);
+    if (!l) return v;
+    if (!l->is_array()) fail(o.at(k), "expected a list of refs");
+    for (size_t i = 0; i < l->size(); ++i) v.push_back(ref_of((*l)[i], child(o.at(k), i)));
+    return v;
+  };
+  auto block = [&](std::string_view k) { return parse_block(o.need(k), o.at(k), depth + 1); };
+  auto sim = [&](std::string_view key) {
+    const json* s = o.get("sim");
+    if (!s) return;
+    Obj so(*s, o.at("sim"));
+    if (const json* v = so.get(key)) {
+      if (key == "taken") {
+        if (!v->is_boolean()) fail(so.at(key), "expected true or false");
+        c.sim.taken = v->get<bool>();
+      } else {
+        int64_t n = as_int(*v, so.at(key));
+        if (n < 0) fail(so.at(key), "expected a non-negative integer");
+        if (key == "trip_count") c.sim.trip_count = n; else c.sim.branch = n;
+      }
+    }
+    so.done();
+  };
+  auto collective_common = [&] {
+    c.src = ref("src");
+    c.dst = ref("dst");
+    c.axis = parse_axis(o.need("axis"), o.at("axis"));
+    if (auto* g = o.get("groups")) {
+      if (!g->is_array()) fail(o.at("groups"), "expected a list of groups (lists of axis indices)");
+      std::vector<std::vector<int64_t>> groups;
+      for (size_t i = 0; i < g->size(); ++i) groups.push_back(int_list((*g)[i], child(o.at("groups"), i)));
+      c.groups = std::move(groups);
+    }
+  };
+  auto reduction = [&] {
+    c.reduction = o.str_or("reduction", "sum");
+    if (c.reduction != "sum" && c.reduction != "prod" && c.reduction != "min" && c.reduction != "max")
+      fail(o.at("reduction"), "unknown reduction '" + c.reduction + "' (expected sum, prod, min or max)");
+  };
+  auto map_body = [&](Obj& mo, Command& m) {
+    m.out = ref_of(mo.need("out"), mo.at("out"));
+    m.expr_text = mo.str("expr");
+    try {
+      m.expr = parse_expr(m.expr_text);
+    } catch (const ThunkyError& e) {
+      fail(mo.at("expr"), e.what());
+    }
+    if (const json* in = mo.get("in")) {
+      Obj io(*in, mo.at("in"));
+      for (auto it = in->begin(); it != in->end(); ++it) {
+        io.get(it.key());
+        m.in.emplace_back(it.key(), ref_of(it.value(), io.at(it.key())));
+      }
+      io.done();
+    }
+  };
+
+  if (op == "memzero") {
+    c.op = Op::memzero;
+    c.dst = ref("dst");
+  } else if (op == "memset") {
+    c.op = Op::memset;
+    c.dst = ref("dst");
+    const json& v = o.need("value");
+    if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
+    c.value = v.is_boolean() ? (v.get<bool>() ? 1 : 0) : v.get<double>();
+  } else if (op == "copy") {
+    c.op = Op::copy;
+    c.src = ref("src");
+    c.dst = ref("dst");
+  } else if (op == "gemm") {
+    c.op = Op::gemm;
+    c.a = ref("a");
+    c.b = ref("b");
+    c.c = ref("c");
+    c.transpose_a = o.bool_or("transpose_a", false);
+    c.transpose_b = o.bool_or("transpose_b", false);
+    c.alpha = o.num_or("alpha", 1.0);
+    c.beta = o.num_or("beta", 0.0);
+  } else if (op == "map") {
+    c.op = Op::map;
+    map_body(o, c);
+  } else if (op == "reduce") {
+    c.op = Op::reduce;
+    c.out = ref("out");
+    c.src = ref("in");
+    c.fn = o.str("fn");
+    if (c.fn != "sum" && c.fn != "max" && c.fn != "min" && c.fn != "prod")
+      fail(o.at("fn"), "unknown reduction '" + c.fn + "' (expected sum, max, min or prod)");
+    c.axes_i = int_list(o.need("axes"), o.at("axes"));
+  } else if (op == "kernel") {
+    c.op = Op::kernel;
+    c.refs = ref_list("reads", false);
+    c.refs2 = ref_list("writes", false);
+    if (!c.cost) fail(ptr, "a kernel needs a 'cost' ({\"seconds\": s} or {\"flops\": f, \"bytes\": b})");
+  } else if (op == "ptx_kernel") {
+    c.op = Op::ptx_kernel;
+    c.refs = ref_list("args", true);
+    const json& w = o.need("written");
+    if (!w.is_array() || w.size() != c.refs.size())
+      fail(o.at("written"), "expected a list of " + std::to_string(c.refs.size()) + " booleans, one per arg");
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (!w[i].is_boolean()) fail(child(o.at("written"), i), "expected true or false");
+      c.written.push_back(w[i].get<bool>());
+    }
+    c.kernel_name = o.str("kernel_name");
+    c.ptx = o.str_or("ptx", "");
+    c.ptx_file = o.str_or("ptx_file", "");
+    if (c.ptx.empty() == c.ptx_file.empty()) fail(ptr, "a ptx_kernel needs exactly one of 'ptx' or 'ptx_file'");
+    auto dims = [&](std::string_view k, std::vector<int64_t>& d) {
+      if (const json* v = o.get(k)) {
+        d = int_list(*v, o.at(k));
+        if (d.empty() || d.size() > 3) fail(o.at(k), "expected 1 to 3 dimensions");
+        for (auto x : d)
+          if (x < 1) fail(o.at(k), "dimensions must be positive");
+        d.resize(3, 1);
+      }
+    };
+    dims("grid", c.grid);
+    dims("block", c.block);
+    if (const json* s = o.get("shmem_bytes")) c.shmem_bytes = as_int(*s, o.at("shmem_bytes"));
+    if (const json* cpu = o.get("cpu")) {
+      Obj mo(*cpu, o.at("cpu"));
+      auto m = std::make_shared<Command>();
+      m->op = Op::map;
+      m->pointer = o.at("cpu");
+      map_body(mo, *m);
+      mo.done();
+      c.cpu = std::move(m);
+    }
+  } else if (op == "custom_call") {
+    c.op = Op::custom_call;
+    c.target = o.str("target");
+    c.refs = ref_list("operands", true);
+    c.refs2 = ref_list("results", true);
+    if (const json* bc = o.get("backend_config")) {
+      if (!bc->is_object()) fail(o.at("backend_config"), "expected an object");
+      c.backend_config = *bc;
+    } else {
+      c.backend_config = json::object();
+    }
+  } else if (op == "all_reduce") {
+    c.op = Op::all_reduce;
+    collective_common();
+    reduction();
+  } else if (op == "all_gather") {
+    c.op = Op::all_gather;
+    collective_common();
+  } else if (op == "reduce_scatter") {
+    c.op = Op::reduce_scatter;
+    collective_common();
+    reduction();
+  } else if (op == "all_to_all") {
+    c.op = Op::all_to_all;
+    collective_common();
+  } else if (op == "collective_permute") {
+    c.op = Op::collective_permute;
+    collective_common();
+    const json* pairs = o.get("pairs");
+    const json* shift = o.get("shift");
+    if ((pairs != nullptr) == (shift != nullptr)) fail(ptr, "a collective_permute needs exactly one of 'pairs' or 'shift'");
+    if (pairs) {
+      if (!pairs->is_array()) fail(o.at("pairs"), "expected [[source, target], ...]");
+      std::vector<std::pair<int64_t, int64_t>> ps;
+      for (size_t i = 0; i < pairs->size(); ++i) {
+        auto p = int_list((*pairs)[i], child(o.at("pairs"), i));
+        if (p.size() != 2) fail(child(o.at("pairs"), i), "expected [source, target]");
+        ps.emplace_back(p[0], p[1]);
+      }
+      c.pairs = std::move(ps);
+    } else {
+      c.shift = as_int(*shift, o.at("shift"));
+    }
+  } else if (op == "collective_group") {
+    c.op = Op::collective_group;
+    c.body = block("body");
+  } else if (op == "async_start") {
+    c.op = Op::async_start;
+    c.token = o.str("token");
+    c.stream = parse_stream(o.need("stream"), o.at("stream"));
+    c.body = block("body");
+  } else if (op == "async_done") {
+    c.op = Op::async_done;
+    c.token = o.str("token");
+  } else if (op == "cond") {
+    c.op = Op::cond;
+    c.pred = ref("pred");
+    c.then_ = block("then");
+    if (o.has("else")) c.else_ = block("else");
+    else o.get("else");
+    sim("taken");
+  } else if (op == "switch") {
+    c.op = Op::switch_;
+    c.index = ref("index");
+    const json& br = o.need("branches");
+    if (!br.is_array() || br.empty()) fail(o.at("branches"), "expected a non-empty list of command lists");
+    for (size_t i = 0; i < br.size(); ++i) c.branches.push_back(parse_block(br[i], child(o.at("branches"), i), depth + 1));
+    sim("branch");
+  } else if (op == "while") {
+    c.op = Op::while_;
+    c.cond_buf = ref("cond_buf");
+    c.cond = block("cond");
+    c.body = block("body");
+    sim("trip_count");
+  } else if (op == "call") {
+    c.op = Op::call;
+    c.fn = o.str("fn");
+    if (const json* args = o.get("args")) {
+      Obj ao(*args, o.at("args"));
+      for (auto it = args->begin(); it != args->end(); ++it) {
+        ao.get(it.key());
+        c.args_map.emplace_back(it.key(), ref_of(it.value(), ao.at(it.key())));
+      }
+      ao.done();
+    }
+  } else {
+    fail(o.at("op"), "unknown op '" + op + "'");
+  }
+  if (!o.has("sim")) o.get("sim");
+  o.done();
+  return c;
+}
+
+Block parse_block(const json& j, const std::string& ptr, int depth) {
+  if (!j.is_array()) fail(ptr, "expected a list of commands, got " + type_name(j));
+  Block b;
+  b.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) b.push_back(parse_command(j[i], child(ptr, i), depth));
+  return b;
+}
+
+}  // namespace
+
+std::string_view role_name(Role r) {
+  switch (r) {
+    case Role::input: return "input";
+    case Role::inout: return "inout";
+    case Role::output: return "output";
+    case Role::scratch: return "scratch";
+  }
+  return "";
+}
+
+std::string_view op_name(Op op) {
+  static constexpr std::string_view names[] = {
+      "memzero", "memset", "copy", "gemm", "map", "reduce", "kernel", "ptx_kernel", "custom_call",
+      "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_group",
+      "async_start", "async_done", "cond", "switch", "while", "call"};
+  return names[static_cast<size_t>(op)];
+}
+
+bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
+
+Program parse_program(const json& doc, const std::string& file) {
+  Obj o(doc, "");
+  Program p;
+  p.file = file;
+  std::string fmt = o.str("format");
+  if (fmt != "thunky.sched/1") fail("/format", "unsupported format '" + fmt + "' (expected \"thunky.sched/1\")");
+  p.name = o.str_or("name", "");
+  p.description = o.str_or("description", "");
+  p.machine = o.str_or("machine", "");
+  if (const json* m = o.get("mesh")) {
+    Obj mo(*m, "/mesh");
+    const json& names = mo.need("axis_names");
+    if (!names.is_array()) fail("/mesh/axis_names", "expected a list of axis names");
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!names[i].is_string() || names[i].get<std::string>().empty()) fail(child("/mesh/axis_names", i), "expected an axis name");
+      std::string n = names[i].get<std::string>();
+      for (const auto& prev : p.mesh.axis_names)
+        if (prev == n) fail(child("/mesh/axis_names", i), "duplicate axis name '" + n + "'");
+      p.mesh.axis_names.push_back(n);
+    }
+    p.mesh.shape = int_list(mo.need("shape"), "/mesh/shape");
+    if (p.mesh.shape.size() != p.mesh.axis_names.size())
+      fail("/mesh/shape", "mesh shape has " + std::to_string(p.mesh.shape.size()) + " entries for " + std::to_string(p.mesh.axis_names.size()) + " axis names");
+    int64_t total = 1;
+    for (size_t i = 0; i < p.mesh.shape.size(); ++i) {
+      if (p.mesh.shape[i] < 1) fail(child("/mesh/shape", i), "mesh dimensions must be at least 1");
+      total *= p.mesh.shape[i];
+      if (total > 65536) fail("/mesh/shape", "meshes of more than 65536 ranks are not supported");
+    }
+    mo.done();
+  }
+  const json& bufs = o.need("buffers");
+  Obj bo(bufs, "/buffers");
+  for (auto it = bufs.begin(); it != bufs.end(); ++it) {
+    bo.get(it.key());
+    p.buffers.push_back(parse_buffer(it.key(), it.value(), child("/buffers", it.key())));
+  }
+  if (const json* fns = o.get("functions")) {
+    Obj fo(*fns, "/functions");
+    for (auto it = fns->begin(); it != fns->end(); ++it) {
+      fo.get(it.key());
+      std::string fp = child("/functions", it.key());
+      Obj f(it.value(), fp);
+      Function fn;
+      fn.pointer = fp;
+      if (const json* params = f.get("params")) {
+        if (!params->is_array()) fail(f.at("params"), "expected a list of parameter names");
+        for (size_t i = 0; i < params->size(); ++i) {
+          if (!(*params)[i].is_string()) fail(child(f.at("params"), i), "expected a parameter name");
+          fn.params.push_back((*params)[i].get<std::string>());
+        }
+      }
+      if (const json* scratch = f.get("scratch")) {
+        Obj so(*scratch, f.at("scratch"));
+        for (auto s = scratch->begin(); s != scratch->end(); ++s) {
+          so.get(s.key());
+          Buffer b = parse_buffer(s.key(), s.value(), so.at(s.key()));
+          if (b.role != Role::scratch) fail(so.at(s.key()), "function scratch buffers have role scratch");
+          fn.scratch.emplace_back(s.key(), std::move(b));
+        }
+      }
+      fn.program = parse_block(f.need("program"), f.at("program"), 1);
+      f.done();
+      p.functions.emplace(it.key(), std::move(fn));
+    }
+  }
+  p.program = parse_block(o.need("program"), "/program", 0);
+  o.done();
+  p.source = doc;
+  return p;
+}
+
+namespace {
+json ref_json(const std::optional<Ref>& r) { return r ? json(r->syntax.text()) : json(); }
+json refs_json(const std::vector<Ref>& v) {
+  json a = json::array();
+  for (const auto& r : v) a.push_back(r.syntax.text());
+  return a;
+}
+json block_json(const Block& b) {
+  json a = json::array();
+  for (const auto& c : b) a.push_back(to_json(c));
+  return a;
+}
+json init_json(const Init& in) {
+  static const char* kinds[] = {"", "zeros", "ones", "iota", "constant", "values", "uniform", "normal", "axis_index", "npy"};
+  json j;
+  j["kind"] = kinds[static_cast<int>(in.kind)];
+  switch (in.kind) {
+    case Init::Kind::constant: j["value"] = in.value; break;
+    case Init::Kind::values: j["values"] = in.values; break;
+    case Init::Kind::uniform: j["low"] = in.low; j["high"] = in.high; j["seed"] = in.seed; break;
+    case Init::Kind::normal: j["seed"] = in.seed; break;
+    case Init::Kind::axis_index: j["axis"] = in.axis; break;
+    case Init::Kind::npy: j["path"] = in.path; break;
+    default: break;
+  }
+  return j;
+}
+json buffer_json(const Buffer& b) {
+  json j;
+  j["shape"] = b.shape;
+  j["dtype"] = dtype_name(b.dtype);
+  j["role"] = role_name(b.role);
+  if (b.init.kind != Init::Kind::none) j["init"] = init_json(b.init);
+  if (b.global) {
+    json spec = json::array();
+    for (const auto& axes : b.global->spec) {
+      if (axes.empty()) spec.push_back(nullptr);
+      else if (axes.size() == 1) spec.push_back(axes[0]);
+      else spec.push_back(axes);
+    }
+    j["global"] = {{"shape", b.global->shape}, {"spec", spec}};
+  }
+  return j;
+}
+json map_fields(const Command& c, json j) {
+  j["out"] = ref_json(c.out);
+  j["expr"] = c.expr_text;
+  json in = json::object();
+  for (const auto& [k, r] : c.in) in[k] = r.syntax.text();
+  j["in"] = in;
+  return j;
+}
+}  // namespace
+
+json to_json(const Command& c) {
+  json j;
+  j["op"] = op_name(c.op);
+  if (!c.name.empty()) j["name"] = c.name;
+  if (c.cost) {
+    json cj = json::object();
+    if (c.cost->seconds) cj["seconds"] = *c.cost->seconds;
+    if (c.cost->flops) cj["flops"] = *c.cost->flops;
+    if (c.cost->bytes) cj["bytes"] = *c.cost->bytes;
+    j["cost"] = cj;
+  }
+  auto collective = [&] {
+    j["src"] = ref_json(c.src);
+    j["dst"] = ref_json(c.dst);
+    j["axis"] = c.axis.size() == 1 ? json(c.axis[0]) : json(c.axis);
+    if (c.groups) j["groups"] = *c.groups;
+  };
+  switch (c.op) {
+    case Op::memzero: j["dst"] = ref_json(c.dst); break;
+    case Op::memset: j["dst"] = ref_json(c.dst); j["value"] = c.value; break;
+    case Op::copy: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); break;
+    case Op::gemm:
+      j["a"] = ref_json(c.a); j["b"] = ref_json(c.b); j["c"] = ref_json(c.c);
+      j["transpose_a"] = c.transpose_a; j["transpose_b"] = c.transpose_b;
+      j["alpha"] = c.alpha; j["beta"] = c.beta;
+      break;
+    case Op::map: j = map_fields(c, j); break;
+    case Op::reduce:
+      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = c.fn; j["axes"] = c.axes_i;
+      break;
+    case Op::kernel: j["reads"] = refs_json(c.refs); j["writes"] = refs_json(c.refs2); break;
+    case Op::ptx_kernel:
+      j["args"] = refs_json(c.refs);
+      j["written"] = c.written;
+      j["kernel_name"] = c.kernel_name;
+      if (!c.ptx.empty()) j["ptx"] = c.ptx;
+      if (!c.ptx_file.empty()) j["ptx_file"] = c.ptx_file;
+      j["grid"] = c.grid; j["block"] = c.block; j["shmem_bytes"] = c.shmem_bytes;
+      if (c.cpu) j["cpu"] = map_fields(*c.cpu, json::object());
+      break;
+    case Op::custom_call:
+      j["target"] = c.target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
+      j["backend_config"] = c.backend_config;
+      break;
+    case Op::all_reduce: case Op::reduce_scatter: collective(); j["reduction"] = c.reduction; break;
+    case Op::all_gather: case Op::all_to_all: collective(); break;
+    case Op::collective_permute:
+      collective();
+      if (c.pairs) {
+        json ps = json::array();
+        for (auto [s, t] : *c.pairs) ps.push_back({s, t});
+        j["pairs"] = ps;
+      } else {
+        j["shift"] = *c.shift;
+      }
+      break;
+    case Op::collective_group: j["body"] = block_json(c.body); break;
+    case Op::async_start:
+      j["token"] = c.token;
+      j["stream"] = {{"kind", c.stream.kind == StreamId::Kind::computation ? "computation" : "communication"}, {"id", c.stream.id}};
+      j["body"] = block_json(c.body);
+      break;
+    case Op::async_done: j["token"] = c.token; break;
+    case Op::cond:
+      j["pred"] = ref_json(c.pred); j["then"] = block_json(c.then_); j["else"] = block_json(c.else_);
+      if (c.sim.taken) j["sim"] = {{"taken", *c.sim.taken}};
+      break;
+    case Op::switch_: {
+      j["index"] = ref_json(c.index);
+      json br = json::array();
+      for (const auto& b : c.branches) br.push_back(block_json(b));
+      j["branches"] = br;
+      if (c.sim.branch) j["sim"] = {{"branch", *c.sim.branch}};
+      break;
+    }
+    case Op::while_:
+      j["cond_buf"] = ref_json(c.cond_buf); j["cond"] = block_json(c.cond); j["body"] = block_json(c.body);
+      if (c.sim.trip_count) j["sim"] = {{"trip_count", *c.sim.trip_count}};
+      break;
+    case Op::call: {
+      j["fn"] = c.fn;
+      json args = json::object();
+      for (const auto& [k, r] : c.args_map) args[k] = r.syntax.text();
+      j["args"] = args;
+      break;
+    }
+  }
+  return j;
+}
+
+json to_json(const Program& p) {
+  json j;
+  j["format"] = "thunky.sched/1";
+  if (!p.name.empty()) j["name"] = p.name;
+  if (!p.description.empty()) j["description"] = p.description;
+  if (!p.machine.empty()) j["machine"] = p.machine;
+  if (!p.mesh.axis_names.empty()) j["mesh"] = {{"axis_names", p.mesh.axis_names}, {"shape", p.mesh.shape}};
+  json bufs = json::object();
+  for (const auto& b : p.buffers) bufs[b.name] = buffer_json(b);
+  j["buffers"] = bufs;
+  if (!p.functions.empty()) {
+    json fns = json::object();
+    for (const auto& [name, f] : p.functions) {
+      json fj;
+      fj["params"] = f.params;
+      json scratch = json::object();
+      for (const auto& [sn, sb] : f.scratch) scratch[sn] = buffer_json(sb);
+      fj["scratch"] = scratch;
+      fj["program"] = block_json(f.program);
+      fns[name] = fj;
+    }
+    j["functions"] = fns;
+  }
+  j["program"] = block_json(p.program);
+  return j;
+}
+
+}  // namespace thunky

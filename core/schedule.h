@@ -1,0 +1,189 @@
+// The sched.json IR (thunky.sched/1): buffers, commands and functions as
+// validated value types. Parsing rejects unknown keys and names the JSON
+// pointer of every error.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/expr.h"
+#include "core/ref.h"
+#include "core/status.h"
+
+namespace thunky {
+
+using json = nlohmann::ordered_json;
+
+enum class Role { input, inout, output, scratch };
+std::string_view role_name(Role r);
+
+struct Init {
+  enum class Kind { none, zeros, ones, iota, constant, values, uniform, normal, axis_index, npy };
+  Kind kind = Kind::none;
+  double value = 0;            // constant
+  std::vector<double> values;  // values
+  double low = 0, high = 1;    // uniform
+  uint64_t seed = 0;           // uniform, normal
+  std::string axis;            // axis_index
+  std::string path;            // npy, as written (relative to the schedule file)
+};
+
+struct GlobalLayout {
+  std::vector<int64_t> shape;
+  // One entry per global dimension: the mesh axes it is sharded over (empty = replicated).
+  std::vector<std::vector<std::string>> spec;
+};
+
+struct Buffer {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::f32;
+  Role role = Role::scratch;
+  Init init;
+  std::optional<GlobalLayout> global;
+  std::string pointer;  // where it was declared, /buffers/<name>
+  int64_t count() const {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+  size_t bytes() const { return static_cast<size_t>(count()) * dtype_size(dtype); }
+};
+
+enum class Op {
+  memzero, memset, copy, gemm, map, reduce, kernel, ptx_kernel, custom_call,
+  all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, collective_group,
+  async_start, async_done, cond, switch_, while_, call
+};
+std::string_view op_name(Op op);
+bool is_collective(Op op);  // the five NCCL-style collectives (not the group)
+
+struct Ref {
+  RefSyntax syntax;
+  int buffer = -1;      // index into Program::buffers once lowered
+  std::string pointer;  // JSON pointer of the ref string (for messages)
+};
+
+struct Cost {
+  std::optional<double> seconds;
+  std::optional<double> flops;
+  std::optional<double> bytes;
+};
+
+struct SimHints {
+  std::optional<int64_t> trip_count;
+  std::optional<bool> taken;
+  std::optional<int64_t> branch;
+};
+
+struct StreamId {
+  enum class Kind { computation, communication };
+  Kind kind = Kind::computation;
+  int id = 0;
+  std::string str() const { return std::string(kind == Kind::computation ? "computation:" : "communication:") + std::to_string(id); }
+  auto operator<=>(const StreamId&) const = default;
+};
+
+struct Command;
+using Block = std::vector<Command>;
+
+struct Command {
+  Op op = Op::memzero;
+  std::string pointer;  // source JSON pointer (for messages)
+  std::string id;       // pointer in the lowered schedule (for reports)
+  std::string name;
+  std::optional<Cost> cost;
+  SimHints sim;
+
+  // refs, by role
+  std::optional<Ref> src, dst, a, b, c, out, pred, index, cond_buf;
+  std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
+  std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
+  std::vector<Ref> refs2;                       // kernel writes, custom_call results
+  std::vector<bool> written;                    // ptx_kernel
+
+  double value = 0;  // memset
+  double alpha = 1, beta = 0;
+  bool transpose_a = false, transpose_b = false;
+  ExprPtr expr;  // map
+  std::string expr_text;
+  std::string fn;                // reduce fn, call fn
+  std::vector<int64_t> axes_i;   // reduce axes
+  std::vector<std::string> axis; // collective axes
+  std::string reduction = "sum";
+  std::optional<std::vector<std::vector<int64_t>>> groups;
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
+  std::optional<int64_t> shift;
+  std::string token;
+  StreamId stream;
+  std::string target;       // custom_call
+  json backend_config;      // custom_call
+  std::string kernel_name;  // ptx_kernel
+  std::string ptx;
+  std::string ptx_file;
+  std::vector<int64_t> grid{1, 1, 1}, block{1, 1, 1};
+  int64_t shmem_bytes = 0;
+  std::shared_ptr<Command> cpu;  // ptx_kernel fallback, a map
+  std::vector<std::pair<std::string, Ref>> args_map;  // call args
+
+  Block body;                   // async_start, collective_group, while body, call (lowered)
+  Block then_, else_;           // cond
+  std::vector<Block> branches;  // switch
+  Block cond;                   // while
+};
+
+struct Function {
+  std::vector<std::string> params;
+  std::vector<std::pair<std::string, Buffer>> scratch;
+  Block program;
+  std::string pointer;
+};
+
+struct Mesh {
+  std::vector<std::string> axis_names;
+  std::vector<int64_t> shape;
+  int64_t size() const {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+  std::optional<int> axis(std::string_view name) const {
+    for (size_t i = 0; i < axis_names.size(); ++i)
+      if (axis_names[i] == name) return static_cast<int>(i);
+    return std::nullopt;
+  }
+};
+
+// A parsed (and, after lower(), inlined) schedule.
+struct Program {
+  std::string file;  // path of the schedule file, for messages and npy paths
+  std::string name;
+  std::string description;
+  std::string machine;
+  Mesh mesh;
+  std::vector<Buffer> buffers;
+  std::map<std::string, Function> functions;  // empty after lowering
+  Block program;
+  json source;  // the document as read (kept for round trips)
+
+  int find_buffer(std::string_view n) const {
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i].name == n) return static_cast<int>(i);
+    return -1;
+  }
+};
+
+// Parses a document (not yet lowered). Throws ThunkyError.
+Program parse_program(const json& doc, const std::string& file);
+// Writes the program back as sched.json (functions and calls as parsed).
+json to_json(const Program& p);
+json to_json(const Command& c);
+
+}  // namespace thunky

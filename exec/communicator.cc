@@ -1,0 +1,151 @@
+#include "exec/communicator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+namespace thunky {
+
+namespace {
+
+double reduce_op(const std::string& r, double a, double b) {
+  if (r == "sum") return a + b;
+  if (r == "prod") return a * b;
+  if (r == "min") return std::fmin(a, b);
+  return std::fmax(a, b);
+}
+
+void reduce_into(const CollectiveCall& c, const std::vector<const uint8_t*>& src, int64_t offset, int64_t count, uint8_t* dst) {
+  const size_t es = dtype_size(c.dtype);
+  if (c.dtype == DType::f32 && c.reduction == "sum") {
+    auto* out = reinterpret_cast<float*>(dst);
+    for (int64_t i = 0; i < count; ++i) {
+      double acc = 0;
+      for (const uint8_t* s : src) {
+        float v;
+        std::memcpy(&v, s + (offset + i) * es, 4);
+        acc += v;
+      }
+      out[i] = static_cast<float>(acc);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    double acc = load_as_double(src[0], c.dtype, offset + i);
+    for (size_t p = 1; p < src.size(); ++p) acc = reduce_op(c.reduction, acc, load_as_double(src[p], c.dtype, offset + i));
+    store_from_double(dst, c.dtype, i, acc);
+  }
+}
+
+struct Rendezvous {
+  size_t expected = 0;
+  std::map<int, std::vector<CollectiveCall>*> calls;
+  std::map<int, std::vector<std::vector<uint8_t>>> staged;
+  bool done = false;
+  size_t left = 0;
+};
+
+class InProcess final : public Communicator {
+ public:
+  InProcess(Monitor& m, int ranks) : monitor_(m), ranks_(ranks) {}
+
+  void run(int rank, std::vector<CollectiveCall>& group, const std::string& waiter) override {
+    std::set<int> members;
+    for (const auto& c : group) members.insert(c.ranks.begin(), c.ranks.end());
+    std::vector<int> key(members.begin(), members.end());
+    // Stage the sources first: an in-place collective must read every
+    // participant's data before anyone's dst changes.
+    std::vector<std::vector<uint8_t>> staged;
+    for (const auto& c : group) staged.emplace_back(c.src, c.src + c.src_count * dtype_size(c.dtype));
+    std::unique_lock<std::mutex> lock(monitor_.mutex());
+    const int64_t seq = seq_[{rank, key}]++;
+    auto& rv = pending_[{key, seq}];
+    rv.expected = key.size();
+    rv.calls[rank] = &group;
+    rv.staged[rank] = std::move(staged);
+    if (rv.calls.size() == rv.expected) {
+      complete(lock, key, rv);
+    } else {
+      monitor_.wait(lock, [&] { return rv.done; },
+                    waiter + " in collective #" + std::to_string(seq) + " (" + group.front().id + ") with ranks {" + list(key) + "}, joined by " + std::to_string(rv.calls.size()) + " of " + std::to_string(rv.expected));
+    }
+    if (--rv.left == 0) pending_.erase({key, seq});
+  }
+
+ private:
+  static std::string list(const std::vector<int>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  }
+
+  void complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, Rendezvous& rv) {
+    rv.left = rv.expected;
+    // Every participant must have issued the same collectives.
+    const int first = rv.calls.begin()->first;
+    const auto& ref = *rv.calls.begin()->second;
+    for (const auto& [r, calls] : rv.calls) {
+      bool same = calls->size() == ref.size();
+      for (size_t i = 0; same && i < ref.size(); ++i) same = (*calls)[i].signature == ref[i].signature;
+      if (!same) {
+        std::string a = ref.front().id + " " + ref.front().signature + (ref.size() > 1 ? " (+" + std::to_string(ref.size() - 1) + " grouped)" : "");
+        std::string b = calls->front().id + " " + calls->front().signature + (calls->size() > 1 ? " (+" + std::to_string(calls->size() - 1) + " grouped)" : "");
+        monitor_.abort(lock, "deadlock: ranks " + std::to_string(first) + " and " + std::to_string(r) + " of communicator {" + list(key) + "} issue different collectives: rank " + std::to_string(first) + " " + a + ", rank " + std::to_string(r) + " " + b, true);
+        throw Aborted(monitor_.reason());
+      }
+    }
+    for (size_t i = 0; i < ref.size(); ++i) {
+      for (const auto& [r, calls] : rv.calls) {
+        const CollectiveCall& mine = (*calls)[i];
+        std::vector<const uint8_t*> src(mine.ranks.size());
+        for (size_t p = 0; p < mine.ranks.size(); ++p) src[p] = rv.staged[mine.ranks[p]][i].data();
+        collective_result(mine, src, mine.dst);
+      }
+    }
+    rv.done = true;
+    monitor_.notify_all();
+  }
+
+  Monitor& monitor_;
+  int ranks_;
+  std::map<std::pair<int, std::vector<int>>, int64_t> seq_;
+  std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> pending_;
+};
+
+}  // namespace
+
+void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*>& src, uint8_t* dst) {
+  const size_t es = dtype_size(c.dtype);
+  const int64_t n = static_cast<int64_t>(c.ranks.size());
+  switch (c.op) {
+    case Op::all_reduce: reduce_into(c, src, 0, c.dst_count, dst); break;
+    case Op::reduce_scatter: reduce_into(c, src, c.position * c.dst_count, c.dst_count, dst); break;
+    case Op::all_gather:
+      for (int64_t p = 0; p < n; ++p) std::memcpy(dst + p * c.src_count * es, src[p], c.src_count * es);
+      break;
+    case Op::all_to_all: {
+      const int64_t chunk = c.src_count / n;
+      for (int64_t p = 0; p < n; ++p) std::memcpy(dst + p * chunk * es, src[p] + c.position * chunk * es, chunk * es);
+      break;
+    }
+    case Op::collective_permute: {
+      bool received = false;
+      for (auto [s, t] : c.pairs)
+        if (t == c.position) {
+          std::memcpy(dst, src[s], c.dst_count * es);
+          received = true;
+        }
+      if (!received) std::memset(dst, 0, c.dst_count * es);
+      break;
+    }
+    default: break;
+  }
+}
+
+std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, int ranks) {
+  return std::make_unique<InProcess>(monitor, ranks);
+}
+
+}  // namespace thunky

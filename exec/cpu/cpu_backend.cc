@@ -1,0 +1,444 @@
+// The CPU reference backend: every rank of the mesh in one process, every
+// stream of a rank a thread of its own, ordered only by stream order and
+// token events, collectives through the in-process communicator.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "core/accounting.h"
+#include "core/init.h"
+#include "core/mesh.h"
+#include "core/validate.h"
+#include "exec/backend.h"
+#include "exec/communicator.h"
+#include "exec/cpu/kernels.h"
+#include "exec/monitor.h"
+
+namespace thunky {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Event {
+  bool done = false;
+  double t = 0;
+  std::string stream;
+};
+using EventPtr = std::shared_ptr<Event>;
+
+struct Task {
+  enum class Kind { exec, record, wait };
+  Kind kind = Kind::exec;
+  const Command* cmd = nullptr;
+  EventPtr event;
+  std::string token;  // for wait: the token or fork it belongs to
+  bool join = false;  // wait of an async_done (else of an async_start fork)
+};
+
+struct RankState {
+  int64_t rank = 0;
+  RankCtx ctx;
+  std::vector<std::vector<uint8_t>>* memory = nullptr;
+  std::vector<std::pair<std::string, int64_t>> axis_values;
+  std::mutex mu;  // guards ops, flows, instances
+  std::vector<OpRecord> ops;
+  std::vector<FlowEdge> flows;
+  std::map<std::string, int64_t> instances;
+};
+
+class Run {
+ public:
+  Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory)
+      : p_(p), opts_(o), comm_(make_inprocess_communicator(monitor_, static_cast<int>(p.mesh.size()))) {
+    ranks_.resize(static_cast<size_t>(p.mesh.size()));
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      auto& s = ranks_[r];
+      s = std::make_unique<RankState>();
+      s->rank = static_cast<int64_t>(r);
+      s->ctx = rank_ctx(p.mesh, s->rank);
+      s->memory = &memory[r];
+      for (size_t a = 0; a < p.mesh.axis_names.size(); ++a) s->axis_values.emplace_back(p.mesh.axis_names[a], s->ctx.coords[a]);
+    }
+  }
+
+  // Returns "" or the reason the run was aborted; sets deadlock.
+  std::string execute(bool& deadlock) {
+    t0_ = Clock::now();
+    std::vector<std::thread> threads;
+    for (auto& rs : ranks_) {
+      monitor_.thread_started();
+      threads.emplace_back([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false); }); });
+    }
+    for (auto& t : threads) t.join();
+    deadlock = monitor_.deadlocked();
+    return monitor_.aborted() ? monitor_.reason() : "";
+  }
+
+  Report report() {
+    Report r;
+    for (auto& rs : ranks_) {
+      RankReport rr;
+      rr.rank = rs->rank;
+      rr.coords = rs->ctx.coords;
+      rr.ops = std::move(rs->ops);
+      std::stable_sort(rr.ops.begin(), rr.ops.end(), [](const OpRecord& a, const OpRecord& b) { return a.start_s < b.start_s; });
+      rr.flows = std::move(rs->flows);
+      r.ranks.push_back(std::move(rr));
+    }
+    return r;
+  }
+
+ private:
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+  // Body of every thread: the monitor counts it, and an abort unwinds it.
+  void thread_main(const std::function<void()>& body) {
+    try {
+      body();
+    } catch (const Aborted&) {
+    } catch (const std::exception& e) {
+      std::unique_lock<std::mutex> l(monitor_.mutex());
+      monitor_.abort(l, e.what(), false);
+    }
+    monitor_.thread_finished();
+  }
+
+  std::string who(const RankState& s, const StreamId& stream) const {
+    return "rank " + std::to_string(s.rank) + " " + stream.str();
+  }
+
+  using Queues = std::map<StreamId, std::vector<Task>>;
+
+  void issue(const Block& b, const StreamId& cur, Queues& q, std::map<std::string, EventPtr>& tokens) {
+    for (const auto& c : b) {
+      switch (c.op) {
+        case Op::async_start: {
+          auto fork = std::make_shared<Event>();
+          q[cur].push_back({Task::Kind::record, nullptr, fork, c.token, false});
+          q[c.stream].push_back({Task::Kind::wait, &c, fork, c.token, false});
+          issue(c.body, c.stream, q, tokens);
+          auto done = std::make_shared<Event>();
+          q[c.stream].push_back({Task::Kind::record, nullptr, done, c.token, true});
+          tokens[c.token] = done;
+          break;
+        }
+        case Op::async_done: q[cur].push_back({Task::Kind::wait, &c, tokens.at(c.token), c.token, true}); break;
+        case Op::call: issue(c.body, cur, q, tokens); break;
+        default: q[cur].push_back({Task::Kind::exec, &c, nullptr, "", false});
+      }
+    }
+  }
+
+  // Runs a block whose main stream is the calling thread; other streams get
+  // threads of their own for the duration of the block.
+  void run_block(RankState& s, const Block& b, const StreamId& main, bool in_loop) {
+    Queues q;
+    std::map<std::string, EventPtr> tokens;
+    q[main];
+    issue(b, main, q, tokens);
+    struct Sub {
+      std::thread thread;
+      std::atomic<bool> finished{false};
+    };
+    std::vector<std::unique_ptr<Sub>> subs;
+    for (auto& [stream, tasks] : q) {
+      if (stream == main) continue;
+      auto sub = std::make_unique<Sub>();
+      monitor_.thread_started();
+      Sub* raw = sub.get();
+      sub->thread = std::thread([this, &s, stream = stream, &tasks, in_loop, raw] {
+        thread_main([&] { run_queue(s, tasks, stream, in_loop); });
+        std::lock_guard<std::mutex> l(monitor_.mutex());
+        raw->finished = true;
+        monitor_.notify_all();
+      });
+      subs.push_back(std::move(sub));
+    }
+    std::exception_ptr failure;
+    try {
+      run_queue(s, q[main], main, in_loop);
+      std::unique_lock<std::mutex> l(monitor_.mutex());
+      for (auto& sub : subs)
+        monitor_.wait(l, [&] { return sub->finished.load(); }, who(s, main) + " waits at the end of a block for its other streams");
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    for (auto& sub : subs) sub->thread.join();
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  void run_queue(RankState& s, std::vector<Task>& tasks, const StreamId& stream, bool in_loop) {
+    const std::string sname = stream.str();
+    for (auto& t : tasks) {
+      switch (t.kind) {
+        case Task::Kind::record: {
+          std::lock_guard<std::mutex> l(monitor_.mutex());
+          t.event->done = true;
+          t.event->t = now();
+          t.event->stream = sname;
+          monitor_.notify_all();
+          break;
+        }
+        case Task::Kind::wait: {
+          {
+            std::unique_lock<std::mutex> l(monitor_.mutex());
+            monitor_.wait(l, [&] { return t.event->done; },
+                          who(s, stream) + " waits for token '" + t.token + "' at " + t.cmd->id);
+          }
+          std::lock_guard<std::mutex> l(s.mu);
+          s.flows.push_back({t.event->stream, sname, t.event->t, now(), t.token, t.join});
+          break;
+        }
+        case Task::Kind::exec: exec(s, *t.cmd, stream, in_loop); break;
+      }
+    }
+  }
+
+  cpu::Tensor tensor(RankState& s, const Ref& r) {
+    View v = resolve(p_, r, s.ctx);
+    const Buffer& b = p_.buffers[v.buffer];
+    return cpu::Tensor{(*s.memory)[v.buffer].data() + v.offset * dtype_size(b.dtype), b.dtype, v.shape};
+  }
+
+  double read_scalar(RankState& s, const Ref& r) {
+    cpu::Tensor t = tensor(s, r);
+    std::lock_guard<std::mutex> l(monitor_.mutex());  // pairs with writers' stream events
+    return load_as_double(t.data, t.dtype, 0);
+  }
+
+  void record(RankState& s, const Command& c, const StreamId& stream, bool in_loop, double start, double end) {
+    Work w = command_work(p_, c, s.ctx);
+    std::lock_guard<std::mutex> l(s.mu);
+    std::string id = c.id;
+    if (in_loop) id += "#" + std::to_string(s.instances[c.id]++);
+    s.ops.push_back({id, std::string(op_name(c.op)), c.name, stream.str(), start, end, w.bytes, w.flops});
+  }
+
+  CollectiveCall collective_call(RankState& s, const Command& c) {
+    CollectiveCall call;
+    call.op = c.op;
+    call.reduction = c.reduction;
+    View sv = resolve(p_, *c.src, s.ctx), dv = resolve(p_, *c.dst, s.ctx);
+    call.dtype = p_.buffers[sv.buffer].dtype;
+    call.src = (*s.memory)[sv.buffer].data() + sv.offset * dtype_size(call.dtype);
+    call.dst = (*s.memory)[dv.buffer].data() + dv.offset * dtype_size(call.dtype);
+    call.src_count = sv.count();
+    call.dst_count = dv.count();
+    Participants part = participants(p_.mesh, s.rank, c.axis, c.groups);
+    call.ranks = part.ranks;
+    call.position = part.position;
+    const int64_t n = static_cast<int64_t>(part.ranks.size());
+    if (c.op == Op::collective_permute) {
+      if (c.pairs) call.pairs = *c.pairs;
+      else
+        for (int64_t i = 0; i < n; ++i) call.pairs.emplace_back(i, floor_mod(i + *c.shift, n));
+    }
+    call.id = c.id;
+    call.signature = std::string(op_name(c.op)) + " " + std::string(dtype_name(call.dtype)) + " x" + std::to_string(call.src_count) + "->" + std::to_string(call.dst_count);
+    if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) call.signature += " " + c.reduction;
+    return call;
+  }
+
+  void exec(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
+    switch (c.op) {
+      case Op::cond: {
+        bool taken = read_scalar(s, *c.pred) != 0;
+        run_block(s, taken ? c.then_ : c.else_, stream, in_loop);
+        return;
+      }
+      case Op::switch_: {
+        int64_t k = static_cast<int64_t>(read_scalar(s, *c.index));
+        k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(c.branches.size()) - 1);
+        run_block(s, c.branches[k], stream, in_loop);
+        return;
+      }
+      case Op::while_: {
+        for (int64_t trips = 0;; ++trips) {
+          run_block(s, c.cond, stream, true);
+          if (read_scalar(s, *c.cond_buf) == 0) return;
+          if (trips >= opts_.max_trip_count)
+            throw std::runtime_error("rank " + std::to_string(s.rank) + ": the while loop at " + c.id + " ran more than " + std::to_string(opts_.max_trip_count) + " iterations");
+          run_block(s, c.body, stream, true);
+        }
+      }
+      case Op::collective_group:
+      case Op::all_reduce:
+      case Op::all_gather:
+      case Op::reduce_scatter:
+      case Op::all_to_all:
+      case Op::collective_permute: {
+        std::vector<CollectiveCall> calls;
+        if (c.op == Op::collective_group)
+          for (const auto& m : c.body) calls.push_back(collective_call(s, m));
+        else
+          calls.push_back(collective_call(s, c));
+        double start = now();
+        comm_->run(static_cast<int>(s.rank), calls, who(s, stream));
+        double end = now();
+        if (c.op == Op::collective_group)
+          for (const auto& m : c.body) record(s, m, stream, in_loop, start, end);
+        else
+          record(s, c, stream, in_loop, start, end);
+        return;
+      }
+      default: break;
+    }
+    double start = now();
+    compute(s, c);
+    record(s, c, stream, in_loop, start, now());
+  }
+
+  void compute(RankState& s, const Command& c) {
+    switch (c.op) {
+      case Op::memzero: {
+        cpu::Tensor d = tensor(s, *c.dst);
+        std::memset(d.data, 0, d.bytes());
+        break;
+      }
+      case Op::memset: cpu::fill(tensor(s, *c.dst), c.value); break;
+      case Op::copy: {
+        cpu::Tensor a = tensor(s, *c.src), d = tensor(s, *c.dst);
+        std::memmove(d.data, a.data, d.bytes());
+        break;
+      }
+      case Op::gemm:
+        cpu::gemm(tensor(s, *c.a), tensor(s, *c.b), tensor(s, *c.c), c.transpose_a, c.transpose_b, c.alpha, c.beta);
+        break;
+      case Op::map: run_map(s, c); break;
+      case Op::reduce: cpu::reduce(tensor(s, *c.src), c.axes_i, c.fn, tensor(s, *c.out)); break;
+      case Op::kernel: {
+        // A stand-in: read every input byte and rewrite every output byte,
+        // then hold the stream for the modelled time.
+        volatile uint8_t sink = 0;
+        for (const auto& r : c.refs) {
+          cpu::Tensor t = tensor(s, r);
+          for (size_t i = 0; i < t.bytes(); ++i) sink = sink ^ t.data[i];
+        }
+        for (const auto& r : c.refs2) {
+          cpu::Tensor t = tensor(s, r);
+          for (size_t i = 0; i < t.bytes(); ++i) t.data[i] = static_cast<volatile uint8_t*>(t.data)[i];
+        }
+        if (c.cost && c.cost->seconds) std::this_thread::sleep_for(std::chrono::duration<double>(*c.cost->seconds));
+        break;
+      }
+      case Op::ptx_kernel: run_map(s, *c.cpu); break;
+      case Op::custom_call: {
+        bool lower = c.backend_config.at("lower").get<bool>();
+        cpu::cholesky(tensor(s, c.refs[0]), tensor(s, c.refs2[0]), tensor(s, c.refs2[1]), lower);
+        break;
+      }
+      default: break;
+    }
+  }
+
+  void run_map(RankState& s, const Command& m) {
+    cpu::Tensor out = tensor(s, *m.out);
+    std::vector<cpu::MapInput> inputs;
+    std::vector<std::vector<uint8_t>> copies;
+    copies.reserve(m.in.size());
+    for (const auto& [name, r] : m.in) {
+      cpu::Tensor t = tensor(s, r);
+      // An input that overlaps out at another offset is read before any write.
+      bool overlap = t.data < out.data + out.bytes() && out.data < t.data + t.bytes();
+      if (overlap && t.data != out.data) {
+        copies.emplace_back(t.data, t.data + t.bytes());
+        t.data = copies.back().data();
+      }
+      inputs.push_back({name, t});
+    }
+    cpu::map(*m.expr, inputs, s.axis_values, out);
+  }
+
+  const Program& p_;
+  const ExecOptions& opts_;
+  Monitor monitor_;
+  std::unique_ptr<Communicator> comm_;
+  std::vector<std::unique_ptr<RankState>> ranks_;
+  Clock::time_point t0_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  Expected<ExecResult> run(const Program& p, const ExecOptions& opts) override {
+    // Plan: everything the CPU cannot run is refused before anything runs.
+    std::vector<Diagnostic> errors;
+    plan(p, p.program, errors);
+    if (!errors.empty()) return errors;
+    std::map<std::string, NpyArray> npy;
+    try {
+      npy = load_npy_inits(p);
+    } catch (const ThunkyError& e) {
+      return std::vector<Diagnostic>{{ErrorKind::input, p.file, e.pointer(), e.what()}};
+    }
+    const int64_t ranks = p.mesh.size();
+    ExecResult result;
+    result.memory.assign(static_cast<size_t>(ranks), {});
+    for (auto& m : result.memory) {
+      m.resize(p.buffers.size());
+      for (size_t b = 0; b < p.buffers.size(); ++b) m[b].resize(p.buffers[b].bytes());
+    }
+    std::vector<Report> timelines;
+    const int total = std::max(0, opts.warmup) + std::max(1, opts.iters);
+    for (int it = 0; it < total; ++it) {
+      for (int64_t r = 0; r < ranks; ++r) {
+        for (size_t b = 0; b < p.buffers.size(); ++b) {
+          const Buffer& buf = p.buffers[b];
+          auto& bytes = result.memory[r][b];
+          if (buf.role == Role::input || buf.role == Role::inout) {
+            init_buffer(p, buf, r, npy, bytes.data());
+          } else {
+            // Undefined contents: NaN for floats, all-ones bits for integers, false for bool.
+            std::memset(bytes.data(), buf.dtype == DType::boolean ? 0 : 0xff, bytes.size());
+          }
+        }
+      }
+      Run run(p, opts, result.memory);
+      bool deadlock = false;
+      std::string failure = run.execute(deadlock);
+      if (!failure.empty())
+        return std::vector<Diagnostic>{{deadlock ? ErrorKind::schedule : ErrorKind::schedule, p.file, "", failure}};
+      if (it >= std::max(0, opts.warmup)) {
+        Report rep = run.report();
+        summarize(rep);
+        timelines.push_back(std::move(rep));
+      }
+    }
+    std::vector<double> spans;
+    for (const auto& t : timelines) spans.push_back(t.makespan_s);
+    std::vector<size_t> order(timelines.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return spans[a] < spans[b]; });
+    result.report = std::move(timelines[order[order.size() / 2]]);
+    result.report.source = "exec";
+    result.report.backend = "cpu";
+    result.report.schedule = p.name.empty() ? p.file : p.name;
+    result.report.axis_names = p.mesh.axis_names;
+    result.report.mesh_shape = p.mesh.shape;
+    result.report.iteration_makespans_s = spans;
+    return result;
+  }
+
+ private:
+  static void plan(const Program& p, const Block& b, std::vector<Diagnostic>& errors) {
+    for (const auto& c : b) {
+      if (c.op == Op::ptx_kernel && !c.cpu)
+        errors.push_back({ErrorKind::input, p.file, c.pointer,
+                          "ptx_kernel '" + c.kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
+      for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond}) plan(p, *sub, errors);
+      for (const auto& br : c.branches) plan(p, br, errors);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace thunky

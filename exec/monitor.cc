@@ -1,0 +1,57 @@
+#include "exec/monitor.h"
+
+namespace thunky {
+
+void Monitor::thread_started() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++running_;
+}
+
+void Monitor::thread_finished() {
+  std::unique_lock<std::mutex> l(mu_);
+  --running_;
+  check_deadlock(l);
+  cv_.notify_all();
+}
+
+void Monitor::check_deadlock(std::unique_lock<std::mutex>& lock) {
+  if (aborted_ || running_ == 0 || waiting_ < running_) return;
+  // A waiter whose condition already holds has been woken and will run.
+  for (const auto& [k, w] : waiters_)
+    if ((*w.pred)()) return;
+  std::string r = "deadlock: nothing can progress;";
+  int shown = 0;
+  for (const auto& [k, w] : waiters_) {
+    if (shown++ == 16) {
+      r += " ...";
+      break;
+    }
+    r += " " + w.what + ";";
+  }
+  r.pop_back();
+  abort(lock, r, true);
+}
+
+void Monitor::wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::string& what) {
+  if (aborted_) throw Aborted(reason_);
+  if (pred()) return;
+  const int key = next_waiter_++;
+  auto it = waiters_.emplace(key, Waiter{what, &pred});
+  ++waiting_;
+  check_deadlock(lock);
+  while (!aborted_ && !pred()) cv_.wait(lock);
+  --waiting_;
+  waiters_.erase(it);
+  if (aborted_ && !pred()) throw Aborted(reason_);
+}
+
+void Monitor::abort(std::unique_lock<std::mutex>&, const std::string& reason, bool deadlock) {
+  if (!aborted_) {
+    aborted_ = true;
+    deadlock_ = deadlock;
+    reason_ = reason;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace thunky

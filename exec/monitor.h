@@ -1,0 +1,53 @@
+// Blocking waits of the CPU backend's stream threads, with deadlock
+// detection: when every live thread waits, nothing can progress, and the
+// run is aborted with the list of what each thread waits for.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace thunky {
+
+struct Aborted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Monitor {
+ public:
+  std::mutex& mutex() { return mu_; }
+  // Registers a running thread / its end.
+  void thread_started();
+  void thread_finished();
+  // Waits under `lock` (on mutex()) until pred() holds. `what` says who waits
+  // for what ("rank 1 computation:0 waits for token t at /program/4").
+  // Throws Aborted if the run is aborted meanwhile.
+  void wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::string& what);
+  void notify_all() { cv_.notify_all(); }
+  // Aborts the run (first reason wins); wakes every waiter.
+  void abort(std::unique_lock<std::mutex>& lock, const std::string& reason, bool deadlock);
+  bool aborted() const { return aborted_; }
+  bool deadlocked() const { return deadlock_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  void check_deadlock(std::unique_lock<std::mutex>& lock);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int running_ = 0;
+  int waiting_ = 0;
+  struct Waiter {
+    std::string what;
+    const std::function<bool()>* pred;
+  };
+  std::multimap<int, Waiter> waiters_;
+  int next_waiter_ = 0;
+  bool aborted_ = false;
+  bool deadlock_ = false;
+  std::string reason_;
+};
+
+}  // namespace thunky

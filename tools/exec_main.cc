@@ -1,0 +1,98 @@
+// thunky-exec SCHED: runs a schedule for real and measures every command.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+
+#include "core/npy.h"
+#include "core/validate.h"
+#include "exec/backend.h"
+#include "traces/report.h"
+
+namespace {
+
+struct Options {
+  std::string schedule;
+  std::string backend = "cpu";
+  int warmup = 0;
+  int iters = 1;
+  std::string report, trace, dump;
+};
+
+int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
+  for (const auto& e : errors) std::cerr << e.str() << "\n";
+  return code;
+}
+
+int dump(const thunky::Program& p, const thunky::ExecResult& r, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << dir << ": cannot create the dump directory: " << ec.message() << "\n";
+    return 2;
+  }
+  try {
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      const auto& buf = p.buffers[b];
+      if (buf.role != thunky::Role::output && buf.role != thunky::Role::inout) continue;
+      for (int64_t rank = 0; rank < p.mesh.size(); ++rank)
+        thunky::write_npy((fs::path(dir) / (buf.name + ".rank" + std::to_string(rank) + ".npy")).string(), buf.dtype, buf.shape,
+                          r.memory[rank][b].data());
+      if (buf.global) {
+        auto g = thunky::gather_global(p, static_cast<int>(b), r);
+        thunky::write_npy((fs::path(dir) / (buf.name + ".npy")).string(), buf.dtype, buf.global->shape, g.data());
+      }
+    }
+  } catch (const thunky::ThunkyError& e) {
+    std::cerr << dir << ": " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"thunky-exec: run a thunky schedule (sched.json) and measure every command"};
+  app.add_option("SCHED", o.schedule, "schedule file (thunky.sched/1)")->required();
+  app.add_option("--backend", o.backend, "cpu (reference, default) or cuda");
+  app.add_option("--warmup", o.warmup, "untimed iterations before the timed ones")->check(CLI::Range(0, 1000000));
+  app.add_option("--iters", o.iters, "timed iterations; the report shows the median one")->check(CLI::Range(1, 1000000));
+  app.add_option("--report", o.report, "write report.json (thunky.report/1)");
+  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
+  app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "thunky-exec: " << e.what() << "\n" << "run 'thunky-exec --help' for usage\n";
+    return 2;
+  }
+  auto prog = thunky::load_schedule_file(o.schedule);
+  if (!prog) return fail(prog.errors(), prog.exit_code());
+  auto backend = thunky::make_backend(o.backend);
+  if (!backend) return fail(backend.errors(), 2);
+  thunky::ExecOptions eo;
+  eo.warmup = o.warmup;
+  eo.iters = o.iters;
+  auto result = (*backend)->run(*prog, eo);
+  if (!result) {
+    auto errors = result.errors();
+    for (auto& e : errors)
+      if (e.file.empty()) e.file = o.schedule;
+    return fail(errors, result.exit_code());
+  }
+  thunky::print_table(result->report, std::cout);
+  if (!o.report.empty()) {
+    auto err = thunky::write_json_file(o.report, thunky::to_json(result->report));
+    if (!err.empty()) return std::cerr << o.report << ": " << err << "\n", 2;
+  }
+  if (!o.trace.empty()) {
+    auto err = thunky::write_json_file(o.trace, thunky::chrome_trace(result->report));
+    if (!err.empty()) return std::cerr << o.trace << ": " << err << "\n", 2;
+  }
+  if (!o.dump.empty()) return dump(*prog, *result, o.dump);
+  return 0;
+}

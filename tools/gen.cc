@@ -1,0 +1,147 @@
+#include "tools/gen.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace thunky::gen {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+ojson common(const RingMatmulOptions& o, const std::string& name) {
+  if (o.ranks < 1 || o.m_block < 1 || o.k < 1 || o.n_block < 1) throw std::invalid_argument("ranks and block sizes must be positive");
+  const int64_t n = o.ranks;
+  ojson s;
+  s["format"] = "thunky.sched/1";
+  s["name"] = name;
+  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {n}}};
+  ojson b;
+  b["a"] = {{"shape", {o.m_block, o.k}}, {"dtype", o.dtype}, {"role", "input"},
+            {"init", {{"kind", "uniform"}, {"low", -1.0}, {"high", 1.0}, {"seed", 1}}},
+            {"global", {{"shape", {n * o.m_block, o.k}}, {"spec", {"x", nullptr}}}}};
+  b["b"] = {{"shape", {o.k, o.n_block}}, {"dtype", o.dtype}, {"role", "input"},
+            {"init", {{"kind", "uniform"}, {"low", -1.0}, {"high", 1.0}, {"seed", 2}}},
+            {"global", {{"shape", {o.k, n * o.n_block}}, {"spec", {nullptr, "x"}}}}};
+  b["c"] = {{"shape", {n * o.m_block, o.n_block}}, {"dtype", o.dtype}, {"role", "output"},
+            {"global", {{"shape", {n * o.m_block, n * o.n_block}}, {"spec", {nullptr, "x"}}}}};
+  s["buffers"] = b;
+  return s;
+}
+
+ojson scratch(int64_t rows, int64_t cols, const std::string& dtype) {
+  return {{"shape", {rows, cols}}, {"dtype", dtype}, {"role", "scratch"}};
+}
+
+// Row block of C that step s fills: ((x - s) mod N) * m_block (or x + s).
+std::string c_rows(const RingMatmulOptions& o, int64_t step, bool ccw) {
+  std::string idx = "(x " + std::string(ccw ? "+ " : "- ") + std::to_string(step) + ") % " + std::to_string(o.ranks);
+  return "c[ds((" + idx + ") * " + std::to_string(o.m_block) + ", " + std::to_string(o.m_block) + ")]";
+}
+
+ojson shift(const std::string& src, const std::string& dst, int64_t k, const std::string& name) {
+  return {{"op", "collective_permute"}, {"name", name}, {"src", src}, {"dst", dst}, {"axis", "x"}, {"shift", k}};
+}
+
+ojson async(const std::string& token, ojson body) {
+  return {{"op", "async_start"}, {"token", token}, {"stream", {{"kind", "communication"}, {"id", 0}}}, {"body", std::move(body)}};
+}
+
+ojson done(const std::string& token) { return {{"op", "async_done"}, {"token", token}}; }
+
+ojson gemm(const std::string& a, const std::string& c, const std::string& name) {
+  return {{"op", "gemm"}, {"name", name}, {"a", a}, {"b", "b"}, {"c", c}};
+}
+
+}  // namespace
+
+ojson ring_matmul(const RingMatmulOptions& o) {
+  const int64_t n = o.ranks;
+  ojson s = common(o, "ring_collective_matmul_n" + std::to_string(n));
+  s["description"] = "Unidirectional ring collective matmul (user guide, step 1): C = AllGather(A) x B, shifting A chunks clockwise on communication:0 while computation:0 multiplies the chunk it holds.";
+  const int64_t bufs = std::min<int64_t>(2, n - 1);
+  for (int64_t i = 0; i < bufs; ++i) s["buffers"]["ring" + std::to_string(i)] = scratch(o.m_block, o.k, o.dtype);
+  auto ring = [&](int64_t i) { return "ring" + std::to_string(i % bufs); };
+  ojson prog = ojson::array();
+  auto launch = [&](int64_t step) {
+    std::string src = step == 1 ? "a" : ring(step - 2);
+    prog.push_back(async("shift" + std::to_string(step), ojson::array({shift(src, ring(step - 1), 1, "shift " + std::to_string(step))})));
+  };
+  for (int64_t st = 1; st < std::min<int64_t>(3, n); ++st) launch(st);
+  prog.push_back(gemm("a", c_rows(o, 0, false), "GEMM 0"));
+  for (int64_t st = 1; st < n; ++st) {
+    prog.push_back(done("shift" + std::to_string(st)));
+    prog.push_back(gemm(ring(st - 1), c_rows(o, st, false), "GEMM " + std::to_string(st)));
+    if (st + 2 < n) launch(st + 2);
+  }
+  s["program"] = prog;
+  return s;
+}
+
+ojson bidirectional_ring_matmul(const RingMatmulOptions& o) {
+  const int64_t n = o.ranks;
+  const int64_t pairs = (n - 1) / 2;
+  const bool has_mid = n % 2 == 0;
+  const int64_t steps = pairs + (has_mid ? 1 : 0);
+  ojson s = common(o, std::string("bidirectional_ring_collective_matmul_n") + std::to_string(n) + (o.literal ? "_literal" : ""));
+  s["description"] = o.literal
+      ? "Bidirectional ring collective matmul transcribed literally from the user guide (step 2). At N = 4 its workspace of min(2, num_pairs) = 1 pair buffer is too small: the middle shift overwrites pair0 while GEMM 1 still reads it (a real race, reported by validation)."
+      : "Bidirectional ring collective matmul (user guide, step 2): grouped clockwise and counter-clockwise shifts on communication:0, one fused GEMM per pair. The workspace has min(2, total steps) pair buffers so that the middle step of even N never overwrites a buffer a GEMM still reads.";
+  int64_t bufs;
+  if (pairs > 0) bufs = o.literal ? std::min<int64_t>(2, pairs) : std::min<int64_t>(2, steps);
+  else bufs = 1;
+  const int64_t rows = pairs > 0 ? 2 * o.m_block : o.m_block;
+  for (int64_t i = 0; i < bufs; ++i) s["buffers"]["pair" + std::to_string(i)] = scratch(rows, o.k, o.dtype);
+  const std::string mb = std::to_string(o.m_block);
+  auto pair = [&](int64_t i) { return "pair" + std::to_string(((i % bufs) + bufs) % bufs); };
+  // One fused GEMM of the (2 m_block, k) pair buffer, scattered to two row blocks.
+  s["functions"]["pair_matmul_scatter"] = {
+      {"params", {"lhs", "out_cw", "out_ccw"}},
+      {"scratch", {{"c_pair", scratch(2 * o.m_block, o.n_block, o.dtype)}}},
+      {"program",
+       {{{"op", "gemm"}, {"name", "pair GEMM"}, {"a", "lhs"}, {"b", "b"}, {"c", "c_pair"}},
+        {{"op", "copy"}, {"src", "c_pair[:" + mb + "]"}, {"dst", "out_cw"}},
+        {{"op", "copy"}, {"src", "c_pair[" + mb + ":]"}, {"dst", "out_ccw"}}}}};
+  ojson prog = ojson::array();
+  auto launch = [&](int64_t step) {
+    std::string tok = "step" + std::to_string(step);
+    if (step <= pairs) {
+      std::string scw = step == 1 ? "a" : pair(step - 2) + "[:" + mb + "]";
+      std::string sccw = step == 1 ? "a" : pair(step - 2) + "[" + mb + ":]";
+      ojson group = {{"op", "collective_group"}, {"name", "pair step " + std::to_string(step)},
+                     {"body", {shift(scw, pair(step - 1) + "[:" + mb + "]", 1, "cw " + std::to_string(step)),
+                               shift(sccw, pair(step - 1) + "[" + mb + ":]", -1, "ccw " + std::to_string(step))}}};
+      prog.push_back(async(tok, ojson::array({group})));
+    } else {
+      std::string src = pairs > 0 ? pair(pairs - 1) + "[:" + mb + "]" : "a";
+      std::string dst = pairs > 0 ? pair(step - 1) + "[:" + mb + "]" : "pair0";
+      prog.push_back(async(tok, ojson::array({shift(src, dst, 1, "mid " + std::to_string(step))})));
+    }
+  };
+  for (int64_t st = 1; st < std::min<int64_t>(3, steps + 1); ++st) launch(st);
+  prog.push_back(gemm("a", c_rows(o, 0, false), "GEMM 0"));
+  for (int64_t st = 1; st <= steps; ++st) {
+    prog.push_back(done("step" + std::to_string(st)));
+    if (st <= pairs) {
+      prog.push_back({{"op", "call"}, {"name", "GEMM " + std::to_string(st)}, {"fn", "pair_matmul_scatter"},
+                      {"args", {{"lhs", pair(st - 1)}, {"out_cw", c_rows(o, st, false)}, {"out_ccw", c_rows(o, st, true)}}}});
+    } else {
+      std::string mid = pairs > 0 ? pair(st - 1) + "[:" + mb + "]" : "pair0";
+      prog.push_back(gemm(mid, c_rows(o, st, false), "GEMM " + std::to_string(st)));
+    }
+    if (st + 2 <= steps) launch(st + 2);
+  }
+  s["program"] = prog;
+  return s;
+}
+
+ojson blocking_matmul(const RingMatmulOptions& o) {
+  ojson s = common(o, "blocking_matmul_n" + std::to_string(o.ranks));
+  s["description"] = "Blocking baseline: AllGather A, then one GEMM; nothing overlaps.";
+  s["buffers"]["a_full"] = scratch(o.ranks * o.m_block, o.k, o.dtype);
+  s["program"] = {{{"op", "all_gather"}, {"name", "all_gather A"}, {"src", "a"}, {"dst", "a_full"}, {"axis", "x"}},
+                  {{"op", "gemm"}, {"name", "GEMM"}, {"a", "a_full"}, {"b", "b"}, {"c", "c"}}};
+  return s;
+}
+
+}  // namespace thunky::gen

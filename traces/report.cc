@@ -1,0 +1,285 @@
+#include "traces/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace thunky {
+
+using ojson = nlohmann::ordered_json;
+
+bool is_collective_op(const std::string& op) {
+  return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "all_to_all" || op == "collective_permute";
+}
+
+namespace {
+
+using Interval = std::pair<double, double>;
+
+std::vector<Interval> merged(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+double length(const std::vector<Interval>& v) {
+  double s = 0;
+  for (const auto& iv : v) s += iv.second - iv.first;
+  return s;
+}
+
+// Length of a minus its intersection with b (both merged).
+double minus_length(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double s = 0;
+  size_t j = 0;
+  for (const auto& iv : a) {
+    double cur = iv.first;
+    while (j < b.size() && b[j].second <= cur) ++j;
+    for (size_t k = j; k < b.size() && b[k].first < iv.second; ++k) {
+      if (b[k].first > cur) s += b[k].first - cur;
+      cur = std::max(cur, b[k].second);
+      if (cur >= iv.second) break;
+    }
+    if (cur < iv.second) s += iv.second - cur;
+  }
+  return s;
+}
+
+}  // namespace
+
+void summarize(Report& r) {
+  r.makespan_s = 0;
+  RankStats total;
+  for (auto& rank : r.ranks) {
+    std::vector<Interval> comp, comm;
+    for (auto& op : rank.ops) {
+      op.collective = is_collective_op(op.op);
+      (op.collective ? comm : comp).emplace_back(op.start_s, op.end_s);
+      r.makespan_s = std::max(r.makespan_s, op.end_s);
+    }
+    comp = merged(comp);
+    comm = merged(comm);
+    rank.stats.compute_s = length(comp);
+    rank.stats.comm_s = length(comm);
+    rank.stats.exposed_comm_s = minus_length(comm, comp);
+    rank.stats.overlap_fraction = rank.stats.comm_s > 0 ? 1.0 - rank.stats.exposed_comm_s / rank.stats.comm_s : 0.0;
+    total.compute_s += rank.stats.compute_s;
+    total.comm_s += rank.stats.comm_s;
+    total.exposed_comm_s += rank.stats.exposed_comm_s;
+  }
+  const double n = r.ranks.empty() ? 1.0 : static_cast<double>(r.ranks.size());
+  r.summary.compute_s = total.compute_s / n;
+  r.summary.comm_s = total.comm_s / n;
+  r.summary.exposed_comm_s = total.exposed_comm_s / n;
+  r.summary.overlap_fraction = r.summary.comm_s > 0 ? 1.0 - r.summary.exposed_comm_s / r.summary.comm_s : 0.0;
+  // Critical path: from the op that ends last, step back each time to the
+  // op of that rank that ended last no later than the current op started.
+  r.critical_path.clear();
+  const RankReport* best = nullptr;
+  const OpRecord* cur = nullptr;
+  for (const auto& rank : r.ranks)
+    for (const auto& op : rank.ops)
+      if (!cur || op.end_s > cur->end_s) {
+        cur = &op;
+        best = &rank;
+      }
+  const double eps = 1e-12;
+  while (cur && r.critical_path.size() < 100000) {
+    r.critical_path.push_back(cur->id);
+    const OpRecord* prev = nullptr;
+    for (const auto& op : best->ops)
+      if (&op != cur && op.end_s <= cur->start_s + eps && (!prev || op.end_s > prev->end_s)) prev = &op;
+    cur = prev;
+  }
+  std::reverse(r.critical_path.begin(), r.critical_path.end());
+}
+
+namespace {
+ojson stats_json(const RankStats& s) {
+  return ojson{{"compute_s", s.compute_s}, {"comm_s", s.comm_s}, {"exposed_comm_s", s.exposed_comm_s}, {"overlap_fraction", s.overlap_fraction}};
+}
+}  // namespace
+
+ojson to_json(const Report& r) {
+  ojson j;
+  j["format"] = "thunky.report/1";
+  j["source"] = r.source;
+  j["schedule"] = r.schedule;
+  j["machine"] = r.machine ? ojson(*r.machine) : ojson();
+  j["backend"] = r.backend ? ojson(*r.backend) : ojson();
+  j["mesh"] = {{"axis_names", r.axis_names}, {"shape", r.mesh_shape}};
+  j["makespan_s"] = r.makespan_s;
+  ojson ranks = ojson::array();
+  for (const auto& rank : r.ranks) {
+    ojson rj;
+    rj["rank"] = rank.rank;
+    rj["coords"] = rank.coords;
+    ojson ops = ojson::array();
+    for (const auto& op : rank.ops)
+      ops.push_back({{"id", op.id}, {"op", op.op}, {"name", op.name}, {"stream", op.stream}, {"start_s", op.start_s},
+                     {"end_s", op.end_s}, {"bytes", op.bytes}, {"flops", op.flops}});
+    rj["ops"] = ops;
+    ojson flows = ojson::array();
+    for (const auto& f : rank.flows)
+      flows.push_back({{"kind", f.join ? "async_done" : "async_start"}, {"token", f.token}, {"from_stream", f.from_stream},
+                       {"to_stream", f.to_stream}, {"from_s", f.from_s}, {"to_s", f.to_s}});
+    rj["flows"] = flows;
+    rj["stats"] = stats_json(rank.stats);
+    ranks.push_back(rj);
+  }
+  j["ranks"] = ranks;
+  ojson summary = stats_json(r.summary);
+  summary["critical_path"] = r.critical_path;
+  j["summary"] = summary;
+  if (!r.iteration_makespans_s.empty()) j["iteration_makespans_s"] = r.iteration_makespans_s;
+  return j;
+}
+
+Report report_from_json(const ojson& j) {
+  auto need = [](const ojson& o, const char* k, const std::string& ptr) -> const ojson& {
+    if (!o.is_object() || !o.contains(k)) throw ThunkyError(ptr, std::string("missing field '") + k + "'");
+    return o[k];
+  };
+  try {
+    Report r;
+    if (need(j, "format", "") != "thunky.report/1") throw ThunkyError("/format", "expected \"thunky.report/1\"");
+    r.source = need(j, "source", "").get<std::string>();
+    r.schedule = need(j, "schedule", "").get<std::string>();
+    if (j.contains("machine") && !j["machine"].is_null()) r.machine = j["machine"].get<std::string>();
+    if (j.contains("backend") && !j["backend"].is_null()) r.backend = j["backend"].get<std::string>();
+    const ojson& mesh = need(j, "mesh", "");
+    r.axis_names = need(mesh, "axis_names", "/mesh").get<std::vector<std::string>>();
+    r.mesh_shape = need(mesh, "shape", "/mesh").get<std::vector<int64_t>>();
+    r.makespan_s = need(j, "makespan_s", "").get<double>();
+    const ojson& ranks = need(j, "ranks", "");
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      std::string rp = "/ranks/" + std::to_string(i);
+      RankReport rr;
+      rr.rank = need(ranks[i], "rank", rp).get<int64_t>();
+      rr.coords = need(ranks[i], "coords", rp).get<std::vector<int64_t>>();
+      const ojson& ops = need(ranks[i], "ops", rp);
+      for (size_t k = 0; k < ops.size(); ++k) {
+        std::string op_ptr = rp + "/ops/" + std::to_string(k);
+        const ojson& o = ops[k];
+        OpRecord rec;
+        rec.id = need(o, "id", op_ptr).get<std::string>();
+        rec.op = need(o, "op", op_ptr).get<std::string>();
+        rec.name = o.value("name", "");
+        rec.stream = need(o, "stream", op_ptr).get<std::string>();
+        rec.start_s = need(o, "start_s", op_ptr).get<double>();
+        rec.end_s = need(o, "end_s", op_ptr).get<double>();
+        rec.bytes = o.value("bytes", int64_t{0});
+        rec.flops = o.value("flops", 0.0);
+        rr.ops.push_back(rec);
+      }
+      if (ranks[i].contains("flows"))
+        for (const auto& f : ranks[i]["flows"])
+          rr.flows.push_back({f.at("from_stream").get<std::string>(), f.at("to_stream").get<std::string>(), f.at("from_s").get<double>(),
+                              f.at("to_s").get<double>(), f.value("token", ""), f.value("kind", "") == "async_done"});
+      r.ranks.push_back(std::move(rr));
+    }
+    if (j.contains("iteration_makespans_s")) r.iteration_makespans_s = j["iteration_makespans_s"].get<std::vector<double>>();
+    summarize(r);
+    return r;
+  } catch (const ojson::exception& e) {
+    throw ThunkyError("", std::string("malformed report: ") + e.what());
+  }
+}
+
+ojson chrome_trace(const Report& r) {
+  ojson events = ojson::array();
+  int flow_id = 0;
+  for (const auto& rank : r.ranks) {
+    const int64_t pid = rank.rank;
+    std::string pname = "rank " + std::to_string(rank.rank);
+    if (!r.axis_names.empty()) {
+      pname += " (";
+      for (size_t i = 0; i < r.axis_names.size() && i < rank.coords.size(); ++i)
+        pname += (i ? ", " : "") + r.axis_names[i] + "=" + std::to_string(rank.coords[i]);
+      pname += ")";
+    }
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", pname}}}});
+    std::map<std::string, int> tids;
+    auto tid = [&](const std::string& stream) {
+      auto it = tids.find(stream);
+      if (it != tids.end()) return it->second;
+      int t = static_cast<int>(tids.size());
+      tids[stream] = t;
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t}, {"args", {{"name", stream}}}});
+      return t;
+    };
+    tid("computation:0");
+    for (const auto& op : rank.ops) {
+      ojson e = {{"ph", "X"}, {"name", op.name.empty() ? op.op : op.name}, {"cat", op.op}, {"pid", pid}, {"tid", tid(op.stream)},
+                 {"ts", op.start_s * 1e6}, {"dur", std::max(0.0, op.end_s - op.start_s) * 1e6},
+                 {"args", {{"id", op.id}, {"op", op.op}, {"bytes", op.bytes}, {"flops", op.flops}}}};
+      events.push_back(e);
+    }
+    for (const auto& f : rank.flows) {
+      ++flow_id;
+      std::string name = std::string(f.join ? "async_done " : "async_start ") + f.token;
+      events.push_back({{"ph", "s"}, {"name", name}, {"cat", "token"}, {"id", flow_id}, {"pid", pid}, {"tid", tid(f.from_stream)}, {"ts", f.from_s * 1e6}, {"bp", "e"}});
+      events.push_back({{"ph", "f"}, {"name", name}, {"cat", "token"}, {"id", flow_id}, {"pid", pid}, {"tid", tid(f.to_stream)}, {"ts", f.to_s * 1e6}, {"bp", "e"}});
+    }
+  }
+  return ojson{{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+}
+
+namespace {
+std::string us(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s * 1e6);
+  return buf;
+}
+}  // namespace
+
+void print_table(const Report& r, std::ostream& os) {
+  char line[256];
+  os << r.schedule << " (" << r.source << (r.backend ? ", backend " + *r.backend : "") << (r.machine ? ", machine " + *r.machine : "")
+     << "): makespan " << us(r.makespan_s) << " us";
+  if (r.iteration_makespans_s.size() > 1) {
+    auto v = r.iteration_makespans_s;
+    std::sort(v.begin(), v.end());
+    os << " (median of " << v.size() << " iterations; min " << us(v.front()) << ", max " << us(v.back()) << ")";
+  }
+  os << "\n";
+  std::snprintf(line, sizeof line, "%-26s %8s %14s %14s %14s %9s\n", "rank", "ops", "compute_us", "comm_us", "exposed_us", "overlap");
+  os << line;
+  auto row = [&](const std::string& label, size_t ops, const RankStats& s) {
+    std::snprintf(line, sizeof line, "%-26s %8zu %14s %14s %14s %8.1f%%\n", label.c_str(), ops, us(s.compute_s).c_str(), us(s.comm_s).c_str(),
+                  us(s.exposed_comm_s).c_str(), 100 * s.overlap_fraction);
+    os << line;
+  };
+  for (const auto& rank : r.ranks) {
+    std::string label = "rank " + std::to_string(rank.rank);
+    if (!r.axis_names.empty()) {
+      label += " (";
+      for (size_t i = 0; i < r.axis_names.size() && i < rank.coords.size(); ++i)
+        label += (i ? "," : "") + r.axis_names[i] + "=" + std::to_string(rank.coords[i]);
+      label += ")";
+    }
+    row(label, rank.ops.size(), rank.stats);
+  }
+  if (r.ranks.size() > 1) {
+    size_t ops = 0;
+    for (const auto& rank : r.ranks) ops += rank.ops.size();
+    row("mean", ops / r.ranks.size(), r.summary);
+  }
+}
+
+std::string write_json_file(const std::string& path, const ojson& j) {
+  std::ofstream f(path);
+  if (!f) return "cannot write '" + path + "'";
+  f << j.dump(1) << "\n";
+  if (!f) return "cannot write '" + path + "'";
+  return "";
+}
+
+}  // namespace thunky

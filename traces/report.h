@@ -1,0 +1,78 @@
+// report.json (thunky.report/1), written by thunky-sim and thunky-exec
+// alike, its summary statistics, the Chrome trace and the summary table.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace thunky {
+
+struct OpRecord {
+  std::string id;  // lowered JSON pointer, plus #k for the k-th instance inside a loop
+  std::string op;
+  std::string name;
+  std::string stream;
+  double start_s = 0, end_s = 0;
+  int64_t bytes = 0;
+  double flops = 0;
+  bool collective = false;  // derived from op, not serialised
+};
+
+// A fork or join edge between two streams of one rank (async_start / async_done).
+struct FlowEdge {
+  std::string from_stream, to_stream;
+  double from_s = 0, to_s = 0;
+  std::string token;
+  bool join = false;
+};
+
+struct RankStats {
+  double compute_s = 0, comm_s = 0, exposed_comm_s = 0, overlap_fraction = 0;
+};
+
+struct RankReport {
+  int64_t rank = 0;
+  std::vector<int64_t> coords;
+  std::vector<OpRecord> ops;
+  std::vector<FlowEdge> flows;
+  RankStats stats;
+};
+
+struct Report {
+  std::string source;  // "sim" or "exec"
+  std::string schedule;
+  std::optional<std::string> machine, backend;
+  std::vector<std::string> axis_names;
+  std::vector<int64_t> mesh_shape;
+  double makespan_s = 0;
+  std::vector<RankReport> ranks;
+  RankStats summary;  // mean over ranks
+  std::vector<std::string> critical_path;
+  std::vector<double> iteration_makespans_s;  // exec: every timed iteration
+};
+
+bool is_collective_op(const std::string& op);
+
+// Fills per-rank and summary statistics and the critical path from the ops.
+void summarize(Report& r);
+
+nlohmann::ordered_json to_json(const Report& r);
+// Throws ThunkyError naming the JSON pointer.
+Report report_from_json(const nlohmann::ordered_json& j);
+
+nlohmann::ordered_json chrome_trace(const Report& r);
+
+// The summary table printed on stdout.
+void print_table(const Report& r, std::ostream& os);
+
+// Writes JSON to a file; returns an error message or "".
+std::string write_json_file(const std::string& path, const nlohmann::ordered_json& j);
+
+}  // namespace thunky
