@@ -27,7 +27,7 @@ std::string big_schedule(int64_t commands, int64_t ranks) {
     prog.push_back({{"op", "async_start"}, {"token", tok}, {"stream", {{"kind", "communication"}, {"id", 0}}},
                     {"body", {{{"op", "collective_permute"}, {"src", "a"}, {"dst", buf}, {"axis", "x"}, {"shift", 1}}}}});
     prog.push_back({{"op", "async_done"}, {"token", tok}});
-    prog.push_back({{"op", "gemm"}, {"a", buf}, {"b", "b"}, {"c", "c[ds(((x + " + std::to_string(step) + ") % " + std::to_string(ranks) + ") * 8, 8)]"}}});
+    prog.push_back({{"op", "gemm"}, {"a", buf}, {"b", "b"}, {"c", "c[ds(((x + " + std::to_string(step) + ") % " + std::to_string(ranks) + ") * 8, 8)]"}});
     prog.push_back({{"op", "map"}, {"out", buf}, {"expr", "v * 2.0"}, {"in", {{"v", buf}}}});
     ++step;
   }

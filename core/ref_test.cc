@@ -1,1 +1,65 @@
+#include "core/ref.h"
+
 #include <gtest/gtest.h>
+
+#include "core/status.h"
+
+namespace thunky {
+namespace {
+
+View view(const std::string& ref, std::vector<int64_t> shape, int64_t x = 0) {
+  RefSyntax r = parse_ref(ref);
+  return resolve_view(0, shape, r.groups, [&](std::string_view n) -> std::optional<int64_t> {
+    if (n == "x") return x;
+    return std::nullopt;
+  });
+}
+
+TEST(Ref, LeadingSlicesAndIndices) {
+  // a[8, 4]: row stride 4.
+  EXPECT_EQ(view("a", {8, 4}).offset, 0);
+  EXPECT_EQ(view("a[2:6]", {8, 4}).offset, 8);
+  EXPECT_EQ(view("a[2:6]", {8, 4}).shape, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(view("a[3]", {8, 4}).shape, (std::vector<int64_t>{4}));
+  EXPECT_EQ(view("a[1, 0:2]", {8, 4}).offset, 4);
+  EXPECT_EQ(view("a[1][1:3]", {8, 4}).offset, 5);
+  EXPECT_EQ(view("a[4:, :]", {8, 4}).offset, 16);
+  EXPECT_EQ(view("a[-1]", {8, 4}).offset, 28);  // negative literal indexes from the end
+  EXPECT_EQ(view("a[:-2]", {8, 4}).shape, (std::vector<int64_t>{6, 4}));
+}
+
+TEST(Ref, DsWithAxisExpressions) {
+  // ds(((x - 1) % 4) * 2, 2) on rank x = 0: rows 6..8 of a [8, 3].
+  View v = view("a[ds(((x - 1) % 4) * 2, 2)]", {8, 3}, 0);
+  EXPECT_EQ(v.offset, 18);
+  EXPECT_EQ(v.shape, (std::vector<int64_t>{2, 3}));
+}
+
+TEST(Ref, ComposedViewsSliceTheViewAgain) {
+  // a[2:6][1:3] is rows 3 and 4 of a.
+  View v = view("a[2:6][1:3]", {8, 4});
+  EXPECT_EQ(v.offset, 12);
+  EXPECT_EQ(v.shape[0], 2);
+}
+
+TEST(Ref, NonContiguousAndOutOfBoundsAreErrors) {
+  EXPECT_THROW(view("a[:, 2:4]", {8, 4}), ThunkyError);
+  EXPECT_THROW(view("a[::2]", {8, 4}), ThunkyError);
+  EXPECT_THROW(view("a[2:6, 1]", {8, 4}), ThunkyError);
+  EXPECT_THROW(view("a[8]", {8, 4}), ThunkyError);
+  EXPECT_THROW(view("a[6:10]", {8, 4}), ThunkyError);
+  EXPECT_THROW(view("a[ds(x, 4)]", {8, 4}, 5), ThunkyError);  // out of bounds on rank x = 5 only
+  EXPECT_NO_THROW(view("a[ds(x, 4)]", {8, 4}, 4));
+  EXPECT_THROW(view("a[1, 2, 3]", {8, 4}), ThunkyError);
+  EXPECT_THROW(parse_ref("a[1"), ThunkyError);
+  EXPECT_THROW(parse_ref("[1]"), ThunkyError);
+  EXPECT_THROW(parse_ref("a[]"), ThunkyError);
+}
+
+TEST(Ref, TextIsCanonical) {
+  EXPECT_EQ(parse_ref("a[ 2 : 6 ]").text(), "a[2:6]");
+  EXPECT_EQ(parse_ref("a[ds(x*2, 2)]").text(), "a[ds((x * 2), 2)]");
+}
+
+}  // namespace
+}  // namespace thunky

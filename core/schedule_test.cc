@@ -1,1 +1,81 @@
+#include "core/schedule.h"
+
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/validate.h"
+#include "tests/test_util.h"
+
+namespace thunky {
+namespace {
+
+json parse_file(const std::string& path) {
+  std::ifstream f(path);
+  return json::parse(f);
+}
+
+TEST(Schedule, SaveLoadRoundTripsEveryExample) {
+  // load(save(x)) == x on the parsed (not yet lowered) IR of every example.
+  int checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(THUNKY_SOURCE_DIR) + "/examples")) {
+    if (e.path().extension() != ".json") continue;
+    Program p = parse_program(parse_file(e.path().string()), e.path().string());
+    json once = to_json(p);
+    json twice = to_json(parse_program(once, e.path().string()));
+    EXPECT_EQ(once.dump(), twice.dump()) << e.path();
+    ++checked;
+  }
+  EXPECT_GE(checked, 20);
+}
+
+TEST(Schedule, UnknownKeysNameTheirPointer) {
+  auto errs = testing::load_errors(R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [4], "dtype": "f32"}},
+    "program": [{"op": "memzero", "dst": "a"}, {"op": "memzero", "dst": "a", "colour": "red"}]})");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/program/1/colour");
+  EXPECT_EQ(errs[0].kind, ErrorKind::input);
+}
+
+TEST(Schedule, MalformedJsonIsAnInputError) {
+  auto errs = testing::load_errors("{\"format\": ");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].message.find("malformed JSON"), std::string::npos);
+}
+
+TEST(Schedule, BadDtypeAndRole) {
+  auto errs = testing::load_errors(R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [4], "dtype": "f33"}}, "program": []})");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/buffers/a/dtype");
+  errs = testing::load_errors(R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [4], "dtype": "f32", "role": "input"}}, "program": []})");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/buffers/a");  // an input needs an init
+}
+
+TEST(Schedule, CallsInlineWithComposedViewsAndRenamedTokens) {
+  Program p = testing::load_ok(R"({"format": "thunky.sched/1",
+    "buffers": {"a": {"shape": [8], "dtype": "f32", "role": "inout", "init": {"kind": "zeros"}}},
+    "functions": {"f": {"params": ["v"], "program": [
+      {"op": "async_start", "token": "t", "stream": {"kind": "computation", "id": 1}, "body": [{"op": "memset", "dst": "v[1:]", "value": 1}]},
+      {"op": "async_done", "token": "t"}]}},
+    "program": [{"op": "call", "fn": "f", "args": {"v": "a[4:]"}}, {"op": "call", "fn": "f", "args": {"v": "a[:4]"}}]})");
+  const Command& first = p.program[0].body[0];
+  EXPECT_EQ(first.id, "/program/0/body/0");
+  EXPECT_NE(first.token, p.program[1].body[0].token);  // per call instance
+  const Command& memset = first.body[0];
+  EXPECT_EQ(memset.pointer, "/functions/f/program/0/body/0");
+  View v = resolve(p, *memset.dst, rank_ctx(p.mesh, 0));
+  EXPECT_EQ(v.offset, 5);  // a[4:][1:]
+  EXPECT_EQ(v.count(), 3);
+}
+
+TEST(Schedule, RecursiveCallsAreRejected) {
+  auto errs = testing::load_errors(R"({"format": "thunky.sched/1", "buffers": {},
+    "functions": {"f": {"program": [{"op": "call", "fn": "f"}]}}, "program": [{"op": "call", "fn": "f"}]})");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].message.find("recursive"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace thunky

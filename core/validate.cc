@@ -78,11 +78,15 @@ class RankWalker {
     slot_names_.push_back(main.str());
     slot_tokens_.push_back("");
     walk(p_.program, main_slot, ns, -1);
+    // Reported after the race check: a missing async_done usually leaves a
+    // race behind, and both are worth showing.
     if (structural_) {
       for (const auto& [name, t] : tokens_)
-        if (t.live) throw ThunkyError(t.pointer + "/token", "token '" + display(name) + "' is never awaited (every async_start needs one later async_done)");
+        if (t.live) unawaited.push_back(ThunkyError(t.pointer + "/token", "token '" + display(name) + "' is never awaited (every async_start needs one later async_done)"));
     }
   }
+
+  std::vector<ThunkyError> unawaited;
 
   std::vector<RaceReport> races;
   std::map<std::vector<int>, std::vector<CollectiveSig>> collectives;
@@ -648,6 +652,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
       race_ranks[key].push_back(r);
     }
     for (auto& [comm, seq] : w.collectives) comm_seqs[comm].emplace_back(r, std::move(seq));
+    for (const auto& e : w.unawaited) input_error(e);
   }
   for (const auto& key : race_order) {
     if (out.size() >= opts.max_errors) break;

@@ -60,6 +60,7 @@ class InProcess final : public Communicator {
     std::vector<std::vector<uint8_t>> staged;
     for (const auto& c : group) staged.emplace_back(c.src, c.src + c.src_count * dtype_size(c.dtype));
     std::unique_lock<std::mutex> lock(monitor_.mutex());
+    if (monitor_.aborted()) throw Aborted(monitor_.reason());
     const int64_t seq = seq_[{rank, key}]++;
     auto& rv = pending_[{key, seq}];
     rv.expected = key.size();
@@ -68,8 +69,13 @@ class InProcess final : public Communicator {
     if (rv.calls.size() == rv.expected) {
       complete(lock, key, rv);
     } else {
-      monitor_.wait(lock, [&] { return rv.done; },
-                    waiter + " in collective #" + std::to_string(seq) + " (" + group.front().id + ") with ranks {" + list(key) + "}, joined by " + std::to_string(rv.calls.size()) + " of " + std::to_string(rv.expected));
+      try {
+        monitor_.wait(lock, [&] { return rv.done; },
+                      waiter + " in collective #" + std::to_string(seq) + " (" + group.front().id + ") with ranks {" + list(key) + "}, joined by " + std::to_string(rv.calls.size()) + " of " + std::to_string(rv.expected));
+      } catch (const Aborted&) {
+        rv.calls.erase(rank);  // `group` dies with this frame
+        throw;
+      }
     }
     if (--rv.left == 0) pending_.erase({key, seq});
   }

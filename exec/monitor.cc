@@ -7,8 +7,9 @@ void Monitor::thread_started() {
   ++running_;
 }
 
-void Monitor::thread_finished() {
+void Monitor::thread_finished(const std::function<void()>& last_words) {
   std::unique_lock<std::mutex> l(mu_);
+  if (last_words) last_words();
   --running_;
   check_deadlock(l);
   cv_.notify_all();

@@ -21,7 +21,9 @@ class Monitor {
   std::mutex& mutex() { return mu_; }
   // Registers a running thread / its end.
   void thread_started();
-  void thread_finished();
+  // `last_words` runs under the lock just before the thread stops counting
+  // (to publish a flag that a joiner waits for).
+  void thread_finished(const std::function<void()>& last_words = {});
   // Waits under `lock` (on mutex()) until pred() holds. `what` says who waits
   // for what ("rank 1 computation:0 waits for token t at /program/4").
   // Throws Aborted if the run is aborted meanwhile.

@@ -1,1 +1,122 @@
+// The command-line contract of thunky-exec: exit codes, one-line errors
+// naming the file and the JSON pointer, and the --dump/--report/--trace files.
 #include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/npy.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  const fs::path err = fs::temp_directory_path() / ("thunky_cli_err_" + std::to_string(::getpid()));
+  std::string cmd = std::string(THUNKY_EXEC_BIN) + " " + args + " 2>" + err.string();
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  // A signal (a crash) is never an acceptable outcome.
+  EXPECT_TRUE(WIFEXITED(status)) << cmd;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream f(err);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+const std::string kSrc = THUNKY_SOURCE_DIR;
+
+TEST(ExecCli, EveryMalformedScheduleGivesExit2AndItsPointer) {
+  std::ifstream manifest(kSrc + "/tests/malformed/EXPECTED");
+  std::string file, pointer;
+  int checked = 0;
+  while (manifest >> file) {
+    if (file[0] == '#') {
+      std::getline(manifest, file);
+      continue;
+    }
+    manifest >> pointer;
+    const std::string path = kSrc + "/tests/malformed/" + file;
+    Result r = run(path);
+    EXPECT_EQ(r.code, 2) << file << ": " << r.err;
+    // One line: "<file>:<pointer>: <message>".
+    EXPECT_EQ(r.err.rfind(path + ":" + pointer + ": ", 0), 0u) << file << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << file << ": " << r.err;
+    ++checked;
+  }
+  // Every file in the directory is listed.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(kSrc + "/tests/malformed")) files += e.path().extension() == ".json";
+  EXPECT_EQ(checked, files);
+  EXPECT_GE(checked, 20);
+}
+
+TEST(ExecCli, RaceExitsWith1) {
+  Result r = run(kSrc + "/examples/bidirectional_ring_collective_matmul_n4_literal.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("race on buffer 'pair0'"), std::string::npos) << r.err;
+}
+
+TEST(ExecCli, UsageErrorsExitWith2) {
+  EXPECT_EQ(run("").code, 2);
+  EXPECT_EQ(run(kSrc + "/examples/init_and_copy.json --iters 0").code, 2);
+  EXPECT_EQ(run(kSrc + "/examples/init_and_copy.json --backend tpu").code, 2);
+  EXPECT_EQ(run("/nonexistent/sched.json").code, 2);
+}
+
+TEST(ExecCli, DumpReportAndTrace) {
+  const fs::path dir = fs::temp_directory_path() / ("thunky_cli_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Result r = run(kSrc + "/examples/sum_across_gpus.json --dump " + (dir / "dump").string() + " --report " + (dir / "r.json").string() +
+                 " --trace " + (dir / "t.json").string() + " --iters 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("makespan"), std::string::npos);
+  // out on both ranks is [4 6 8 10]; it has no global, so only per-rank files.
+  for (int rank : {0, 1}) {
+    auto a = thunky::read_npy((dir / "dump" / ("out.rank" + std::to_string(rank) + ".npy")).string());
+    ASSERT_EQ(a.shape, (std::vector<int64_t>{4}));
+    const float* f = reinterpret_cast<const float*>(a.data.data());
+    EXPECT_EQ(std::vector<float>(f, f + 4), (std::vector<float>{4, 6, 8, 10}));
+  }
+  EXPECT_FALSE(fs::exists(dir / "dump" / "x.rank0.npy"));  // inputs are not dumped
+  auto report = nlohmann::json::parse(std::ifstream(dir / "r.json"));
+  EXPECT_EQ(report["format"], "thunky.report/1");
+  EXPECT_EQ(report["source"], "exec");
+  EXPECT_EQ(report["ranks"].size(), 2u);
+  EXPECT_EQ(report["ranks"][1]["ops"][0]["id"], "/program/0");
+  EXPECT_EQ(report["ranks"][1]["ops"][0]["bytes"], 16);  // f32[4]
+  auto trace = nlohmann::json::parse(std::ifstream(dir / "t.json"));
+  bool named = false;
+  for (const auto& e : trace["traceEvents"]) named |= e["ph"] == "M" && e["args"]["name"] == "rank 1 (x=1)";
+  EXPECT_TRUE(named);
+  fs::remove_all(dir);
+}
+
+TEST(ExecCli, GatheredDumpOfTheRingMatmul) {
+  const fs::path dir = fs::temp_directory_path() / ("thunky_cli_ring_" + std::to_string(::getpid()));
+  Result r = run(kSrc + "/examples/ring_collective_matmul_n4.json --dump " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto c = thunky::read_npy((dir / "c.npy").string());
+  // Global C is [4 * 64, 4 * 64].
+  EXPECT_EQ(c.shape, (std::vector<int64_t>{256, 256}));
+  fs::remove_all(dir);
+}
+
+}  // namespace

@@ -1,1 +1,39 @@
+#include "tools/gen.h"
+
 #include <gtest/gtest.h>
+
+namespace thunky::gen {
+namespace {
+
+int count_op(const nlohmann::ordered_json& block, const std::string& op) {
+  int n = 0;
+  for (const auto& c : block) {
+    n += c["op"] == op;
+    if (c.contains("body")) n += count_op(c["body"], op);
+  }
+  return n;
+}
+
+TEST(Generators, RingStepCounts) {
+  for (int64_t n = 1; n <= 8; ++n) {
+    RingMatmulOptions o;
+    o.ranks = n;
+    // Unidirectional: N - 1 shifts and N GEMMs.
+    auto u = ring_matmul(o);
+    EXPECT_EQ(count_op(u["program"], "collective_permute"), n - 1);
+    EXPECT_EQ(count_op(u["program"], "gemm"), n);
+    // Bidirectional: (N - 1) / 2 grouped pairs, plus a middle shift for even N.
+    auto b = bidirectional_ring_matmul(o);
+    EXPECT_EQ(count_op(b["program"], "collective_group"), (n - 1) / 2);
+    EXPECT_EQ(count_op(b["program"], "collective_permute"), 2 * ((n - 1) / 2) + (n % 2 == 0 ? 1 : 0));
+  }
+}
+
+TEST(Generators, BadSizesThrow) {
+  RingMatmulOptions o;
+  o.ranks = 0;
+  EXPECT_THROW(ring_matmul(o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace thunky::gen

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -275,6 +276,9 @@ void print_table(const Report& r, std::ostream& os) {
 }
 
 std::string write_json_file(const std::string& path, const ojson& j) {
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::ofstream f(path);
   if (!f) return "cannot write '" + path + "'";
   f << j.dump(1) << "\n";

@@ -70,8 +70,10 @@ class Run {
   std::string execute(bool& deadlock) {
     t0_ = Clock::now();
     std::vector<std::thread> threads;
+    // Count every rank before any starts: a rank that waits early must not
+    // look like the last one running.
+    for (size_t i = 0; i < ranks_.size(); ++i) monitor_.thread_started();
     for (auto& rs : ranks_) {
-      monitor_.thread_started();
       threads.emplace_back([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false); }); });
     }
     for (auto& t : threads) t.join();
@@ -97,7 +99,7 @@ class Run {
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
 
   // Body of every thread: the monitor counts it, and an abort unwinds it.
-  void thread_main(const std::function<void()>& body) {
+  void thread_main(const std::function<void()>& body, const std::function<void()>& last_words = {}) {
     try {
       body();
     } catch (const Aborted&) {
@@ -105,7 +107,7 @@ class Run {
       std::unique_lock<std::mutex> l(monitor_.mutex());
       monitor_.abort(l, e.what(), false);
     }
-    monitor_.thread_finished();
+    monitor_.thread_finished(last_words);
   }
 
   std::string who(const RankState& s, const StreamId& stream) const {
@@ -152,10 +154,7 @@ class Run {
       monitor_.thread_started();
       Sub* raw = sub.get();
       sub->thread = std::thread([this, &s, stream = stream, &tasks, in_loop, raw] {
-        thread_main([&] { run_queue(s, tasks, stream, in_loop); });
-        std::lock_guard<std::mutex> l(monitor_.mutex());
-        raw->finished = true;
-        monitor_.notify_all();
+        thread_main([&] { run_queue(s, tasks, stream, in_loop); }, [raw] { raw->finished = true; });
       });
       subs.push_back(std::move(sub));
     }

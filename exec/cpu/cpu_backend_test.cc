@@ -1,1 +1,140 @@
 #include <gtest/gtest.h>
+
+#include "exec/backend.h"
+#include "tests/test_util.h"
+
+namespace thunky {
+namespace {
+
+using testing::load_ok;
+using testing::run_cpu;
+using testing::values;
+
+std::string mesh_sched(const std::string& mesh, const std::string& buffers, const std::string& program) {
+  return R"({"format": "thunky.sched/1", "mesh": )" + mesh + R"(, "buffers": {)" + buffers + R"(}, "program": )" + program + "}";
+}
+
+TEST(CpuBackend, StreamsOfARankRunConcurrently) {
+  // Two 50 ms stand-in kernels forked onto computation:1 and :2 overlap in
+  // time: each starts before the other ends.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [4], "dtype": "f32"}, "b": {"shape": [4], "dtype": "f32"}},
+    "program": [
+      {"op": "async_start", "token": "t1", "stream": {"kind": "computation", "id": 1}, "body": [{"op": "kernel", "writes": ["a"], "cost": {"seconds": 0.05}}]},
+      {"op": "async_start", "token": "t2", "stream": {"kind": "computation", "id": 2}, "body": [{"op": "kernel", "writes": ["b"], "cost": {"seconds": 0.05}}]},
+      {"op": "async_done", "token": "t1"}, {"op": "async_done", "token": "t2"}]})");
+  ExecResult r = run_cpu(p);
+  const auto& ops = r.report.ranks[0].ops;
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_LT(ops[0].start_s, ops[1].end_s);
+  EXPECT_LT(ops[1].start_s, ops[0].end_s);
+  EXPECT_GE(ops[0].end_s - ops[0].start_s, 0.05);
+  // Fork and join edges of both tokens are in the report.
+  EXPECT_EQ(r.report.ranks[0].flows.size(), 4u);
+}
+
+TEST(CpuBackend, AxisIndexGroups) {
+  // Four ranks, groups {0,1} and {2,3}: sums 0+1 = 1 and 2+3 = 5.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [4]})",
+                                 R"("a": {"shape": [2], "dtype": "f32", "role": "input", "init": {"kind": "axis_index", "axis": "x"}},
+                                    "o": {"shape": [2], "dtype": "f32", "role": "output"})",
+                                 R"([{"op": "all_reduce", "src": "a", "dst": "o", "axis": "x", "groups": [[0, 1], [2, 3]]}])"));
+  ExecResult r = run_cpu(p);
+  EXPECT_EQ(values(p, r, "o", 1), (std::vector<double>{1, 1}));
+  EXPECT_EQ(values(p, r, "o", 3), (std::vector<double>{5, 5}));
+}
+
+TEST(CpuBackend, CollectiveOverTwoAxesIsRowMajor) {
+  // Mesh x=2, y=2; rank r holds [r]. Gathering over (x, y) orders by x first.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x", "y"], "shape": [2, 2]})",
+                                 R"("a": {"shape": [1], "dtype": "f32", "role": "input", "init": {"kind": "iota"}, "global": {"shape": [4], "spec": [["x", "y"]]}},
+                                    "o": {"shape": [4], "dtype": "f32", "role": "output"},
+                                    "oy": {"shape": [2], "dtype": "f32", "role": "output"})",
+                                 R"([{"op": "all_gather", "src": "a", "dst": "o", "axis": ["x", "y"]},
+                                     {"op": "all_gather", "src": "a", "dst": "oy", "axis": "y"}])"));
+  ExecResult r = run_cpu(p);
+  EXPECT_EQ(values(p, r, "o", 2), (std::vector<double>{0, 1, 2, 3}));
+  EXPECT_EQ(values(p, r, "oy", 2), (std::vector<double>{2, 3}));  // ranks (1,0) and (1,1)
+}
+
+TEST(CpuBackend, InPlacePermuteAndReceiversOfNothingGetZeros) {
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [3]})",
+                                 R"("a": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "axis_index", "axis": "x"}},
+                                    "b": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "ones"}})",
+                                 R"([{"op": "collective_permute", "src": "a", "dst": "a", "axis": "x", "shift": 1},
+                                     {"op": "collective_permute", "src": "b", "dst": "b", "axis": "x", "pairs": [[0, 1]]}])"));
+  ExecResult r = run_cpu(p);
+  // Shift by one: rank 0 gets rank 2's value.
+  EXPECT_EQ(values(p, r, "a", 0), (std::vector<double>{2, 2}));
+  EXPECT_EQ(values(p, r, "a", 1), (std::vector<double>{0, 0}));
+  EXPECT_EQ(values(p, r, "b", 1), (std::vector<double>{1, 1}));
+  EXPECT_EQ(values(p, r, "b", 0), (std::vector<double>{0, 0}));
+}
+
+TEST(CpuBackend, RankDependentCondAroundACollectiveIsADeadlock) {
+  // p = axis index as bool: only rank 1 enters the all_reduce.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [2]})",
+                                 R"("p": {"shape": [], "dtype": "bool", "role": "input", "init": {"kind": "axis_index", "axis": "x"}},
+                                    "a": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "ones"}})",
+                                 R"([{"op": "cond", "pred": "p", "then": [{"op": "all_reduce", "src": "a", "dst": "a", "axis": "x"}], "else": []}])"));
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.exit_code(), 1);
+  const auto& m = r.errors()[0].message;
+  EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+}
+
+TEST(CpuBackend, MismatchedCollectivesAreReportedNotHung) {
+  // Rank 0 all-reduces, rank 1 all-gathers on the same communicator.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [2]})",
+                                 R"("p": {"shape": [], "dtype": "bool", "role": "input", "init": {"kind": "axis_index", "axis": "x"}},
+                                    "a": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "ones"}},
+                                    "g": {"shape": [4], "dtype": "f32", "role": "output"})",
+                                 R"([{"op": "cond", "pred": "p", "then": [{"op": "all_gather", "src": "a", "dst": "g", "axis": "x"}],
+                                      "else": [{"op": "all_reduce", "src": "a", "dst": "a", "axis": "x"}]}])"));
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.errors()[0].message.find("issue different collectives"), std::string::npos) << r.errors()[0].message;
+}
+
+TEST(CpuBackend, RunawayWhileIsStopped) {
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {"c": {"shape": [], "dtype": "bool"}},
+    "program": [{"op": "while", "cond_buf": "c", "cond": [{"op": "memset", "dst": "c", "value": 1}], "body": []}]})");
+  ExecOptions o;
+  o.max_trip_count = 1000;
+  auto r = make_cpu_backend()->run(p, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.errors()[0].message.find("more than 1000 iterations"), std::string::npos);
+}
+
+TEST(CpuBackend, PtxKernelWithoutCpuFallbackIsRefused) {
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [4], "dtype": "f32"}},
+    "program": [{"op": "ptx_kernel", "args": ["a"], "written": [true], "kernel_name": "k", "ptx": ".version 7.0"}]})");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.exit_code(), 2);
+  EXPECT_EQ(r.errors()[0].pointer, "/program/0");
+  EXPECT_NE(r.errors()[0].message.find("'cpu' fallback"), std::string::npos);
+}
+
+TEST(CpuBackend, IterationsReInitialiseInputs) {
+  // a += 1 on an inout: every iteration starts from the init, so 3 iterations still give 1.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "zeros"}}},
+    "program": [{"op": "map", "out": "a", "expr": "a + 1", "in": {"a": "a"}}]})");
+  ExecResult r = run_cpu(p, 3);
+  EXPECT_EQ(values(p, r, "a"), (std::vector<double>{1, 1}));
+  EXPECT_EQ(r.report.iteration_makespans_s.size(), 3u);
+}
+
+TEST(CpuBackend, GlobalShardsGatherBack) {
+  // b [2, 4] global, spec [null, x] over 2 ranks: rank 1 holds columns 2..3.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [2]})",
+                                 R"("b": {"shape": [2, 2], "dtype": "f32", "role": "inout", "init": {"kind": "iota"}, "global": {"shape": [2, 4], "spec": [null, "x"]}})",
+                                 "[]"));
+  ExecResult r = run_cpu(p);
+  EXPECT_EQ(values(p, r, "b", 1), (std::vector<double>{2, 3, 6, 7}));
+  EXPECT_EQ(testing::global_values(p, r, "b"), (std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+}  // namespace
+}  // namespace thunky
