@@ -600,7 +600,6 @@ Program parse_program(const json& doc, const std::string& file) {
   }
   p.program = parse_block(o.need("program"), "/program", 0);
   o.done();
-  p.source = doc;
   return p;
 }
 

@@ -171,7 +171,6 @@ struct Program {
   std::vector<Buffer> buffers;
   std::map<std::string, Function> functions;  // empty after lowering
   Block program;
-  json source;  // the document as read (kept for round trips)
 
   int find_buffer(std::string_view n) const {
     for (size_t i = 0; i < buffers.size(); ++i)

@@ -695,6 +695,23 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
 }
 
 Expected<Program> load_schedule_text(const std::string& text, const std::string& file, const ValidateOptions& opts) {
+  // Bound the nesting before parsing: deep documents would otherwise cost
+  // deep recursion later.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > 256) return std::vector<Diagnostic>{{ErrorKind::input, file, "", "JSON nested more than 256 levels deep"}};
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
   json doc;
   try {
     doc = json::parse(text);
