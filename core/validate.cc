@@ -606,6 +606,8 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
           throw ThunkyError(b.pointer + "/shape", "the spec splits global shape " + shape_str(b.global->shape) + " into shards of " + shape_str(l.local_shape) + ", but the buffer's shape is " + shape_str(b.shape));
       }
     }
+    // npy files exist and have the declared (global) shape.
+    load_npy_inits(p);
   } catch (const ThunkyError& e) {
     input_error(e);
     return out;

@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "core/npy.h"
+
 #include "exec/backend.h"
 #include "tests/test_util.h"
 
@@ -134,6 +140,58 @@ TEST(CpuBackend, GlobalShardsGatherBack) {
   ExecResult r = run_cpu(p);
   EXPECT_EQ(values(p, r, "b", 1), (std::vector<double>{2, 3, 6, 7}));
   EXPECT_EQ(testing::global_values(p, r, "b"), (std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+}  // namespace
+}  // namespace thunky
+
+namespace thunky {
+namespace {
+
+std::string sharded_uniform(int ranks) {
+  return R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [)" + std::to_string(ranks) + R"(]},
+    "buffers": {"u": {"shape": [)" + std::to_string(8 / ranks) + R"(, 3], "dtype": "f32", "role": "inout",
+      "init": {"kind": "uniform", "low": -2, "high": 2, "seed": 5}, "global": {"shape": [8, 3], "spec": ["x", null]}},
+      "n": {"shape": [)" + std::to_string(8 / ranks) + R"(, 3], "dtype": "f32", "role": "inout",
+      "init": {"kind": "normal", "seed": 6}, "global": {"shape": [8, 3], "spec": ["x", null]}}},
+    "program": []})";
+}
+
+TEST(Inits, RandomDataIsTheSameForEveryRankCount) {
+  Program one = testing::load_ok(sharded_uniform(1));
+  ExecResult r1 = testing::run_cpu(one);
+  auto u1 = testing::global_values(one, r1, "u"), n1 = testing::global_values(one, r1, "n");
+  for (double v : u1) {
+    EXPECT_GE(v, -2);
+    EXPECT_LT(v, 2);
+  }
+  for (int ranks : {2, 4, 8}) {
+    Program p = testing::load_ok(sharded_uniform(ranks));
+    ExecResult r = testing::run_cpu(p);
+    EXPECT_EQ(testing::global_values(p, r, "u"), u1) << ranks;
+    EXPECT_EQ(testing::global_values(p, r, "n"), n1) << ranks;
+  }
+}
+
+TEST(Inits, NpyFileRelativeToTheSchedule) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("thunky_npy_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<int32_t> data{3, 1, 4, 1, 5, 9};
+  write_npy((dir / "x.npy").string(), DType::s32, {2, 3}, reinterpret_cast<const uint8_t*>(data.data()));
+  std::ofstream(dir / "s.json") << R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [2]},
+    "buffers": {"a": {"shape": [1, 3], "dtype": "f32", "role": "inout", "init": {"kind": "npy", "path": "x.npy"},
+                      "global": {"shape": [2, 3], "spec": ["x", null]}}}, "program": []})";
+  Program p = testing::load_file_ok((dir / "s.json").string());
+  ExecResult r = testing::run_cpu(p);
+  EXPECT_EQ(values(p, r, "a", 1), (std::vector<double>{1, 5, 9}));  // rank 1 holds row 1
+  // A shape that does not match is refused at load time.
+  std::ofstream(dir / "bad.json") << R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [3, 2], "dtype": "f32", "role": "input",
+    "init": {"kind": "npy", "path": "x.npy"}}}, "program": []})";
+  auto bad = load_schedule_file((dir / "bad.json").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.errors()[0].pointer, "/buffers/a/init/path");
+  fs::remove_all(dir);
 }
 
 }  // namespace
