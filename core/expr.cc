@@ -231,7 +231,8 @@ int64_t floor_mod(int64_t a, int64_t b) {
   return m;
 }
 
-int64_t eval_int(const Expr& e, const std::function<std::optional<int64_t>(std::string_view)>& lookup) {
+int64_t eval_int(const Expr& e, const NameLookup& lookup) {
+  if (e.kind == Expr::Kind::int_lit) return e.ival;
   auto overflow = [&] { throw ThunkyError("", "integer overflow in '" + to_string(e) + "'"); };
   switch (e.kind) {
     case Expr::Kind::int_lit: return e.ival;

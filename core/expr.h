@@ -12,6 +12,20 @@
 
 namespace thunky {
 
+// A non-owning reference to a callable `std::optional<int64_t>(std::string_view)`:
+// index evaluation runs per command and rank, so it avoids std::function.
+class NameLookup {
+ public:
+  template <typename F>
+  NameLookup(const F& f)  // NOLINT: implicit by design
+      : ctx_(&f), fn_([](const void* c, std::string_view n) -> std::optional<int64_t> { return (*static_cast<const F*>(c))(n); }) {}
+  std::optional<int64_t> operator()(std::string_view n) const { return fn_(ctx_, n); }
+
+ private:
+  const void* ctx_;
+  std::optional<int64_t> (*fn_)(const void*, std::string_view);
+};
+
 struct Expr;
 using ExprPtr = std::shared_ptr<const Expr>;
 
@@ -35,7 +49,7 @@ std::string to_string(const Expr& e);
 // Integer evaluation (ref indices): + - * // % unary -, min, max; names are
 // looked up with `lookup`. Throws ThunkyError on unknown names, division
 // by zero or a non-integer construct.
-int64_t eval_int(const Expr& e, const std::function<std::optional<int64_t>(std::string_view)>& lookup);
+int64_t eval_int(const Expr& e, const NameLookup& lookup);
 
 // Python semantics for integer floor division and modulo.
 int64_t floor_div(int64_t a, int64_t b);

@@ -28,18 +28,17 @@ class Lowerer {
 
  private:
   void bind(Ref& r, const Scope& s) {
-    auto it = s.bindings.find(r.syntax.buffer);
+    auto it = s.bindings.find(r.syntax->buffer);
     if (it != s.bindings.end()) {
       const Ref& outer = it->second;
-      std::vector<IndexGroup> groups = outer.syntax.groups;
-      groups.insert(groups.end(), r.syntax.groups.begin(), r.syntax.groups.end());
-      r.syntax.buffer = outer.syntax.buffer;
-      r.syntax.groups = std::move(groups);
+      auto composed = std::make_shared<RefSyntax>(*outer.syntax);
+      composed->groups.insert(composed->groups.end(), r.syntax->groups.begin(), r.syntax->groups.end());
+      r.syntax = std::move(composed);
       r.buffer = outer.buffer;
       return;
     }
-    auto b = index_.find(r.syntax.buffer);
-    if (b == index_.end()) throw ThunkyError(r.pointer, "unknown buffer '" + r.syntax.buffer + "'");
+    auto b = index_.find(r.syntax->buffer);
+    if (b == index_.end()) throw ThunkyError(r.pointer, "unknown buffer '" + r.syntax->buffer + "'");
     r.buffer = b->second;
   }
   void bind(std::optional<Ref>& r, const Scope& s) {
@@ -98,7 +97,9 @@ class Lowerer {
       p_.buffers.push_back(b);
       index_[b.name] = idx;
       Ref r;
-      r.syntax.buffer = b.name;
+      auto syntax = std::make_shared<RefSyntax>();
+      syntax->buffer = b.name;
+      r.syntax = std::move(syntax);
       r.buffer = idx;
       r.pointer = sb.pointer;
       inner.bindings[sname] = r;

@@ -111,7 +111,7 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vector<IndexGroup>& groups,
-                  const std::function<std::optional<int64_t>(std::string_view)>& lookup) {
+                  const NameLookup& lookup) {
   View v;
   v.buffer = buffer;
   v.shape = shape;

@@ -48,7 +48,7 @@ struct View {
 // Resolves `groups` on a buffer of `shape`; `lookup` gives axis indices.
 // Throws ThunkyError for out-of-bounds or non-contiguous views.
 View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vector<IndexGroup>& groups,
-                  const std::function<std::optional<int64_t>(std::string_view)>& lookup);
+                  const NameLookup& lookup);
 
 std::string shape_str(const std::vector<int64_t>& shape);
 

@@ -1,6 +1,8 @@
 #include "core/schedule.h"
 
+#include <algorithm>
 #include <set>
+#include <unordered_map>
 
 namespace thunky {
 
@@ -38,9 +40,16 @@ class Obj {
   const std::string& ptr() const { return ptr_; }
   bool has(std::string_view k) const { return j_.contains(std::string(k)); }
   const json* get(std::string_view k) {
-    used_.insert(std::string(k));
-    auto it = j_.find(std::string(k));
-    return it == j_.end() ? nullptr : &*it;
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (it.key() == k) {
+        if (std::find(asked_.begin(), asked_.end(), k) == asked_.end()) {
+          asked_.push_back(k);
+          ++found_;
+        }
+        return &*it;
+      }
+    }
+    return nullptr;
   }
   const json& need(std::string_view k) {
     auto* v = get(k);
@@ -71,15 +80,19 @@ class Obj {
     if (!v->is_boolean()) fail(at(k), "expected true or false, got " + type_name(*v));
     return v->get<bool>();
   }
+  // Every key must have been asked for: keys are unique, so counting the
+  // found ones suffices, and only a failure looks for the culprit.
   void done() const {
+    if (found_ >= j_.size()) return;
     for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (!used_.count(it.key())) fail(child(ptr_, it.key()), "unknown key '" + it.key() + "'");
+      if (std::find(asked_.begin(), asked_.end(), it.key()) == asked_.end()) fail(child(ptr_, it.key()), "unknown key '" + it.key() + "'");
   }
 
  private:
   const json& j_;
   std::string ptr_;
-  std::set<std::string> used_;
+  std::vector<std::string_view> asked_;  // asked for and present
+  size_t found_ = 0;
 };
 
 int64_t as_int(const json& j, const std::string& ptr) {
@@ -109,10 +122,20 @@ std::vector<int64_t> shape_of(const json& j, const std::string& ptr) {
   return s;
 }
 
+// Schedules repeat the same ref strings many times; parse_program keeps a
+// cache of parsed refs for the duration of one parse (per thread).
+thread_local std::unordered_map<std::string, std::shared_ptr<const RefSyntax>>* t_ref_cache = nullptr;
+
 Ref ref_of(const json& j, const std::string& ptr) {
   if (!j.is_string()) fail(ptr, "expected a ref string such as \"a[2:4]\", got " + type_name(j));
   try {
-    return Ref{parse_ref(j.get<std::string>()), -1, ptr};
+    const std::string& text = j.get_ref<const std::string&>();
+    if (t_ref_cache) {
+      auto it = t_ref_cache->find(text);
+      if (it == t_ref_cache->end()) it = t_ref_cache->emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
+      return Ref{it->second, -1, ptr};
+    }
+    return Ref{std::make_shared<const RefSyntax>(parse_ref(text)), -1, ptr};
   } catch (const ThunkyError& e) {
     fail(ptr, e.what());
   }
@@ -533,6 +556,12 @@ std::string_view op_name(Op op) {
 bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
 
 Program parse_program(const json& doc, const std::string& file) {
+  std::unordered_map<std::string, std::shared_ptr<const RefSyntax>> cache;
+  struct Scope {
+    explicit Scope(std::unordered_map<std::string, std::shared_ptr<const RefSyntax>>* c) : saved(t_ref_cache) { t_ref_cache = c; }
+    ~Scope() { t_ref_cache = saved; }
+    std::unordered_map<std::string, std::shared_ptr<const RefSyntax>>* saved;
+  } scope(&cache);
   Obj o(doc, "");
   Program p;
   p.file = file;
@@ -604,10 +633,10 @@ Program parse_program(const json& doc, const std::string& file) {
 }
 
 namespace {
-json ref_json(const std::optional<Ref>& r) { return r ? json(r->syntax.text()) : json(); }
+json ref_json(const std::optional<Ref>& r) { return r ? json(r->syntax->text()) : json(); }
 json refs_json(const std::vector<Ref>& v) {
   json a = json::array();
-  for (const auto& r : v) a.push_back(r.syntax.text());
+  for (const auto& r : v) a.push_back(r.syntax->text());
   return a;
 }
 json block_json(const Block& b) {
@@ -651,7 +680,7 @@ json map_fields(const Command& c, json j) {
   j["out"] = ref_json(c.out);
   j["expr"] = c.expr_text;
   json in = json::object();
-  for (const auto& [k, r] : c.in) in[k] = r.syntax.text();
+  for (const auto& [k, r] : c.in) in[k] = r.syntax->text();
   j["in"] = in;
   return j;
 }
@@ -739,7 +768,7 @@ json to_json(const Command& c) {
     case Op::call: {
       j["fn"] = c.fn;
       json args = json::object();
-      for (const auto& [k, r] : c.args_map) args[k] = r.syntax.text();
+      for (const auto& [k, r] : c.args_map) args[k] = r.syntax->text();
       j["args"] = args;
       break;
     }

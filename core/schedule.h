@@ -66,7 +66,7 @@ std::string_view op_name(Op op);
 bool is_collective(Op op);  // the five NCCL-style collectives (not the group)
 
 struct Ref {
-  RefSyntax syntax;
+  std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs
   int buffer = -1;      // index into Program::buffers once lowered
   std::string pointer;  // JSON pointer of the ref string (for messages)
 };

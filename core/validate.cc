@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/init.h"
 #include "core/lower.h"
@@ -23,10 +24,10 @@ View resolve(const Program& p, const Ref& r, const RankCtx& ctx) {
     return ctx.coords[*ax];
   };
   try {
-    return resolve_view(r.buffer, b.shape, r.syntax.groups, lookup);
+    return resolve_view(r.buffer, b.shape, r.syntax->groups, lookup);
   } catch (const ThunkyError& e) {
     std::string where = p.mesh.size() > 1 ? " (on " + rank_label(p.mesh, ctx.rank) + ")" : "";
-    throw ThunkyError(r.pointer, "ref '" + r.syntax.text() + "' of buffer '" + b.name + "' " + shape_str(b.shape) + ": " + e.what() + where);
+    throw ThunkyError(r.pointer, "ref '" + r.syntax->text() + "' of buffer '" + b.name + "' " + shape_str(b.shape) + ": " + e.what() + where);
   }
 }
 
@@ -59,10 +60,36 @@ std::string view_str(const Program& p, const View& v) {
   return std::string(dtype_name(p.buffers[v.buffer].dtype)) + shape_str(v.shape);
 }
 
+// What must match across the members of a communicator. The text form is
+// built only when two entries are not trivially equal (same command, same
+// shapes), which is the common SPMD case.
 struct CollectiveSig {
-  std::string sig;
   const Command* cmd;
+  View src, dst;
+  int n;
 };
+
+std::string sig_text(const Program& p, const CollectiveSig& g) {
+  const Command& c = *g.cmd;
+  std::string s(op_name(c.op));
+  s += " " + view_str(p, g.src) + "->" + view_str(p, g.dst);
+  if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) s += " " + c.reduction;
+  if (c.op == Op::collective_permute) {
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    if (c.pairs) pairs = *c.pairs;
+    else
+      for (int64_t i = 0; i < g.n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, g.n));
+    std::sort(pairs.begin(), pairs.end());
+    s += " pairs";
+    for (auto [a, b] : pairs) s += " " + std::to_string(a) + ">" + std::to_string(b);
+  }
+  return s;
+}
+
+bool same_sig(const Program& p, const CollectiveSig& a, const CollectiveSig& b) {
+  if (a.cmd == b.cmd && a.src.shape == b.src.shape && a.dst.shape == b.dst.shape) return true;
+  return sig_text(p, a) == sig_text(p, b);
+}
 
 // Walks the program for one rank.
 class RankWalker {
@@ -93,7 +120,7 @@ class RankWalker {
   std::vector<const Command*> commands;  // index -> command, for reports
   std::vector<std::string> slot_names_;
   std::vector<std::string> slot_tokens_;  // token whose body issued onto the slot last
-  std::vector<std::string> command_token;  // index -> token of the innermost async body ("" = none)
+  std::vector<const std::string*> command_token;  // index -> token of the innermost async body
 
  private:
   struct Namespace {
@@ -181,31 +208,21 @@ class RankWalker {
     if (g.body.empty()) throw ThunkyError(g.pointer + "/body", "a collective_group needs at least one collective");
   }
 
-  std::string collective_sig(const Command& c, const View& src, const View& dst, const Participants& part) {
-    std::string s(op_name(c.op));
-    s += " " + view_str(p_, src) + "->" + view_str(p_, dst);
-    if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) s += " " + c.reduction;
-    if (c.op == Op::collective_permute) {
-      const int64_t n = static_cast<int64_t>(part.ranks.size());
-      std::vector<std::pair<int64_t, int64_t>> pairs;
-      if (c.pairs) pairs = *c.pairs;
-      else
-        for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, n));
-      std::sort(pairs.begin(), pairs.end());
-      s += " pairs";
-      for (auto [a, b] : pairs) s += " " + std::to_string(a) + ">" + std::to_string(b);
-    }
-    return s;
-  }
-
   // Checks one collective's rules on this rank and returns its signature.
   std::string collective(const Command& c, const View& src, const View& dst) {
-    Participants part;
-    try {
-      part = participants(p_.mesh, ctx_.rank, c.axis, c.groups);
-    } catch (const ThunkyError& e) {
-      throw ThunkyError(c.pointer + (c.groups ? "/groups" : "/axis"), e.what());
+    // Participants depend on the axes and groups only: cache them per rank.
+    std::string key;
+    for (const auto& a : c.axis) key += a + ",";
+    if (c.groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(&*c.groups));
+    auto cached = participants_.find(key);
+    if (cached == participants_.end()) {
+      try {
+        cached = participants_.emplace(key, participants(p_.mesh, ctx_.rank, c.axis, c.groups)).first;
+      } catch (const ThunkyError& e) {
+        throw ThunkyError(c.pointer + (c.groups ? "/groups" : "/axis"), e.what());
+      }
     }
+    const Participants& part = cached->second;
     const int64_t n = static_cast<int64_t>(part.ranks.size());
     const Buffer& sb = p_.buffers[src.buffer];
     const Buffer& db = p_.buffers[dst.buffer];
@@ -244,9 +261,10 @@ class RankWalker {
         if (!targets.insert(t).second) throw ThunkyError(ptr, "target " + std::to_string(t) + " receives more than once");
       }
     }
-    std::string sig = collective_sig(c, src, dst, part);
-    collectives[part.ranks].push_back({sig, &c});
-    return sig;
+    auto it = comm_index_.find(&part);
+    if (it == comm_index_.end()) it = comm_index_.emplace(&part, &collectives[part.ranks]).first;
+    it->second->push_back({&c, src, dst, static_cast<int>(n)});
+    return "";
   }
 
   void gemm_check(const Command& c, const View& a, const View& b, const View& cv) {
@@ -385,8 +403,8 @@ class RankWalker {
         hb_.join(target, event);
         const std::string saved = slot_tokens_[target];
         slot_tokens_[target] = c.token;
-        const std::string saved_token = cur_token_;
-        cur_token_ = c.token;
+        const std::string* saved_token = cur_token_;
+        cur_token_ = &c.token;
         walk(c.body, target, ns, branch);
         cur_token_ = saved_token;
         slot_tokens_[target] = saved;
@@ -517,9 +535,12 @@ class RankWalker {
   std::vector<BranchNode> branches_;
   std::map<std::string, TokenState> tokens_;
   std::vector<Namespace*> ns_stack_;
+  std::unordered_map<std::string, Participants> participants_;
+  std::unordered_map<const Participants*, std::vector<CollectiveSig>*> comm_index_;
   int frame_ = 0;
   int cond_ids_ = 0;
-  std::string cur_token_;
+  const std::string* cur_token_ = &kNoToken;
+  static inline const std::string kNoToken;
 };
 
 bool program_rank_dependent(const Program& p, const Block& b);
@@ -531,7 +552,7 @@ bool expr_has_axis(const Program& p, const Expr& e) {
   return false;
 }
 bool ref_rank_dependent(const Program& p, const Ref& r) {
-  for (const auto& g : r.syntax.groups)
+  for (const auto& g : r.syntax->groups)
     for (const auto& it : g)
       for (const auto* e : {it.a.get(), it.b.get(), it.step.get()})
         if (e && expr_has_axis(p, *e)) return true;
@@ -636,8 +657,8 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
       const Command& b = *w.commands[rr.second.command];
       const Buffer& buf = p.buffers[rr.first.buffer];
       uint64_t lo = std::max(rr.first.lo, rr.second.lo), hi = std::min(rr.first.hi, rr.second.hi);
-      const std::string& ta = w.command_token[rr.first.command];
-      const std::string& tb = w.command_token[rr.second.command];
+      const std::string& ta = *w.command_token[rr.first.command];
+      const std::string& tb = *w.command_token[rr.second.command];
       std::ostringstream msg;
       msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id << " (" << op_name(a.op)
           << (a.name.empty() ? "" : " '" + a.name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
@@ -680,13 +701,13 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
         auto it = by_rank.find(m);
         const auto& mine = it == by_rank.end() ? empty : *it->second;
         size_t k = 0;
-        while (k < ref.size() && k < mine.size() && ref[k].sig == mine[k].sig) ++k;
+        while (k < ref.size() && k < mine.size() && same_sig(p, ref[k], mine[k])) ++k;
         if (k == ref.size() && k == mine.size()) continue;
         std::ostringstream msg;
         msg << "deadlock: ranks " << ref_rank << " and " << m << " of communicator {" << rank_list(members)
             << "} issue different collective sequences; collective #" << k << ": rank " << ref_rank << " "
-            << (k < ref.size() ? ref[k].cmd->id + " " + ref[k].sig : std::string("issues none")) << ", rank " << m << " "
-            << (k < mine.size() ? mine[k].cmd->id + " " + mine[k].sig : std::string("issues none"));
+            << (k < ref.size() ? ref[k].cmd->id + " " + sig_text(p, ref[k]) : std::string("issues none")) << ", rank " << m << " "
+            << (k < mine.size() ? mine[k].cmd->id + " " + sig_text(p, mine[k]) : std::string("issues none"));
         const Command* at = k < mine.size() ? mine[k].cmd : ref[k].cmd;
         out.push_back({ErrorKind::schedule, p.file, at->id, msg.str()});
         break;
@@ -717,7 +738,7 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     std::string what = e.what();
     auto pos = what.find("parse error");
     return std::vector<Diagnostic>{{ErrorKind::input, file, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos))}};
@@ -728,8 +749,17 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
     lower(p);
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{e.kind(), file, e.pointer(), e.what()}};
+  } catch (const std::exception& e) {  // a safety net: never let a library exception escape
+    return std::vector<Diagnostic>{{ErrorKind::input, file, "", std::string("cannot read the schedule: ") + e.what()}};
   }
-  auto errors = validate(p, opts);
+  std::vector<Diagnostic> errors;
+  try {
+    errors = validate(p, opts);
+  } catch (const ThunkyError& e) {
+    errors = {{e.kind(), file, e.pointer(), e.what()}};
+  } catch (const std::exception& e) {
+    errors = {{ErrorKind::input, file, "", std::string("cannot validate the schedule: ") + e.what()}};
+  }
   if (!errors.empty()) return errors;
   return p;
 }

@@ -52,7 +52,7 @@ int dump(const thunky::Program& p, const thunky::ExecResult& r, const std::strin
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   Options o;
   CLI::App app{"thunky-exec: run a thunky schedule (sched.json) and measure every command"};
   app.add_option("SCHED", o.schedule, "schedule file (thunky.sched/1)")->required();
@@ -95,4 +95,13 @@ int main(int argc, char** argv) {
   }
   if (!o.dump.empty()) return dump(*prog, *result, o.dump);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {  // the library reports errors as values; this is a last resort
+    std::cerr << "thunky-exec: internal error: " << e.what() << "\n";
+    return 2;
+  }
 }
