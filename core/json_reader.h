@@ -1,0 +1,117 @@
+// Strict reading of JSON documents: every error names its JSON pointer and
+// unknown keys are errors. Shared by the schedule and machine-model loaders.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace thunky {
+
+namespace json_reader {
+using json = nlohmann::ordered_json;
+
+inline std::string child(const std::string& ptr, std::string_view key) {
+  std::string k;
+  for (char c : key) {
+    if (c == '~') k += "~0";
+    else if (c == '/') k += "~1";
+    else k += c;
+  }
+  return ptr + "/" + k;
+}
+inline std::string child(const std::string& ptr, size_t i) { return ptr + "/" + std::to_string(i); }
+
+[[noreturn]] inline void fail(const std::string& ptr, const std::string& msg) { throw ThunkyError(ptr, msg); }
+
+inline std::string type_name(const json& j) {
+  if (j.is_null()) return "null";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_number()) return "a number";
+  if (j.is_string()) return "a string";
+  if (j.is_array()) return "an array";
+  return "an object";
+}
+
+// A JSON object being read: remembers which keys were consumed so that
+// unknown keys are reported instead of silently ignored.
+class Obj {
+ public:
+  Obj(const json& j, std::string ptr) : j_(j), ptr_(std::move(ptr)) {
+    if (!j.is_object()) fail(ptr_, "expected an object, got " + type_name(j));
+  }
+  const std::string& ptr() const { return ptr_; }
+  bool has(std::string_view k) const { return j_.contains(std::string(k)); }
+  const json* get(std::string_view k) {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (it.key() == k) {
+        if (std::find(asked_.begin(), asked_.end(), k) == asked_.end()) {
+          asked_.push_back(k);
+          ++found_;
+        }
+        return &*it;
+      }
+    }
+    return nullptr;
+  }
+  const json& need(std::string_view k) {
+    auto* v = get(k);
+    if (!v) fail(ptr_, "missing required field '" + std::string(k) + "'");
+    return *v;
+  }
+  std::string at(std::string_view k) const { return child(ptr_, k); }
+  std::string str(std::string_view k) {
+    const json& v = need(k);
+    if (!v.is_string()) fail(at(k), "expected a string, got " + type_name(v));
+    return v.get<std::string>();
+  }
+  std::string str_or(std::string_view k, std::string def) {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_string()) fail(at(k), "expected a string, got " + type_name(*v));
+    return v->get<std::string>();
+  }
+  double num_or(std::string_view k, double def) {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_number()) fail(at(k), "expected a number, got " + type_name(*v));
+    return v->get<double>();
+  }
+  bool bool_or(std::string_view k, bool def) {
+    const json* v = get(k);
+    if (!v) return def;
+    if (!v->is_boolean()) fail(at(k), "expected true or false, got " + type_name(*v));
+    return v->get<bool>();
+  }
+  // Every key must have been asked for: keys are unique, so counting the
+  // found ones suffices, and only a failure looks for the culprit.
+  void done() const {
+    if (found_ >= j_.size()) return;
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (std::find(asked_.begin(), asked_.end(), it.key()) == asked_.end()) fail(child(ptr_, it.key()), "unknown key '" + it.key() + "'");
+  }
+
+ private:
+  const json& j_;
+  std::string ptr_;
+  std::vector<std::string_view> asked_;  // asked for and present
+  size_t found_ = 0;
+};
+
+inline int64_t as_int(const json& j, const std::string& ptr) {
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number_float()) {
+    double d = j.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  }
+  fail(ptr, "expected an integer, got " + (j.is_number() ? j.dump() : type_name(j)));
+}
+
+}  // namespace json_reader
+
+}  // namespace thunky

@@ -1,0 +1,42 @@
+#include "sim/machine.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace thunky::sim {
+namespace {
+
+const std::string kModels = std::string(THUNKY_SOURCE_DIR) + "/models";
+
+TEST(Machine, EveryShippedModelLoadsAndNamesItsSource) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(kModels)) {
+    auto m = load_machine(e.path().string(), kModels);
+    ASSERT_TRUE(m.ok()) << m.errors()[0].str();
+    EXPECT_FALSE(m->source.empty()) << e.path();
+    EXPECT_NE(m->axis("x"), nullptr) << e.path();
+    ++n;
+  }
+  EXPECT_EQ(n, 8);  // TPU v4, v5e, v5p, Ironwood; A100, H100, H200 nodes; H100 cluster
+}
+
+TEST(Machine, LoadsByNameAndRejectsUnknownKeys) {
+  auto m = load_machine("tpu-v5e", kModels);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->name, "tpu-v5e-4x4");
+  EXPECT_FALSE(m->axis("x")->wraparound);
+  EXPECT_DOUBLE_EQ(m->peak(DType::bf16), 1.97e14);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(R"({"format": "thunky.machine/1", "name": "m",
+    "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s", "turbo": true},
+    "axes": {"*": {"topology": "ring", "link_bandwidth": 1e10}}})");
+  try {
+    parse_machine(j);
+    FAIL() << "unknown key accepted";
+  } catch (const ThunkyError& e) {
+    EXPECT_EQ(e.pointer(), "/chip/turbo");
+  }
+}
+
+}  // namespace
+}  // namespace thunky::sim
