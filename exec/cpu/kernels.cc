@@ -33,7 +33,9 @@ void gemm_one(const T* a, const T* b, T* c, int64_t ar, int64_t ac, int64_t br, 
               bool ta, bool tb, T alpha, T beta) {
   Eigen::Map<const RowMat<T>> A(a, ar, ac), B(b, br, bc);
   Eigen::Map<RowMat<T>> C(c, cr, cc);
-  if (beta == T(0)) {
+  if (beta == T(0) && alpha == T(1) && !ta && !tb) {
+    C.noalias() = A * B;  // the common case, exactly what a direct Eigen call does
+  } else if (beta == T(0)) {
     if (!ta && !tb) C.noalias() = alpha * (A * B);
     else if (ta && !tb) C.noalias() = alpha * (A.transpose() * B);
     else if (!ta && tb) C.noalias() = alpha * (A * B.transpose());
