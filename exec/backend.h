@@ -15,7 +15,7 @@ namespace thunky {
 struct ExecOptions {
   int warmup = 0;
   int iters = 1;
-  int64_t max_trip_count = 10'000'000;  // a while loop past this is reported, never a hang
+  int64_t max_trip_count = 1'000'000;  // a while loop past this is reported, never a hang
 };
 
 struct ExecResult {

@@ -74,6 +74,13 @@ TEST(ExecCli, RaceExitsWith1) {
   EXPECT_NE(r.err.find("race on buffer 'pair0'"), std::string::npos) << r.err;
 }
 
+TEST(ExecCli, RunawayLoopIsStoppedWithExit1) {
+  // n never changes, so n > 1 stays true: the 1000th trip ends the run.
+  Result r = run(kSrc + "/tests/schedules/runaway_loop.json --max-trip-count 1000");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("more than 1000 iterations"), std::string::npos) << r.err;
+}
+
 TEST(ExecCli, UsageErrorsExitWith2) {
   EXPECT_EQ(run("").code, 2);
   EXPECT_EQ(run(kSrc + "/examples/init_and_copy.json --iters 0").code, 2);

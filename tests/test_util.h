@@ -14,8 +14,8 @@ namespace thunky::testing {
 
 inline std::string example_path(const std::string& name) { return std::string(THUNKY_SOURCE_DIR) + "/examples/" + name; }
 
-inline Program load_ok(const std::string& text) {
-  auto p = load_schedule_text(text, "test.json");
+// The program, or a test failure listing every diagnostic.
+inline Program unwrap(Expected<Program> p) {
   if (!p) {
     std::string all;
     for (const auto& e : p.errors()) all += e.str() + "\n";
@@ -25,16 +25,8 @@ inline Program load_ok(const std::string& text) {
   return std::move(p.value());
 }
 
-inline Program load_file_ok(const std::string& path) {
-  auto p = load_schedule_file(path);
-  if (!p) {
-    std::string all;
-    for (const auto& e : p.errors()) all += e.str() + "\n";
-    ADD_FAILURE() << all;
-    return Program{};
-  }
-  return std::move(p.value());
-}
+inline Program load_ok(const std::string& text) { return unwrap(load_schedule_text(text, "test.json")); }
+inline Program load_file_ok(const std::string& path) { return unwrap(load_schedule_file(path)); }
 
 // The diagnostics of a schedule that must fail to load.
 inline std::vector<Diagnostic> load_errors(const std::string& text) {

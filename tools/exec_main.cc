@@ -16,6 +16,7 @@ struct Options {
   int warmup = 0;
   int iters = 1;
   std::string report, trace, dump;
+  int64_t max_trip_count = 1'000'000;
 };
 
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
@@ -61,6 +62,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "timed iterations; the report shows the median one")->check(CLI::Range(1, 1000000));
   app.add_option("--report", o.report, "write report.json (thunky.report/1)");
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
+  app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
   try {
     app.parse(argc, argv);
@@ -77,6 +80,7 @@ int run_main(int argc, char** argv) {
   thunky::ExecOptions eo;
   eo.warmup = o.warmup;
   eo.iters = o.iters;
+  eo.max_trip_count = o.max_trip_count;
   auto result = (*backend)->run(*prog, eo);
   if (!result) {
     auto errors = result.errors();

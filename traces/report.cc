@@ -194,18 +194,24 @@ Report report_from_json(const ojson& j) {
   }
 }
 
+namespace {
+// "rank 3 (x=1, y=1)"
+std::string rank_name(const Report& r, const RankReport& rank, const char* sep) {
+  std::string s = "rank " + std::to_string(rank.rank);
+  if (r.axis_names.empty()) return s;
+  s += " (";
+  for (size_t i = 0; i < r.axis_names.size() && i < rank.coords.size(); ++i)
+    s += (i ? sep : "") + r.axis_names[i] + "=" + std::to_string(rank.coords[i]);
+  return s + ")";
+}
+}  // namespace
+
 ojson chrome_trace(const Report& r) {
   ojson events = ojson::array();
   int flow_id = 0;
   for (const auto& rank : r.ranks) {
     const int64_t pid = rank.rank;
-    std::string pname = "rank " + std::to_string(rank.rank);
-    if (!r.axis_names.empty()) {
-      pname += " (";
-      for (size_t i = 0; i < r.axis_names.size() && i < rank.coords.size(); ++i)
-        pname += (i ? ", " : "") + r.axis_names[i] + "=" + std::to_string(rank.coords[i]);
-      pname += ")";
-    }
+    const std::string pname = rank_name(r, rank, ", ");
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", pname}}}});
     std::map<std::string, int> tids;
     auto tid = [&](const std::string& stream) {
@@ -259,14 +265,7 @@ void print_table(const Report& r, std::ostream& os) {
     os << line;
   };
   for (const auto& rank : r.ranks) {
-    std::string label = "rank " + std::to_string(rank.rank);
-    if (!r.axis_names.empty()) {
-      label += " (";
-      for (size_t i = 0; i < r.axis_names.size() && i < rank.coords.size(); ++i)
-        label += (i ? "," : "") + r.axis_names[i] + "=" + std::to_string(rank.coords[i]);
-      label += ")";
-    }
-    row(label, rank.ops.size(), rank.stats);
+    row(rank_name(r, rank, ","), rank.ops.size(), rank.stats);
   }
   if (r.ranks.size() > 1) {
     size_t ops = 0;
