@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,11 @@ struct ExecResult {
   Report report;  // the timeline of the median iteration
   // Final contents after the last iteration: [rank][buffer] bytes.
   std::vector<std::vector<std::vector<uint8_t>>> memory;
+  // Control-flow decisions of the last iteration, per rank: for each cond,
+  // switch and while id, in execution order, the branch taken (cond: 1 then,
+  // 0 else; switch: the clamped index) or the trip count (while). The
+  // simulator resolves data-dependent control flow from these.
+  std::vector<std::map<std::string, std::vector<int64_t>>> decisions;
 };
 
 class Backend {

@@ -97,7 +97,18 @@ TEST(GuideExamples, PowerOfTwoLoop) {
 }
 
 TEST(GuideExamples, CollatzOf27Takes111Steps) {
-  EXPECT_EQ(run_example("collatz.json", "steps_out"), (std::vector<double>{111}));
+  Program p = load_file_ok(example_path("collatz.json"));
+  ExecResult r = run_cpu(p);
+  EXPECT_EQ(values(p, r, "steps_out"), (std::vector<double>{111}));
+  // The decision log the simulator reads: one while with 111 trips, and its
+  // cond ran 111 times; 27 is odd, so the first decision is the else branch.
+  ASSERT_EQ(r.decisions.size(), 1u);
+  EXPECT_EQ(r.decisions[0].at("/program/2"), (std::vector<int64_t>{111}));
+  const auto& conds = r.decisions[0].at("/program/2/body/1");
+  ASSERT_EQ(conds.size(), 111u);
+  EXPECT_EQ(conds[0], 0);
+  // Collatz(27) takes 41 odd (3n + 1) steps and 70 even ones.
+  EXPECT_EQ(std::count(conds.begin(), conds.end(), 1), 70);
 }
 
 TEST(GuideExamples, ConcurrentBranches) {

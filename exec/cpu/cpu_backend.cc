@@ -49,6 +49,7 @@ struct RankState {
   std::vector<OpRecord> ops;
   std::vector<FlowEdge> flows;
   std::map<std::string, int64_t> instances;
+  std::map<std::string, std::vector<int64_t>> decisions;
 };
 
 class Run {
@@ -79,6 +80,12 @@ class Run {
     for (auto& t : threads) t.join();
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
+  }
+
+  std::vector<std::map<std::string, std::vector<int64_t>>> decisions() {
+    std::vector<std::map<std::string, std::vector<int64_t>>> d;
+    for (auto& rs : ranks_) d.push_back(std::move(rs->decisions));
+    return d;
   }
 
   Report report() {
@@ -218,6 +225,11 @@ class Run {
     s.ops.push_back({id, std::string(op_name(c.op)), c.name, stream.str(), start, end, w.bytes, w.flops});
   }
 
+  void decide(RankState& s, const Command& c, int64_t value) {
+    std::lock_guard<std::mutex> l(s.mu);
+    s.decisions[c.id].push_back(value);
+  }
+
   CollectiveCall collective_call(RankState& s, const Command& c) {
     CollectiveCall call;
     call.op = c.op;
@@ -247,19 +259,24 @@ class Run {
     switch (c.op) {
       case Op::cond: {
         bool taken = read_scalar(s, *c.pred) != 0;
+        decide(s, c, taken ? 1 : 0);
         run_block(s, taken ? c.then_ : c.else_, stream, in_loop);
         return;
       }
       case Op::switch_: {
         int64_t k = static_cast<int64_t>(read_scalar(s, *c.index));
         k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(c.branches.size()) - 1);
+        decide(s, c, k);
         run_block(s, c.branches[k], stream, in_loop);
         return;
       }
       case Op::while_: {
         for (int64_t trips = 0;; ++trips) {
           run_block(s, c.cond, stream, true);
-          if (read_scalar(s, *c.cond_buf) == 0) return;
+          if (read_scalar(s, *c.cond_buf) == 0) {
+            decide(s, c, trips);
+            return;
+          }
           if (trips >= opts_.max_trip_count)
             throw std::runtime_error("rank " + std::to_string(s.rank) + ": the while loop at " + c.id + " ran more than " + std::to_string(opts_.max_trip_count) + " iterations");
           run_block(s, c.body, stream, true);
@@ -403,6 +420,7 @@ class CpuBackend final : public Backend {
       std::string failure = run.execute(deadlock);
       if (!failure.empty())
         return std::vector<Diagnostic>{{deadlock ? ErrorKind::schedule : ErrorKind::schedule, p.file, "", failure}};
+      if (it == total - 1) result.decisions = run.decisions();
       if (it >= std::max(0, opts.warmup)) {
         Report rep = run.report();
         summarize(rep);
