@@ -1,0 +1,44 @@
+// The discrete-event timing model: every rank's streams run their commands
+// in order, joined by token events; a collective starts on all its ranks
+// when the last participant reaches it (early ranks hold their stream);
+// concurrent kernels of a rank share its throughput (processor sharing) and
+// concurrent transfers share every directed link (max-min fair). Rates are
+// recomputed at every start and end.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/schedule.h"
+#include "sim/machine.h"
+#include "traces/report.h"
+
+namespace thunky::sim {
+
+// Control-flow outcomes per rank: command id -> decisions in execution order
+// (cond 1/0, switch index, while trip count), as the CPU backend logs them.
+using Decisions = std::vector<std::map<std::string, std::vector<int64_t>>>;
+
+struct CollectiveStat {
+  std::string id;
+  std::string op;
+  int64_t ranks = 0;
+  double bytes = 0;  // V of the cost model
+  double seconds = 0;
+  double alg_bw = 0, bus_bw = 0;
+};
+
+struct SimResult {
+  Report report;
+  std::vector<CollectiveStat> collectives;  // rank 0's view, in start order
+};
+
+// `decisions` may be null: then every cond/switch/while needs a sim hint.
+Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions);
+
+// Standalone seconds of a compute command on one rank (DESIGN.md 4.4).
+double compute_seconds(const Program& p, const Machine& m, const Command& c, int64_t rank);
+
+}  // namespace thunky::sim

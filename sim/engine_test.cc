@@ -1,0 +1,139 @@
+#include "sim/engine.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+#include "tools/gen.h"
+
+namespace thunky::sim {
+namespace {
+
+using testing::load_ok;
+
+// A ring machine with wraparound, 1e9 B/s per direction and no latency, so
+// times are bytes / 1e9 exactly; compute at 1e12 flop/s, 1e12 B/s HBM.
+Machine ring_machine(bool wrap = true, double alpha = 0) {
+  return parse_machine(nlohmann::ordered_json::parse(R"({"format": "thunky.machine/1", "name": "test-ring",
+    "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "test"},
+    "axes": {"*": {"topology": "ring", "wraparound": )" + std::string(wrap ? "true" : "false") +
+                                                       R"(, "link_bandwidth": 1e9, "hop_latency_s": )" + std::to_string(alpha) + "}}}"));
+}
+
+std::string mesh4(const std::string& program, const std::string& extra = "") {
+  return R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [4]},
+    "buffers": {"a": {"shape": [250000], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+                "b": {"shape": [250000], "dtype": "f32"}, "c": {"shape": [250000], "dtype": "f32"},
+                "m": {"shape": [64, 64], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+                "o1": {"shape": [64, 64], "dtype": "f32"}, "o2": {"shape": [64, 64], "dtype": "f32"})" + extra + R"(},
+    "program": )" + program + "}";
+}
+
+double makespan(const std::string& sched, const Machine& m, const Decisions* d = nullptr) {
+  Program p = load_ok(sched);
+  auto r = simulate(p, m, d);
+  if (!r) {
+    ADD_FAILURE() << r.errors()[0].str();
+    return -1;
+  }
+  return r->report.makespan_s;
+}
+
+TEST(SimLinks, NeighbourShiftTakesBytesOverOneDirection) {
+  // 250000 f32 = 1e6 bytes over one 1e9 B/s direction: 1 ms.
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}])"), ring_machine()), 1e-3, 1e-9);
+}
+
+TEST(SimLinks, TwoClockwiseShiftsShareAndOppositeShiftsDoNot) {
+  // Two clockwise shifts grouped cross the same directed links: half rate each, 2 ms.
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_group", "body": [
+      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1},
+      {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "shift": 1}]}])"), ring_machine()), 2e-3, 1e-9);
+  // Clockwise and counter-clockwise use opposite directions: 1 ms together.
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_group", "body": [
+      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1},
+      {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "shift": -1}]}])"), ring_machine()), 1e-3, 1e-9);
+}
+
+TEST(SimLinks, DesignFigureThroughTheEngine) {
+  // v5e, 4 ranks, no wraparound: AllGather of bf16[2048, 8192] sharded 4 ways
+  // (8.4 MB shards) takes (n-1)(V/n)/(W/2) = 559.2 us; the closed ring 372.8 us.
+  const std::string s = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [4]},
+    "buffers": {"a": {"shape": [512, 8192], "dtype": "bf16", "role": "input", "init": {"kind": "zeros"}},
+                "g": {"shape": [2048, 8192], "dtype": "bf16"}},
+    "program": [{"op": "all_gather", "src": "a", "dst": "g", "axis": "x"}]})";
+  auto load = [](const char* name) { return load_machine(name, std::string(THUNKY_SOURCE_DIR) + "/models").value(); };
+  Machine v5e = load("tpu-v5e");
+  EXPECT_NEAR(makespan(s, v5e), 559.2e-6, 0.1e-6);
+  v5e.axes["*"].wraparound = true;
+  EXPECT_NEAR(makespan(s, v5e), 372.8e-6, 0.1e-6);
+}
+
+TEST(SimCompute, TwoKernelsOnTwoStreamsTakeTheSum) {
+  // Two 1 ms kernels forked onto two streams of one rank share its
+  // throughput: both end at 2 ms.
+  const std::string k = R"({"op": "kernel", "writes": ["o1"], "cost": {"seconds": 0.001}})";
+  const std::string k2 = R"({"op": "kernel", "writes": ["o2"], "cost": {"seconds": 0.001}})";
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "async_start", "token": "t", "stream": {"kind": "computation", "id": 1}, "body": [)" + k +
+                             R"(]}, )" + k2 + R"(, {"op": "async_done", "token": "t"}])"),
+                       ring_machine()),
+              2e-3, 1e-9);
+}
+
+TEST(SimCompute, KernelBesideACollectiveTakesTheMax) {
+  // A 1 ms shift on communication:0 beside a 1.5 ms kernel: 1.5 ms.
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0},
+      "body": [{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}]},
+      {"op": "kernel", "writes": ["o1"], "cost": {"seconds": 0.0015}}, {"op": "async_done", "token": "t"}])"),
+                       ring_machine()),
+              1.5e-3, 1e-9);
+}
+
+TEST(SimPipeline, RingMatmulMatchesItsClosedForm) {
+  // N = 4, m_block 64, k 128 (f32): a shift moves 64 * 128 * 4 = 32768 B,
+  // 32.768 us at 1e9 B/s. Every GEMM costs 100 us (override), more than a
+  // shift, so after the first shift the pipeline is compute-bound:
+  // makespan = 4 GEMMs = 400 us.
+  gen::RingMatmulOptions o;
+  nlohmann::ordered_json s = gen::ring_matmul(o);
+  for (auto& c : s["program"])
+    if (c["op"] == "gemm") c["cost"] = {{"seconds", 1e-4}};
+  EXPECT_NEAR(makespan(s.dump(), ring_machine()), 4e-4, 1e-9);
+  // The blocking baseline: AllGather (V/W = 4 * 32768 / 2e9 = 65.5 us) then
+  // one GEMM of 400 us: 465.5 us.
+  nlohmann::ordered_json b = gen::blocking_matmul(o);
+  b["program"][1]["cost"] = {{"seconds", 4e-4}};
+  EXPECT_NEAR(makespan(b.dump(), ring_machine()), 4e-4 + 4 * 32768 / 2e9, 1e-9);
+}
+
+TEST(SimDeadlock, RankDependentBranchIsReportedNotHung) {
+  // Decisions as the functional model logs them: only rank 1 takes the branch
+  // holding the all_reduce, so it waits for ranks that never come.
+  const std::string s = mesh4(R"([{"op": "cond", "pred": "p", "then": [{"op": "all_reduce", "src": "a", "dst": "b", "axis": "x"}], "else": []}])",
+                              R"(, "p": {"shape": [], "dtype": "bool", "role": "input", "init": {"kind": "axis_index", "axis": "x"}})");
+  Program p = load_ok(s);
+  Decisions d(4);
+  for (int r = 0; r < 4; ++r) d[r]["/program/0"] = {r == 1 ? 1 : 0};
+  auto r = simulate(p, ring_machine(), &d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_NE(r.errors()[0].message.find("rank 1 (x=1) computation:0 at /program/0/then/0"), std::string::npos) << r.errors()[0].message;
+}
+
+TEST(SimControlFlow, HintsOrAnError) {
+  const std::string loop = R"({"format": "thunky.sched/1", "buffers": {"c": {"shape": [], "dtype": "bool"}, "o": {"shape": [4], "dtype": "f32"}},
+    "program": [{"op": "while", "cond_buf": "c", "cond": [{"op": "kernel", "writes": ["c"], "cost": {"seconds": 1e-6}}],
+                 "body": [{"op": "kernel", "writes": ["o"], "cost": {"seconds": 1e-5}}] HINT}]})";
+  // 3 trips: 4 cond kernels and 3 body kernels = 4 us + 30 us.
+  std::string hinted = loop;
+  hinted.replace(hinted.find("HINT"), 4, R"(, "sim": {"trip_count": 3})");
+  EXPECT_NEAR(makespan(hinted, ring_machine()), 34e-6, 1e-12);
+  std::string bare = loop;
+  bare.replace(bare.find("HINT"), 4, "");
+  auto r = simulate(load_ok(bare), ring_machine(), nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors()[0].pointer, "/program/0");
+  EXPECT_EQ(r.exit_code(), 2);
+}
+
+}  // namespace
+}  // namespace thunky::sim

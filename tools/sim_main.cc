@@ -1,0 +1,99 @@
+// thunky-sim SCHED: predicts the timeline of every rank, stream and link.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "core/validate.h"
+#include "exec/backend.h"
+#include "sim/engine.h"
+#include "sim/machine.h"
+#include "traces/report.h"
+
+namespace {
+
+bool unhinted_control_flow(const thunky::Block& b) {
+  for (const auto& c : b) {
+    if (c.op == thunky::Op::cond && !c.sim.taken) return true;
+    if (c.op == thunky::Op::switch_ && !c.sim.branch) return true;
+    if (c.op == thunky::Op::while_ && !c.sim.trip_count) return true;
+    for (const auto* sub : {&c.body, &c.then_, &c.else_, &c.cond})
+      if (unhinted_control_flow(*sub)) return true;
+    for (const auto& br : c.branches)
+      if (unhinted_control_flow(br)) return true;
+  }
+  return false;
+}
+
+int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
+  for (const auto& e : errors) std::cerr << e.str() << "\n";
+  return code;
+}
+
+int run_main(int argc, char** argv) {
+  std::string schedule, machine, report, trace;
+  CLI::App app{"thunky-sim: predict the timeline of a thunky schedule"};
+  app.add_option("SCHED", schedule, "schedule file (thunky.sched/1)")->required();
+  app.add_option("--machine", machine, "machine model: a file, or a name under models/");
+  app.add_option("--report", report, "write report.json (thunky.report/1)");
+  app.add_option("--trace", trace, "write a Chrome trace");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "thunky-sim: " << e.what() << "\nrun 'thunky-sim --help' for usage\n";
+    return 2;
+  }
+  auto prog = thunky::load_schedule_file(schedule);
+  if (!prog) return fail(prog.errors(), prog.exit_code());
+  if (machine.empty()) machine = prog->machine;
+  if (machine.empty()) {
+    std::cerr << schedule << ":/machine: no machine model: pass --machine NAME (see models/) or set \"machine\" in the schedule\n";
+    return 2;
+  }
+  auto m = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
+  if (!m) return fail(m.errors(), 2);
+  // Data-dependent control flow: run the functional model (the CPU backend) once.
+  thunky::sim::Decisions decisions;
+  const thunky::sim::Decisions* dp = nullptr;
+  if (unhinted_control_flow(prog->program)) {
+    auto backend = thunky::make_cpu_backend();
+    auto fr = backend->run(*prog, {});
+    if (!fr) return fail(fr.errors(), fr.exit_code());
+    decisions = std::move(fr->decisions);
+    dp = &decisions;
+  }
+  auto r = thunky::sim::simulate(*prog, *m, dp);
+  if (!r) return fail(r.errors(), r.exit_code());
+  thunky::print_table(r->report, std::cout);
+  if (!r->collectives.empty()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%-34s %-20s %6s %14s %12s %12s\n", "collective (rank 0)", "op", "ranks", "time_us", "algbw_GB/s", "busbw_GB/s");
+    std::cout << line;
+    for (const auto& c : r->collectives) {
+      std::snprintf(line, sizeof line, "%-34s %-20s %6lld %14.3f %12.2f %12.2f\n", c.id.c_str(), c.op.c_str(), static_cast<long long>(c.ranks),
+                    c.seconds * 1e6, c.alg_bw / 1e9, c.bus_bw / 1e9);
+      std::cout << line;
+    }
+  }
+  if (!report.empty()) {
+    auto err = thunky::write_json_file(report, thunky::to_json(r->report));
+    if (!err.empty()) return std::cerr << report << ": " << err << "\n", 2;
+  }
+  if (!trace.empty()) {
+    auto err = thunky::write_json_file(trace, thunky::chrome_trace(r->report));
+    if (!err.empty()) return std::cerr << trace << ": " << err << "\n", 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "thunky-sim: internal error: " << e.what() << "\n";
+    return 2;
+  }
+}
