@@ -22,9 +22,9 @@ struct Result {
   std::string out, err;
 };
 
-Result run(const std::string& args) {
+Result run_tool(const std::string& tool, const std::string& args) {
   const fs::path err = fs::temp_directory_path() / ("thunky_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = std::string(THUNKY_EXEC_BIN) + " " + args + " 2>" + err.string();
+  std::string cmd = tool + " " + args + " 2>" + err.string();
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
@@ -40,6 +40,9 @@ Result run(const std::string& args) {
   r.err = ss.str();
   return r;
 }
+
+Result run(const std::string& args) { return run_tool(THUNKY_EXEC_BIN, args); }
+Result sim(const std::string& args) { return run_tool(THUNKY_SIM_BIN, args); }
 
 const std::string kSrc = THUNKY_SOURCE_DIR;
 
@@ -124,6 +127,32 @@ TEST(ExecCli, GatheredDumpOfTheRingMatmul) {
   // Global C is [4 * 64, 4 * 64].
   EXPECT_EQ(c.shape, (std::vector<int64_t>{256, 256}));
   fs::remove_all(dir);
+}
+
+TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
+  const fs::path dir = fs::temp_directory_path() / ("thunky_sim_" + std::to_string(::getpid()));
+  Result r = sim(kSrc + "/examples/ring_collective_matmul_n4.json --machine tpu-v5e --report " + (dir / "r.json").string() +
+                 " --trace " + (dir / "t.json").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("busbw_GB/s"), std::string::npos);
+  auto report = nlohmann::json::parse(std::ifstream(dir / "r.json"));
+  EXPECT_EQ(report["format"], "thunky.report/1");
+  EXPECT_EQ(report["source"], "sim");
+  EXPECT_EQ(report["machine"], "tpu-v5e-4x4");
+  // Same ids as thunky-exec's report: 7 ops per rank (4 GEMMs, 3 shifts).
+  EXPECT_EQ(report["ranks"][2]["ops"].size(), 7u);
+  fs::remove_all(dir);
+  // No machine model anywhere: exit 2 naming /machine.
+  r = sim(kSrc + "/examples/init_and_copy.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(":/machine: "), std::string::npos) << r.err;
+  EXPECT_EQ(sim(kSrc + "/examples/init_and_copy.json --machine no-such-model").code, 2);
+  // A race is a wrong schedule: exit 1, as thunky-exec.
+  EXPECT_EQ(sim(kSrc + "/examples/bidirectional_ring_collective_matmul_n4_literal.json --machine tpu-v5e").code, 1);
+  // Control flow without hints runs the functional model: Collatz has 111 trips.
+  r = sim(kSrc + "/examples/collatz.json --machine h100-8gpu");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(" 447 "), std::string::npos) << r.out;  // copy, memzero, 112 checks, 111 x 3 body ops
 }
 
 }  // namespace
