@@ -138,6 +138,14 @@ class Engine {
       r.report.ranks.push_back(std::move(rr));
     }
     summarize(r.report);
+    for (const auto& [name, id] : link_ids_) {
+      LinkSeries ls;
+      ls.name = name;
+      const auto digits = name.find_first_of("0123456789");
+      ls.rank = digits == std::string::npos ? 0 : std::stoll(name.substr(digits));
+      if (static_cast<size_t>(id) < link_series_.size()) ls.samples = link_series_[id];
+      r.report.links.push_back(std::move(ls));
+    }
     r.collectives = std::move(stats_);
     return r;
   }
@@ -402,6 +410,7 @@ class Engine {
       }
     std::vector<double> rates = max_min_rates(capacity_, mm);
     for (size_t k = 0; k < live.size(); ++k) flows_[live[k]].rate = rates[k];
+    sample_links(live);
     // Processor sharing per rank.
     std::map<int64_t, int> running;
     for (auto& a : activities_)
@@ -426,6 +435,22 @@ class Engine {
           end = std::min(end, now_ + fl.remaining / fl.rate);
         }
         if (end < INFINITY) queue_.push({end}, encode(kComm, static_cast<int>(i), a.version));
+      }
+    }
+  }
+
+  // One utilisation step per link whose load changed.
+  void sample_links(const std::vector<int>& live) {
+    std::vector<double> load(capacity_.size(), 0.0);
+    for (int f : live)
+      for (int l : flows_[f].links) load[l] += flows_[f].rate;
+    if (link_series_.size() < capacity_.size()) link_series_.resize(capacity_.size());
+    for (size_t l = 0; l < capacity_.size(); ++l) {
+      const double u = capacity_[l] > 0 ? std::min(1.0, load[l] / capacity_[l]) : 0.0;
+      auto& s = link_series_[l];
+      if (s.empty() || s.back().second != u) {
+        if (!s.empty() && s.back().first == now_) s.back().second = u;
+        else s.emplace_back(now_, u);
       }
     }
   }
@@ -623,6 +648,7 @@ class Engine {
   std::vector<Flow> flows_;
   double flow_last_ = 0;
   std::vector<double> capacity_;
+  std::vector<std::vector<std::pair<double, double>>> link_series_;
   std::map<std::string, int> link_ids_;
   std::map<std::pair<int64_t, std::vector<int>>, int64_t> seq_;
   std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> rendezvous_;

@@ -54,6 +54,20 @@ TEST(SimLinks, TwoClockwiseShiftsShareAndOppositeShiftsDoNot) {
       {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "shift": -1}]}])"), ring_machine()), 1e-3, 1e-9);
 }
 
+TEST(SimLinks, UtilisationTracksPerLink) {
+  Program p = load_ok(mesh4(R"([{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}])"));
+  auto r = simulate(p, ring_machine(), nullptr);
+  ASSERT_TRUE(r.ok());
+  // Four clockwise links, each fully used from 0 to 1 ms, then idle.
+  ASSERT_EQ(r->report.links.size(), 4u);
+  for (const auto& l : r->report.links) {
+    ASSERT_EQ(l.samples.size(), 2u) << l.name;
+    EXPECT_EQ(l.samples[0], (std::pair<double, double>{0.0, 1.0}));
+    EXPECT_NEAR(l.samples[1].first, 1e-3, 1e-12);
+    EXPECT_EQ(l.samples[1].second, 0.0);
+  }
+}
+
 TEST(SimLinks, DesignFigureThroughTheEngine) {
   // v5e, 4 ranks, no wraparound: AllGather of bf16[2048, 8192] sharded 4 ways
   // (8.4 MB shards) takes (n-1)(V/n)/(W/2) = 559.2 us; the closed ring 372.8 us.

@@ -236,6 +236,9 @@ ojson chrome_trace(const Report& r) {
       events.push_back({{"ph", "f"}, {"name", name}, {"cat", "token"}, {"id", flow_id}, {"pid", pid}, {"tid", tid(f.to_stream)}, {"ts", f.to_s * 1e6}, {"bp", "e"}});
     }
   }
+  for (const auto& l : r.links)
+    for (const auto& [t, u] : l.samples)
+      events.push_back({{"ph", "C"}, {"name", l.name}, {"pid", l.rank}, {"ts", t * 1e6}, {"args", {{"utilisation", u}}}});
   return ojson{{"traceEvents", events}, {"displayTimeUnit", "ns"}};
 }
 

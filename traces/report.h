@@ -45,6 +45,13 @@ struct RankReport {
   RankStats stats;
 };
 
+// Utilisation of one directed link over time (sim): (time, fraction of capacity) steps.
+struct LinkSeries {
+  std::string name;
+  int64_t rank = 0;  // the rank the link leaves
+  std::vector<std::pair<double, double>> samples;
+};
+
 struct Report {
   std::string source;  // "sim" or "exec"
   std::string schedule;
@@ -56,6 +63,7 @@ struct Report {
   RankStats summary;  // mean over ranks
   std::vector<std::string> critical_path;
   std::vector<double> iteration_makespans_s;  // exec: every timed iteration
+  std::vector<LinkSeries> links;              // sim: one counter track per link in the trace
 };
 
 bool is_collective_op(const std::string& op);
