@@ -131,8 +131,9 @@ TEST(ExecCli, GatheredDumpOfTheRingMatmul) {
 
 TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
   const fs::path dir = fs::temp_directory_path() / ("thunky_sim_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
   Result r = sim(kSrc + "/examples/ring_collective_matmul_n4.json --machine tpu-v5e --report " + (dir / "r.json").string() +
-                 " --trace " + (dir / "t.json").string());
+                 " --trace " + (dir / "t.json").string() + " --svg " + (dir / "t.svg").string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("busbw_GB/s"), std::string::npos);
   auto report = nlohmann::json::parse(std::ifstream(dir / "r.json"));
@@ -141,6 +142,19 @@ TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
   EXPECT_EQ(report["machine"], "tpu-v5e-4x4");
   // Same ids as thunky-exec's report: 7 ops per rank (4 GEMMs, 3 shifts).
   EXPECT_EQ(report["ranks"][2]["ops"].size(), 7u);
+  // The SVG has one rectangle per op of every rank: 4 x 7.
+  std::stringstream svg;
+  svg << std::ifstream(dir / "t.svg").rdbuf();
+  const std::string text = svg.str();
+  size_t rects = 0;
+  for (size_t pos = text.find("<rect"); pos != std::string::npos; pos = text.find("<rect", pos + 1)) ++rects;
+  EXPECT_EQ(rects, 28u);
+  EXPECT_EQ(text.rfind("<svg", 0), 0u);
+  // The trace carries a counter track per link.
+  auto trace = nlohmann::json::parse(std::ifstream(dir / "t.json"));
+  int counters = 0;
+  for (const auto& e : trace["traceEvents"]) counters += e["ph"] == "C";
+  EXPECT_GT(counters, 0);
   fs::remove_all(dir);
   // No machine model anywhere: exit 2 naming /machine.
   r = sim(kSrc + "/examples/init_and_copy.json");

@@ -8,6 +8,8 @@
 #include "sim/engine.h"
 #include "sim/machine.h"
 #include "traces/report.h"
+#include "traces/svg.h"
+#include <fstream>
 
 namespace {
 
@@ -30,12 +32,13 @@ int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
 }
 
 int run_main(int argc, char** argv) {
-  std::string schedule, machine, report, trace;
+  std::string schedule, machine, report, trace, svg;
   CLI::App app{"thunky-sim: predict the timeline of a thunky schedule"};
   app.add_option("SCHED", schedule, "schedule file (thunky.sched/1)")->required();
   app.add_option("--machine", machine, "machine model: a file, or a name under models/");
   app.add_option("--report", report, "write report.json (thunky.report/1)");
   app.add_option("--trace", trace, "write a Chrome trace");
+  app.add_option("--svg", svg, "write an SVG timeline (one lane per stream, rank rows)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -83,6 +86,11 @@ int run_main(int argc, char** argv) {
   if (!trace.empty()) {
     auto err = thunky::write_json_file(trace, thunky::chrome_trace(r->report));
     if (!err.empty()) return std::cerr << trace << ": " << err << "\n", 2;
+  }
+  if (!svg.empty()) {
+    std::ofstream f(svg);
+    f << thunky::timeline_svg(r->report);
+    if (!f) return std::cerr << svg << ": cannot write\n", 2;
   }
   return 0;
 }
