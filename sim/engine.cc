@@ -375,7 +375,9 @@ class Engine {
     }
     act.latency_end = now_ + latency;
     const int a = static_cast<int>(activities_.size());
+    for (int f : act.flows) live_flows_.push_back(f);
     activities_.push_back(std::move(act));
+    new_activities_.push_back(a);
     Activity& ref = activities_[a];
     if (ref.additive && latency > 0) {
       queue_.push({ref.latency_end}, encode(kFlowStart, a));
@@ -387,7 +389,7 @@ class Engine {
         return;
       }
     }
-    rates_changed();
+    solve_links();
   }
 
   void add_stat(const std::string& id, const Command& c, int64_t n, double bytes, double alone) {
@@ -396,57 +398,104 @@ class Engine {
   }
 
   // ---- rates ----
-  void rates_changed() {
-    // Bring every running activity's progress up to now, then re-solve.
-    for (auto& f : flows_)
-      if (f.active && !f.done) f.remaining = std::max(0.0, f.remaining - f.rate * (now_ - flow_last_));
+  // Bring the live activities up to now, re-solve the link shares (over the
+  // links live flows use) or one rank's compute shares, and re-predict the
+  // end of every activity whose rate changed.
+  // Link shares change only when a flow starts or ends.
+  void solve_links() {
+    for (int f : live_flows_) {
+      Flow& fl = flows_[f];
+      if (fl.active) fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now_ - flow_last_));
+    }
     flow_last_ = now_;
     std::vector<int> live;
+    for (int f : live_flows_)
+      if (flows_[f].active && !flows_[f].done) live.push_back(f);
+    // Solve on the links in use only.
+    if (local_.size() < capacity_.size()) local_.resize(capacity_.size(), -1);
+    std::vector<int> used;
+    std::vector<double> cap;
     std::vector<MaxMinFlow> mm;
-    for (size_t i = 0; i < flows_.size(); ++i)
-      if (flows_[i].active && !flows_[i].done) {
-        live.push_back(static_cast<int>(i));
-        mm.push_back({flows_[i].links});
+    mm.reserve(live.size());
+    for (int f : live) {
+      MaxMinFlow m;
+      for (int l : flows_[f].links) {
+        if (local_[l] < 0) {
+          local_[l] = static_cast<int>(used.size());
+          used.push_back(l);
+          cap.push_back(capacity_[l]);
+        }
+        m.links.push_back(local_[l]);
       }
-    std::vector<double> rates = max_min_rates(capacity_, mm);
-    for (size_t k = 0; k < live.size(); ++k) flows_[live[k]].rate = rates[k];
+      mm.push_back(std::move(m));
+    }
+    std::vector<double> rates = max_min_rates(cap, mm);
+    for (int l : used) local_[l] = -1;
+    std::set<int> dirty(new_activities_.begin(), new_activities_.end());
+    new_activities_.clear();
+    for (size_t k = 0; k < live.size(); ++k) {
+      Flow& fl = flows_[live[k]];
+      if (fl.rate != rates[k]) {
+        fl.rate = rates[k];
+        dirty.insert(fl.activity);
+      }
+    }
     sample_links(live);
-    // Processor sharing per rank.
+    reschedule(dirty);
+  }
+
+  // Compute shares change only on the rank where a kernel starts or ends
+  // (rank < 0: every rank).
+  void solve_compute(int64_t rank) {
+    std::set<int> dirty(new_activities_.begin(), new_activities_.end());
+    new_activities_.clear();
     std::map<int64_t, int> running;
-    for (auto& a : activities_)
-      if (!a.comm && !a.finished) {
-        a.remaining = std::max(0.0, a.remaining - a.rate * (now_ - a.last));
-        a.last = now_;
-        ++running[a.rank];
+    for (int i : live_compute_) ++running[activities_[i].rank];
+    for (int i : live_compute_) {
+      Activity& a = activities_[i];
+      if (rank >= 0 && a.rank != rank) continue;
+      a.remaining = std::max(0.0, a.remaining - a.rate * (now_ - a.last));
+      a.last = now_;
+      const double r = 1.0 / running[a.rank];
+      if (r != a.rate) {
+        a.rate = r;
+        dirty.insert(i);
       }
-    for (size_t i = 0; i < activities_.size(); ++i) {
+    }
+    reschedule(dirty);
+  }
+
+  void reschedule(const std::set<int>& dirty) {
+    for (int i : dirty) {
       Activity& a = activities_[i];
       if (a.finished) continue;
       ++a.version;
       if (!a.comm) {
-        a.rate = 1.0 / running[a.rank];
-        queue_.push({now_ + a.remaining / a.rate}, encode(kCompute, static_cast<int>(i), a.version));
-      } else {
-        // The next change: the earliest end of one of its flows.
-        double end = INFINITY;
-        for (int f : a.flows) {
-          const Flow& fl = flows_[f];
-          if (fl.done || !fl.active || fl.rate <= 0) continue;
-          end = std::min(end, now_ + fl.remaining / fl.rate);
-        }
-        if (end < INFINITY) queue_.push({end}, encode(kComm, static_cast<int>(i), a.version));
+        queue_.push({now_ + a.remaining / a.rate}, encode(kCompute, i, a.version));
+        continue;
       }
+      // The next change: the earliest end of one of its flows.
+      double end = INFINITY;
+      for (int f : a.flows) {
+        const Flow& fl = flows_[f];
+        if (fl.done || !fl.active || fl.rate <= 0) continue;
+        end = std::min(end, now_ + fl.remaining / fl.rate);
+      }
+      if (end < INFINITY) queue_.push({end}, encode(kComm, i, a.version));
     }
   }
 
   // One utilisation step per link whose load changed.
   void sample_links(const std::vector<int>& live) {
-    std::vector<double> load(capacity_.size(), 0.0);
+    if (link_series_.size() < capacity_.size()) link_series_.resize(capacity_.size());
+    std::map<int, double> load;
+    for (int l : hot_links_) load[l] = 0.0;
     for (int f : live)
       for (int l : flows_[f].links) load[l] += flows_[f].rate;
-    if (link_series_.size() < capacity_.size()) link_series_.resize(capacity_.size());
-    for (size_t l = 0; l < capacity_.size(); ++l) {
-      const double u = capacity_[l] > 0 ? std::min(1.0, load[l] / capacity_[l]) : 0.0;
+    hot_links_.clear();
+    for (const auto& [l, v] : load) {
+      const double u = capacity_[l] > 0 ? std::min(1.0, v / capacity_[l]) : 0.0;
+      if (u > 0) hot_links_.push_back(l);
       auto& s = link_series_[l];
       if (s.empty() || s.back().second != u) {
         if (!s.empty() && s.back().first == now_) s.back().second = u;
@@ -458,6 +507,10 @@ class Engine {
   static constexpr uint64_t kCompute = 0, kComm = 1, kLatency = 2, kFlowStart = 3;
   static uint64_t encode(uint64_t kind, int activity, uint64_t version = 0) {
     return (kind << 62) | (static_cast<uint64_t>(activity) << 32) | (version & 0xffffffffu);
+  }
+
+  void drop_done_flows() {
+    live_flows_.erase(std::remove_if(live_flows_.begin(), live_flows_.end(), [&](int f) { return flows_[f].done; }), live_flows_.end());
   }
 
   bool flows_done(const Activity& act) const {
@@ -475,7 +528,7 @@ class Engine {
     if (kind == kFlowStart) {
       for (int f : act.flows) flows_[f].active = true;
       if (flows_done(act)) finish(a);
-      else rates_changed();
+      else solve_links();
       return;
     }
     if (kind == kLatency) {
@@ -488,20 +541,26 @@ class Engine {
       return;
     }
     // Bring the flows up to now; those with nothing left are done.
-    for (auto& f : flows_)
-      if (f.active && !f.done) f.remaining = std::max(0.0, f.remaining - f.rate * (now_ - flow_last_));
+    for (int f : live_flows_) {
+      Flow& fl = flows_[f];
+      if (fl.active && !fl.done) fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now_ - flow_last_));
+    }
     flow_last_ = now_;
     for (int f : act.flows) {
       Flow& fl = flows_[f];
       if (fl.active && !fl.done && fl.remaining <= 1e-9 * std::max(1.0, fl.rate)) fl.done = true;
     }
+    drop_done_flows();
     if (flows_done(act) && now_ >= act.latency_end) finish(a);
-    else rates_changed();
+    else solve_links();
   }
 
   void finish(int a) {
     Activity& act = activities_[a];
     act.finished = true;
+    if (!act.comm) live_compute_.erase(std::find(live_compute_.begin(), live_compute_.end(), a));
+    for (int f : act.flows) flows_[f].done = true;
+    drop_done_flows();
     if (act.comm) {
       // Each stream of the collective reports each member.
       for (const auto& [s, c] : act.records) {
@@ -534,7 +593,8 @@ class Engine {
       streams_[s].state = Stream::State::ready;
       ready_.push_back(s);
     }
-    rates_changed();
+    if (act.comm) solve_links();
+    else solve_compute(act.rank);
   }
 
   void record_op(const Stream& st, const Command& c, const std::string& id, double start, double end) {
@@ -589,8 +649,10 @@ class Engine {
         act.remaining = compute_seconds(p_, m_, *t.cmd, s.rank);
         act.start = act.last = now_;
         s.state = Stream::State::running;
+        live_compute_.push_back(static_cast<int>(activities_.size()));
+        new_activities_.push_back(static_cast<int>(activities_.size()));
         activities_.push_back(std::move(act));
-        rates_changed();
+        solve_compute(s.rank);
         return;
       }
     }
@@ -649,6 +711,11 @@ class Engine {
   double flow_last_ = 0;
   std::vector<double> capacity_;
   std::vector<std::vector<std::pair<double, double>>> link_series_;
+  std::vector<int> hot_links_;       // links with non-zero load at the last sample
+  std::vector<int> local_;           // scratch: link -> index in the current solve
+  std::vector<int> live_flows_;      // flows not yet done
+  std::vector<int> live_compute_;    // compute activities not yet finished
+  std::vector<int> new_activities_;  // started since the last solve
   std::map<std::string, int> link_ids_;
   std::map<std::pair<int64_t, std::vector<int>>, int64_t> seq_;
   std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> rendezvous_;

@@ -91,12 +91,23 @@ void summarize(Report& r) {
         cur = &op;
         best = &rank;
       }
+  if (!cur) return;
+  // The rank's ops sorted by end time: each step back is a binary search.
+  std::vector<const OpRecord*> by_end;
+  for (const auto& op : best->ops) by_end.push_back(&op);
+  std::sort(by_end.begin(), by_end.end(), [](const OpRecord* a, const OpRecord* b) { return a->end_s < b->end_s; });
   const double eps = 1e-12;
-  while (cur && r.critical_path.size() < 100000) {
+  while (cur && r.critical_path.size() < by_end.size()) {
     r.critical_path.push_back(cur->id);
+    auto it = std::upper_bound(by_end.begin(), by_end.end(), cur->start_s + eps, [](double t, const OpRecord* op) { return t < op->end_s; });
     const OpRecord* prev = nullptr;
-    for (const auto& op : best->ops)
-      if (&op != cur && op.end_s <= cur->start_s + eps && (!prev || op.end_s > prev->end_s)) prev = &op;
+    while (it != by_end.begin()) {
+      --it;
+      if (*it != cur) {
+        prev = *it;
+        break;
+      }
+    }
     cur = prev;
   }
   std::reverse(r.critical_path.begin(), r.critical_path.end());
