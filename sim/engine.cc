@@ -30,6 +30,18 @@ double compute_seconds(const Program& p, const Machine& m, const Command& c, int
 
 namespace {
 
+// A collective_group's task id lists its members' ids joined by '|'.
+std::vector<std::string> split_ids(const std::string& joined) {
+  std::vector<std::string> ids;
+  size_t pos = 0;
+  for (;;) {
+    const size_t bar = joined.find('|', pos);
+    ids.push_back(joined.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
+    if (bar == std::string::npos) return ids;
+    pos = bar + 1;
+  }
+}
+
 struct Task {
   enum class Kind { op, record, wait };
   Kind kind = Kind::op;
@@ -566,15 +578,7 @@ class Engine {
       for (const auto& [s, c] : act.records) {
         const Stream& st = streams_[s];
         const Task& t = st.tasks[st.pc];
-        std::vector<std::string> ids;
-        std::string all = t.id;
-        size_t pos = 0;
-        while (true) {
-          size_t bar = all.find('|', pos);
-          ids.push_back(all.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
-          if (bar == std::string::npos) break;
-          pos = bar + 1;
-        }
+        const std::vector<std::string> ids = split_ids(t.id);
         size_t k = 0;
         if (t.cmd->op == Op::collective_group)
           for (size_t m = 0; m < t.cmd->body.size(); ++m)
@@ -661,7 +665,6 @@ class Engine {
   void arrive(int si, const Task& t) {
     Stream& s = streams_[si];
     s.state = Stream::State::waiting_collective;
-    const Command& first = t.cmd->op == Op::collective_group ? t.cmd->body.front() : *t.cmd;
     std::set<int> members;
     std::vector<const Command*> cmds;
     if (t.cmd->op == Op::collective_group)
@@ -672,7 +675,6 @@ class Engine {
       Participants part = participants(p_.mesh, s.rank, c->axis, c->groups);
       members.insert(part.ranks.begin(), part.ranks.end());
     }
-    (void)first;
     std::vector<int> key(members.begin(), members.end());
     const int64_t seq = seq_[{s.rank, key}]++;
     Rendezvous& rv = rendezvous_[{key, seq}];
@@ -684,15 +686,8 @@ class Engine {
     for (const auto& [r, st] : rv.arrived) streams.push_back(st);
     for (int st : streams) streams_[st].state = Stream::State::running;
     streams_started_rank0_ = rv.arrived.count(0) > 0;
-    std::vector<std::string> ids;
     const Task& t0 = streams_[streams[0]].tasks[streams_[streams[0]].pc];
-    size_t pos = 0;
-    while (true) {
-      size_t bar = t0.id.find('|', pos);
-      ids.push_back(t0.id.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
-      if (bar == std::string::npos) break;
-      pos = bar + 1;
-    }
+    const std::vector<std::string> ids = split_ids(t0.id);
     std::map<int, double> since = rv.since;
     rendezvous_.erase({key, seq});
     start_collective(streams, cmds, ids, since);
