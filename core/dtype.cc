@@ -71,7 +71,8 @@ uint32_t encode_mini(float v, MiniFloat f) {
   const float max_v = decode_mini(max_finite, f);
   if (a > max_v) {
     // Values that round back down to max stay finite; beyond the half-way point overflow.
-    const float next = std::ldexp(1.0f, 0) * max_v + (max_v - decode_mini(max_finite - 1, f)) / 2;
+    // Half an ulp above the largest finite value is the rounding boundary.
+    const float next = max_v + (max_v - decode_mini(max_finite - 1, f)) / 2;
     if (a < next || (a == next && (max_finite & 1) == 0)) return sign | max_finite;
     return sign | (f.ieee ? (exp_mask << f.man_bits) : nan);
   }

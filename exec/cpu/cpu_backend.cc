@@ -416,10 +416,10 @@ class CpuBackend final : public Backend {
         }
       }
       Run run(p, opts, result.memory);
+      // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
-      if (!failure.empty())
-        return std::vector<Diagnostic>{{deadlock ? ErrorKind::schedule : ErrorKind::schedule, p.file, "", failure}};
+      if (!failure.empty()) return std::vector<Diagnostic>{{ErrorKind::schedule, p.file, "", failure}};
       if (it == total - 1) result.decisions = run.decisions();
       if (it >= std::max(0, opts.warmup)) {
         Report rep = run.report();
