@@ -373,6 +373,8 @@ class Engine {
         }
         std::sort(f.links.begin(), f.links.end());
         f.links.erase(std::unique(f.links.begin(), f.links.end()), f.links.end());
+        // Alone, the flow runs at its slowest link's capacity.
+        for (int l : f.links) cap = std::min(cap, capacity_[l]);
         f.remaining = transfer * cap;
         f.activity = static_cast<int>(activities_.size());
         if (f.remaining > 0 && !f.links.empty()) {

@@ -82,6 +82,24 @@ TEST(SimLinks, DesignFigureThroughTheEngine) {
   EXPECT_NEAR(makespan(s, v5e), 372.8e-6, 0.1e-6);
 }
 
+TEST(SimLinks, SwitchAndHierarchicalThroughTheEngine) {
+  // 1 GiB gathered (f32[2^28] over 16 ranks = f32[2^24] shards).
+  auto sched = [](int n) {
+    return R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [)" + std::to_string(n) + R"(]},
+      "buffers": {"a": {"shape": [)" + std::to_string((1 << 28) / n) + R"(], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+                  "g": {"shape": [268435456], "dtype": "f32"}},
+      "program": [{"op": "all_gather", "src": "a", "dst": "g", "axis": "x"}]})";
+  };
+  const std::string models = std::string(THUNKY_SOURCE_DIR) + "/models";
+  const double gib = 1073741824.0;
+  // H100 node (switch, additive): 7/8 * 2^30 / 4.5e11 + 5 us = 2092.7 us.
+  EXPECT_NEAR(makespan(sched(8), load_machine("h100-8gpu", models).value()), 7.0 / 8 * gib / 4.5e11 + 5e-6, 1e-9);
+  // H100 cluster, 16 ranks = 2 nodes: within the node 7/8 V / 4.5e11 + 5 us, across nodes
+  // 1/2 V / (8 * 5e10) + 10 us: 2092.7 + 1352.2 = 3444.9 us.
+  EXPECT_NEAR(makespan(sched(16), load_machine("h100-cluster", models).value()),
+              7.0 / 8 * gib / 4.5e11 + 5e-6 + 0.5 * gib / (8 * 5e10) + 1e-5, 1e-9);
+}
+
 TEST(SimCompute, TwoKernelsOnTwoStreamsTakeTheSum) {
   // Two 1 ms kernels forked onto two streams of one rank share its
   // throughput: both end at 2 ms.
