@@ -323,8 +323,8 @@ class Engine {
           if (first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups) {
             const int dim = *p_.mesh.axis(c.axis[0]);
             const int64_t cw = floor_mod(t - s, n), ccw = floor_mod(s - t, n);
-            int dir = (cw <= ccw || !first.wraparound) ? 1 : -1;
-            if (!first.wraparound) dir = t > s ? 1 : -1;
+            // Shortest way round (ties clockwise); a line has only the direct way.
+            const int dir = first.wraparound ? (cw <= ccw ? 1 : -1) : (t > s ? 1 : -1);
             hops = dir > 0 ? (first.wraparound ? cw : t - s) : (first.wraparound ? ccw : s - t);
             int64_t at = from;
             for (int64_t h = 0; h < hops; ++h) {
@@ -344,9 +344,8 @@ class Engine {
           act.flows.push_back(static_cast<int>(flows_.size()));
           flows_.push_back(std::move(f));
         }
-        add_stat(ids[k], c, n, bytes, 0);
+        add_stat(ids[k], c, n, bytes);
       } else {
-        const double alone = collective_seconds(c.op, spans, bytes, false);
         const double lat_only = collective_seconds(c.op, spans, 0, false);
         const double transfer = std::max(0.0, collective_seconds(c.op, spans, bytes, true) - lat_only);
         latency = std::max(latency, lat_only);
@@ -381,8 +380,7 @@ class Engine {
           act.flows.push_back(static_cast<int>(flows_.size()));
           flows_.push_back(std::move(f));
         }
-        (void)alone;
-        add_stat(ids[k], c, n, bytes, 0);
+        add_stat(ids[k], c, n, bytes);
       }
       for (int s : streams) act.records.push_back({s, &c});
       act.record_ids.push_back(ids[k]);
@@ -406,9 +404,10 @@ class Engine {
     solve_links();
   }
 
-  void add_stat(const std::string& id, const Command& c, int64_t n, double bytes, double alone) {
+  // The collective table: rank 0's collectives; seconds are filled in at the end.
+  void add_stat(const std::string& id, const Command& c, int64_t n, double bytes) {
     if (streams_started_rank0_ && stats_seen_.insert(id).second)
-      stats_.push_back({id, std::string(op_name(c.op)), n, bytes, alone, 0, 0});
+      stats_.push_back({id, std::string(op_name(c.op)), n, bytes, 0, 0, 0});
   }
 
   // ---- rates ----
@@ -587,9 +586,9 @@ class Engine {
             if (&t.cmd->body[m] == c) k = m;
         record_op(st, *c, ids[std::min(k, ids.size() - 1)], act.since.count(s) ? act.since.at(s) : act.start, now_);
       }
-      for (auto& s : stats_)
+      for (auto& st : stats_)
         for (const auto& id : act.record_ids)
-          if (s.id == id && s.seconds == 0) s.seconds = now_ - act.start;
+          if (st.id == id && st.seconds == 0) st.seconds = now_ - act.start;
     } else {
       const Stream& st = streams_[act.streams[0]];
       record_op(st, *st.tasks[st.pc].cmd, st.tasks[st.pc].id, act.start, now_);
