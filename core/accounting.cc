@@ -3,8 +3,17 @@
 namespace thunky {
 
 namespace {
-int64_t view_bytes(const Program& p, const View& v) {
-  return v.count() * static_cast<int64_t>(dtype_size(p.buffers[v.buffer].dtype));
+int64_t count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+bool mentions_names(const Expr* e) {
+  if (!e) return false;
+  if (e->kind == Expr::Kind::name) return true;
+  for (const auto& a : e->args)
+    if (mentions_names(a.get())) return true;
+  return false;
 }
 int64_t expr_ops(const Expr& e) {
   int64_t n = (e.kind == Expr::Kind::unary || e.kind == Expr::Kind::binary || e.kind == Expr::Kind::call) ? 1 : 0;
@@ -13,32 +22,68 @@ int64_t expr_ops(const Expr& e) {
 }
 }  // namespace
 
-Work command_work(const Program& p, const Command& c, const RankCtx& ctx) {
+bool size_depends_on_rank(const Ref& r) {
+  for (const auto& g : r.syntax->groups)
+    for (const auto& it : g) {
+      if (it.kind == IndexItem::Kind::slice && (mentions_names(it.a.get()) || mentions_names(it.b.get()))) return true;
+      if (it.kind == IndexItem::Kind::ds && mentions_names(it.b.get())) return true;
+    }
+  return false;
+}
+
+bool work_depends_on_rank(const Command& c) {
+  for (const auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf})
+    if (*r && size_depends_on_rank(**r)) return true;
+  for (const auto& [k, r] : c.in)
+    if (size_depends_on_rank(r)) return true;
+  for (const auto* v : {&c.refs, &c.refs2})
+    for (const auto& r : *v)
+      if (size_depends_on_rank(r)) return true;
+  return false;
+}
+
+const std::vector<int64_t>& ShapeCache::shape(const Program& p, const Ref& r, const RankCtx& ctx) {
+  if (size_depends_on_rank(r)) return scratch_ = resolve(p, r, ctx).shape;
+  auto [it, fresh] = shapes_.try_emplace({r.syntax.get(), r.buffer});
+  if (fresh) it->second = resolve(p, r, ctx).shape;
+  return it->second;
+}
+
+Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache) {
   Work w;
-  auto B = [&](const Ref& r) { return view_bytes(p, resolve(p, r, ctx)); };
+  std::vector<int64_t> resolved;
+  // The view's shape; a reference stays valid until the next call.
+  auto S = [&](const Ref& r) -> const std::vector<int64_t>& {
+    if (cache) return cache->shape(p, r, ctx);
+    return resolved = resolve(p, r, ctx).shape;
+  };
+  auto elem = [&](const Ref& r) { return static_cast<int64_t>(dtype_size(p.buffers[r.buffer].dtype)); };
+  auto B = [&](const Ref& r) { return count(S(r)) * elem(r); };
   switch (c.op) {
     case Op::memzero:
     case Op::memset: w.bytes = B(*c.dst); break;
     case Op::copy: w.bytes = B(*c.src) + B(*c.dst); break;
     case Op::gemm: {
-      View a = resolve(p, *c.a, ctx), cv = resolve(p, *c.c, ctx);
-      const size_t r = a.shape.size();
-      const int64_t k = c.transpose_a ? a.shape[r - 2] : a.shape[r - 1];
-      w.flops = 2.0 * static_cast<double>(cv.count()) * static_cast<double>(k);
-      w.bytes = view_bytes(p, a) + B(*c.b) + view_bytes(p, cv) * (c.beta != 0 ? 2 : 1);
+      const std::vector<int64_t>& a = S(*c.a);
+      const size_t r = a.size();
+      const int64_t k = c.transpose_a ? a[r - 2] : a[r - 1];
+      const int64_t a_bytes = count(a) * elem(*c.a);
+      const int64_t c_count = count(S(*c.c));
+      w.flops = 2.0 * static_cast<double>(c_count) * static_cast<double>(k);
+      w.bytes = a_bytes + B(*c.b) + c_count * elem(*c.c) * (c.beta != 0 ? 2 : 1);
       break;
     }
     case Op::map: {
-      View out = resolve(p, *c.out, ctx);
-      w.bytes = view_bytes(p, out);
+      const int64_t out = count(S(*c.out));
+      w.bytes = out * elem(*c.out);
       for (const auto& [k, r] : c.in) w.bytes += B(r);
-      w.flops = static_cast<double>(out.count()) * static_cast<double>(expr_ops(*c.expr));
+      w.flops = static_cast<double>(out) * static_cast<double>(expr_ops(*c.expr));
       break;
     }
     case Op::reduce: {
-      View in = resolve(p, *c.src, ctx);
-      w.bytes = view_bytes(p, in) + B(*c.out);
-      w.flops = static_cast<double>(in.count());
+      const int64_t in = count(S(*c.src));
+      w.bytes = in * elem(*c.src) + B(*c.out);
+      w.flops = static_cast<double>(in);
       break;
     }
     case Op::kernel:
@@ -47,9 +92,9 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx) {
       for (const auto& r : c.refs) w.bytes += B(r);
       for (const auto& r : c.refs2) w.bytes += B(r);
       if (c.op == Op::custom_call && !c.refs.empty()) {
-        View a = resolve(p, c.refs[0], ctx);
-        const double n = static_cast<double>(a.shape.back());
-        w.flops = n * n * n / 3.0 * static_cast<double>(a.count()) / (n * n > 0 ? n * n : 1);
+        const std::vector<int64_t>& a = S(c.refs[0]);
+        const double n = static_cast<double>(a.back());
+        w.flops = n * n * n / 3.0 * static_cast<double>(count(a)) / (n * n > 0 ? n * n : 1);
       }
       break;
     case Op::all_reduce:

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "core/validate.h"
 
@@ -13,6 +16,30 @@ struct Work {
   double flops = 0;
 };
 
-Work command_work(const Program& p, const Command& c, const RankCtx& ctx);
+// Whether the element count of a ref's view can differ between ranks: an
+// index or a ds start only moves a view; slice bounds and ds sizes size it.
+bool size_depends_on_rank(const Ref& r);
+// Whether any ref of the command (not of its sub-blocks) sizes by rank.
+bool work_depends_on_rank(const Command& c);
+
+// Remembers the view shapes of refs sized alike on every rank (keyed by
+// the shared ref syntax and buffer), so a long schedule resolves each
+// distinct ref once.
+class ShapeCache {
+ public:
+  const std::vector<int64_t>& shape(const Program& p, const Ref& r, const RankCtx& ctx);
+
+ private:
+  struct Hash {
+    size_t operator()(const std::pair<const void*, int>& k) const {
+      return std::hash<const void*>()(k.first) ^ (static_cast<size_t>(k.second) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_map<std::pair<const void*, int>, std::vector<int64_t>, Hash> shapes_;
+  std::vector<int64_t> scratch_;
+};
+
+// `cache` may be null.
+Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache = nullptr);
 
 }  // namespace thunky

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
+#include <limits>
+#include <unordered_map>
 
 #include "core/accounting.h"
 #include "core/mesh.h"
@@ -14,13 +15,15 @@
 namespace thunky::sim {
 
 double compute_seconds(const Program& p, const Machine& m, const Command& c, int64_t rank) {
-  const RankCtx ctx = rank_ctx(p.mesh, rank);
+  return compute_seconds(p, m, c, command_work(p, c, rank_ctx(p.mesh, rank)));
+}
+
+double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w) {
   if (c.cost && c.cost->seconds) return *c.cost->seconds;
-  const Work w = command_work(p, c, ctx);
   double flops_time = 0;
   if (w.flops > 0) {
     DType t = DType::f32;
-    if (c.op == Op::gemm) t = p.buffers[resolve(p, *c.a, ctx).buffer].dtype;
+    if (c.op == Op::gemm) t = p.buffers[c.a->buffer].dtype;
     const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
     const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel;
     if (flop_bound) flops_time = w.flops / (m.peak(t) * eff);
@@ -30,26 +33,28 @@ double compute_seconds(const Program& p, const Machine& m, const Command& c, int
 
 namespace {
 
-// A collective_group's task id lists its members' ids joined by '|'.
-std::vector<std::string> split_ids(const std::string& joined) {
-  std::vector<std::string> ids;
-  size_t pos = 0;
-  for (;;) {
-    const size_t bar = joined.find('|', pos);
-    ids.push_back(joined.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos));
-    if (bar == std::string::npos) return ids;
-    pos = bar + 1;
-  }
-}
+// Facts about one lowered command that hold on every rank, computed once.
+// Commands are numbered in preorder; `blocks` gives where each child block's
+// commands start (body, then, else, branches..., while cond).
+struct CmdInfo {
+  const Command* cmd = nullptr;
+  int subtree = 1;
+  int blocks = -1;  // into Engine::block_starts_; -1: no sub-blocks
+  bool per_rank = false;  // work differs between ranks
+  bool have_work = false, have_seconds = false;
+  Work work;
+  double seconds = 0;
+  int partner = -1;                  // async_done: its async_start
+  std::vector<int32_t> set_of_rank;  // collectives: the rendezvous member set of each rank
+};
 
 struct Task {
-  enum class Kind { op, record, wait };
+  enum class Kind : uint8_t { op, record, wait };
   Kind kind = Kind::op;
-  const Command* cmd = nullptr;
-  std::string id;     // report id (with #k inside loops)
-  int event = -1;     // record / wait
-  std::string token;
   bool join = false;
+  int32_t info = -1;
+  int32_t instance = -1;  // k-th run inside a loop, -1 outside loops
+  int32_t event = -1;     // record / wait
 };
 
 struct Stream {
@@ -57,35 +62,41 @@ struct Stream {
   StreamId sid;
   std::vector<Task> tasks;
   size_t pc = 0;
-  enum class State { ready, running, waiting_event, waiting_collective, done } state = State::ready;
-  std::map<std::string, int64_t>* instances = nullptr;
+  enum class State : uint8_t { ready, running, waiting_event, waiting_collective, done } state = State::ready;
 };
 
-struct EventState {
-  bool done = false;
+struct Event {
   double t = 0;
-  std::string stream;
-  std::vector<int> waiters;
+  int32_t stream = -1;  // the stream that recorded it
+  int32_t waiter = -1;  // the stream waiting for it
+  bool done = false;
 };
 
-// A running compute command or collective.
-struct Activity {
-  bool comm = false;
+// What the report will say of one finished command: kept compact while the
+// simulation runs and turned into OpRecords at the end.
+struct Rec {
+  double start = 0, end = 0;
+  int32_t info = -1;
+  int32_t instance = -1;
+  int32_t stream = -1;
+};
+
+struct Edge {
+  double from_s = 0, to_s = 0;
+  int32_t from_stream = -1, to_stream = -1;
+  int32_t info = -1;  // the async_start / async_done that names the token
+  bool join = false;
+};
+
+// A kernel running on one rank's compute, at a share of its throughput.
+struct Compute {
   int64_t rank = 0;
-  std::vector<int> streams;  // streams released when it ends
-  double remaining = 0;      // compute: seconds of work at full rate; comm: unused
+  int32_t stream = -1;
+  double remaining = 0;  // seconds of work at full rate
   double rate = 0;
   double last = 0;
-  uint64_t version = 0;
-  bool finished = false;
   double start = 0;
-  // comm
-  std::vector<int> flows;  // indices into flows_
-  double latency_end = 0;
-  bool additive = false;
-  std::vector<std::pair<int, const Command*>> records;  // (stream, command) to report
-  std::vector<std::string> record_ids;
-  std::map<int, double> since;  // stream -> when it reached the collective (it holds the stream from then)
+  uint32_t version = 0;  // never reset, so stale predictions are recognised after reuse
 };
 
 struct Flow {
@@ -93,20 +104,56 @@ struct Flow {
   std::vector<int> links;
   double remaining = 0;  // bytes
   double rate = 0;
-  bool active = false;   // started (after additive latency)
+  double last = 0;
+  bool active = false;  // moving bytes (after the additive latency)
   bool done = false;
 };
 
+// A running collective (or collective_group) on all its ranks.
+struct Comm {
+  std::vector<int> streams;  // in rank order
+  std::vector<double> since;  // when each stream reached it (it holds the stream from then)
+  std::vector<int> flows;
+  std::vector<int> stats;  // rows of the collective table it fills
+  double start = 0, latency_end = 0;
+  uint32_t version = 0;
+  bool finished = false;
+};
+
 struct Rendezvous {
-  std::vector<int> members;  // global ranks
-  std::map<int64_t, int> arrived;  // rank -> stream
-  std::map<int, double> since;       // stream -> arrival time
-  std::map<int64_t, const Task*> tasks;
+  size_t need = 0;
+  std::vector<std::pair<int64_t, int>> arrived;  // (rank, stream)
+  std::vector<double> since;
+};
+
+struct LinkKey {
+  enum Kind : uint64_t { ring = 0, egress = 1, ingress = 2, nic = 3 };
+  static uint64_t make(Kind k, int64_t from, int64_t to) {
+    return (static_cast<uint64_t>(k) << 60) | (static_cast<uint64_t>(from) << 30) | static_cast<uint64_t>(to);
+  }
+  static std::string name(uint64_t key) {
+    const auto kind = key >> 60;
+    const auto from = std::to_string((key >> 30) & 0x3fffffff), to = std::to_string(key & 0x3fffffff);
+    switch (kind) {
+      case ring: return "ring " + from + ">" + to;
+      case egress: return "egress " + from;
+      case ingress: return "ingress " + to;
+      default: return "nic " + from;
+    }
+  }
 };
 
 class Engine {
  public:
-  Engine(const Program& p, const Machine& m, const Decisions* d) : p_(p), m_(m), decisions_(d) {}
+  Engine(const Program& p, const Machine& m, const Decisions* d) : p_(p), m_(m), decisions_(d) {
+    const int64_t n = p.mesh.size();
+    ctx_.reserve(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) ctx_.push_back(rank_ctx(p.mesh, r));
+    strides_.assign(p.mesh.shape.size(), 1);
+    for (int i = static_cast<int>(p.mesh.shape.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * p.mesh.shape[i + 1];
+    std::vector<std::unordered_map<std::string, int>> scopes(1);
+    number(p.program, scopes);
+  }
 
   Expected<SimResult> run() {
     try {
@@ -125,7 +172,7 @@ class Engine {
     for (const auto& s : streams_) {
       if (s.state == Stream::State::done) continue;
       const Task& t = s.tasks[s.pc];
-      blocked.push_back(rank_label(p_.mesh, s.rank) + " " + s.sid.str() + " at " + (t.cmd ? t.cmd->id : std::string("?")) +
+      blocked.push_back(rank_label(p_.mesh, s.rank) + " " + s.sid.str() + " at " + infos_[t.info].cmd->id +
                         (s.state == Stream::State::waiting_collective ? " (waiting for the other ranks of a collective)" : " (waiting for a token)"));
     }
     if (!blocked.empty()) {
@@ -134,53 +181,96 @@ class Engine {
       msg.pop_back();
       return std::vector<Diagnostic>{{ErrorKind::schedule, p_.file, "", msg}};
     }
-    SimResult r;
-    r.report.source = "sim";
-    r.report.schedule = p_.name.empty() ? p_.file : p_.name;
-    r.report.machine = m_.name;
-    r.report.axis_names = p_.mesh.axis_names;
-    r.report.mesh_shape = p_.mesh.shape;
-    for (int64_t rank = 0; rank < p_.mesh.size(); ++rank) {
-      RankReport rr;
-      rr.rank = rank;
-      rr.coords = rank_coords(p_.mesh, rank);
-      rr.ops = std::move(ops_[rank]);
-      std::stable_sort(rr.ops.begin(), rr.ops.end(), [](const OpRecord& a, const OpRecord& b) { return a.start_s < b.start_s; });
-      rr.flows = std::move(flows_out_[rank]);
-      r.report.ranks.push_back(std::move(rr));
-    }
-    summarize(r.report);
-    for (const auto& [name, id] : link_ids_) {
-      LinkSeries ls;
-      ls.name = name;
-      const auto digits = name.find_first_of("0123456789");
-      ls.rank = digits == std::string::npos ? 0 : std::stoll(name.substr(digits));
-      if (static_cast<size_t>(id) < link_series_.size()) ls.samples = link_series_[id];
-      r.report.links.push_back(std::move(ls));
-    }
-    r.collectives = std::move(stats_);
-    return r;
+    return result();
   }
 
  private:
+  // ---- the rank-independent facts ----
+  int number(const Block& b, std::vector<std::unordered_map<std::string, int>>& scopes) {
+    const int first = static_cast<int>(infos_.size());
+    for (const auto& c : b) {
+      const int i = static_cast<int>(infos_.size());
+      infos_.emplace_back();
+      infos_[i].cmd = &c;
+      infos_[i].per_rank = work_depends_on_rank(c);
+      if (c.op == Op::async_start) scopes.back()[c.token] = i;
+      if (c.op == Op::async_done) {
+        for (auto s = scopes.rbegin(); s != scopes.rend(); ++s)
+          if (auto it = s->find(c.token); it != s->end()) {
+            infos_[i].partner = it->second;
+            break;
+          }
+        if (infos_[i].partner < 0) throw ThunkyError(c.pointer, "async_done of unknown token '" + c.token + "'");
+      }
+      const bool leaf = c.body.empty() && c.then_.empty() && c.else_.empty() && c.branches.empty() && c.cond.empty();
+      if (!leaf) {
+        const int at = static_cast<int>(block_starts_.size());
+        block_starts_.resize(block_starts_.size() + 4 + c.branches.size());
+        infos_[i].blocks = at;
+        int k = 0;
+        auto child = [&](const Block& sub, bool scope) {
+          if (scope && !sub.empty()) scopes.emplace_back();
+          block_starts_[at + k++] = number(sub, scopes);
+          if (scope && !sub.empty()) scopes.pop_back();
+        };
+        // An async_start's body and a call share their issuer's tokens; the
+        // regions of control flow have their own.
+        child(c.body, c.op == Op::while_);
+        child(c.then_, true);
+        child(c.else_, true);
+        for (const auto& br : c.branches) child(br, true);
+        child(c.cond, true);
+      }
+      infos_[i].subtree = static_cast<int>(infos_.size()) - i;
+    }
+    return first;
+  }
+
+  // Where the k-th sub-block of a command starts (body, then, else,
+  // branches..., while cond last).
+  int block(int info, size_t k) const { return block_starts_[infos_[info].blocks + k]; }
+  int members_begin(int info) const { return block(info, 0); }
+  int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->body.size()); }
+
+  const Work& work(int info, int64_t rank, Work& scratch) {
+    CmdInfo& in = infos_[info];
+    if (in.per_rank) return scratch = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
+    if (!in.have_work) {
+      in.work = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
+      in.have_work = true;
+    }
+    return in.work;
+  }
+
+  double seconds(int info, int64_t rank) {
+    CmdInfo& in = infos_[info];
+    Work scratch;
+    if (in.per_rank) return compute_seconds(p_, m_, *in.cmd, work(info, rank, scratch));
+    if (!in.have_seconds) {
+      in.seconds = compute_seconds(p_, m_, *in.cmd, work(info, rank, scratch));
+      in.have_seconds = true;
+    }
+    return in.seconds;
+  }
+
   // ---- expansion of the program into per-stream task lists ----
   int stream_index(int64_t rank, const StreamId& sid) {
-    auto key = std::make_pair(rank, sid);
-    auto it = stream_ids_.find(key);
-    if (it != stream_ids_.end()) return it->second;
+    for (const auto& [id, s] : rank_streams_)
+      if (id == sid) return s;
     Stream s;
     s.rank = rank;
     s.sid = sid;
-    s.instances = &instances_[rank];
     streams_.push_back(std::move(s));
-    return stream_ids_[key] = static_cast<int>(streams_.size()) - 1;
+    const int idx = static_cast<int>(streams_.size()) - 1;
+    rank_streams_.emplace_back(sid, idx);
+    return idx;
   }
 
   int64_t decision(int64_t rank, const Command& c) {
     if (decisions_) {
       const auto& per = (*decisions_)[rank];
       auto it = per.find(c.id);
-      size_t& cursor = cursors_[{rank, c.id}];
+      size_t& cursor = cursors_[&c];
       if (it != per.end() && cursor < it->second.size()) return it->second[cursor++];
       if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id + " fewer times than the timing model expands it");
     }
@@ -194,69 +284,66 @@ class Engine {
     return 0;
   }
 
-  std::string instance_id(int64_t rank, const Command& c, bool in_loop) {
-    if (!in_loop) return c.id;
-    return c.id + "#" + std::to_string(instances_[rank][c.id]++);
-  }
+  int32_t instance(int info, bool in_loop) { return in_loop ? instances_[info]++ : -1; }
 
-  void issue(int64_t rank, const Block& b, const StreamId& cur, bool in_loop, std::map<std::string, int>& tokens) {
+  void push(int stream, Task t) { streams_[stream].tasks.push_back(t); }
+
+  void issue(int64_t rank, const Block& b, int base, int cur, bool in_loop) {
+    int i = base;
     for (const auto& c : b) {
+      const CmdInfo& in = infos_[i];
       switch (c.op) {
         case Op::async_start: {
-          int fork = new_event();
-          streams_[stream_index(rank, cur)].tasks.push_back({Task::Kind::record, &c, "", fork, c.token, false});
-          streams_[stream_index(rank, c.stream)].tasks.push_back({Task::Kind::wait, &c, "", fork, c.token, false});
-          issue(rank, c.body, c.stream, in_loop, tokens);
-          int done = new_event();
-          streams_[stream_index(rank, c.stream)].tasks.push_back({Task::Kind::record, &c, "", done, c.token, true});
-          tokens[c.token] = done;
+          const int fork = new_event(), target = stream_index(rank, c.stream);
+          push(cur, {Task::Kind::record, false, i, -1, fork});
+          push(target, {Task::Kind::wait, false, i, -1, fork});
+          issue(rank, c.body, block(i, 0), target, in_loop);
+          const int done = new_event();
+          push(target, {Task::Kind::record, true, i, -1, done});
+          token_event_[i] = done;
           break;
         }
-        case Op::async_done:
-          streams_[stream_index(rank, cur)].tasks.push_back({Task::Kind::wait, &c, "", tokens.at(c.token), c.token, true});
-          break;
-        case Op::call: issue(rank, c.body, cur, in_loop, tokens); break;
+        case Op::async_done: push(cur, {Task::Kind::wait, true, i, -1, token_event_[in.partner]}); break;
+        case Op::call: issue(rank, c.body, block(i, 0), cur, in_loop); break;
         case Op::cond: {
           const bool taken = decision(rank, c) != 0;
-          std::map<std::string, int> inner;
-          issue(rank, taken ? c.then_ : c.else_, cur, in_loop, inner);
+          issue(rank, taken ? c.then_ : c.else_, block(i, taken ? 1 : 2), cur, in_loop);
           break;
         }
         case Op::switch_: {
-          int64_t k = std::clamp<int64_t>(decision(rank, c), 0, static_cast<int64_t>(c.branches.size()) - 1);
-          std::map<std::string, int> inner;
-          issue(rank, c.branches[k], cur, in_loop, inner);
+          const int64_t k = std::clamp<int64_t>(decision(rank, c), 0, static_cast<int64_t>(c.branches.size()) - 1);
+          issue(rank, c.branches[k], block(i, 3 + static_cast<size_t>(k)), cur, in_loop);
           break;
         }
         case Op::while_: {
           const int64_t trips = decision(rank, c);
           for (int64_t t = 0; t <= trips; ++t) {
-            std::map<std::string, int> inner;
-            issue(rank, c.cond, cur, true, inner);
-            if (t < trips) issue(rank, c.body, cur, true, inner);
+            issue(rank, c.cond, block(i, 3 + c.branches.size()), cur, true);
+            if (t < trips) issue(rank, c.body, block(i, 0), cur, true);
           }
           break;
         }
-        default: {
-          Task t{Task::Kind::op, &c, "", -1, "", false};
-          if (c.op == Op::collective_group) {
-            for (const auto& m : c.body) t.id += (t.id.empty() ? "" : "|") + instance_id(rank, m, in_loop);
-          } else {
-            t.id = instance_id(rank, c, in_loop);
-          }
-          streams_[stream_index(rank, cur)].tasks.push_back(std::move(t));
-        }
+        default:
+          push(cur, {Task::Kind::op, false, i, instance(i, in_loop), -1});
+          // A group's members run exactly as often as the group.
+          if (c.op == Op::collective_group)
+            for (int m = members_begin(i); m < members_end(i); ++m) instance(m, in_loop);
       }
+      i += in.subtree;
     }
   }
 
   void expand() {
-    ops_.resize(static_cast<size_t>(p_.mesh.size()));
-    flows_out_.resize(static_cast<size_t>(p_.mesh.size()));
-    for (int64_t r = 0; r < p_.mesh.size(); ++r) {
-      std::map<std::string, int> tokens;
-      stream_index(r, StreamId{});
-      issue(r, p_.program, StreamId{}, false, tokens);
+    const int64_t n = p_.mesh.size();
+    ops_.resize(static_cast<size_t>(n));
+    edges_.resize(static_cast<size_t>(n));
+    live_compute_.resize(static_cast<size_t>(n));
+    token_event_.assign(infos_.size(), -1);
+    for (int64_t r = 0; r < n; ++r) {
+      rank_streams_.clear();
+      cursors_.clear();
+      instances_.assign(infos_.size(), 0);
+      issue(r, p_.program, 0, stream_index(r, StreamId{}), false);
     }
   }
 
@@ -266,11 +353,16 @@ class Engine {
   }
 
   // ---- links ----
-  int link(const std::string& key, double capacity) {
-    auto it = link_ids_.find(key);
-    if (it != link_ids_.end()) return it->second;
-    capacity_.push_back(capacity);
-    return link_ids_[key] = static_cast<int>(capacity_.size()) - 1;
+  int link(uint64_t key, double capacity) {
+    auto [it, fresh] = link_ids_.try_emplace(key, static_cast<int>(capacity_.size()));
+    if (fresh) {
+      capacity_.push_back(capacity);
+      link_keys_.push_back(key);
+      link_flows_.emplace_back();
+      link_series_.emplace_back();
+      link_stamp_.push_back(0);
+    }
+    return it->second;
   }
 
   const AxisLinks& axis_links(const std::string& axis) const {
@@ -279,34 +371,128 @@ class Engine {
     return *a;
   }
 
-  // Directed ring links from `from` one step along `axis` (dir +1 or -1).
-  int ring_link(int64_t from, int axis_dim, int dir, const AxisLinks& a) {
-    auto c = rank_coords(p_.mesh, from);
-    const int64_t n = p_.mesh.shape[axis_dim];
-    c[axis_dim] = (c[axis_dim] + dir + n) % n;
-    const int64_t to = rank_of(p_.mesh, c);
-    return link("ring " + std::to_string(from) + ">" + std::to_string(to), a.link_bandwidth);
+  int64_t coord(int64_t rank, int dim) const { return (rank / strides_[dim]) % p_.mesh.shape[dim]; }
+
+  // The rank one step from `rank` along mesh dimension `dim` (dir +1 or -1), round the ring.
+  int64_t neighbour(int64_t rank, int dim, int dir) const {
+    const int64_t n = p_.mesh.shape[dim], c = coord(rank, dim);
+    return rank + ((c + dir + n) % n - c) * strides_[dim];
+  }
+
+  int ring_link(int64_t from, int dim, int dir, const AxisLinks& a) {
+    return link(LinkKey::make(LinkKey::ring, from, neighbour(from, dim, dir)), a.link_bandwidth);
+  }
+
+  // ---- rendezvous ----
+  int intern(std::vector<int> members) {
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+    auto [it, fresh] = sets_.try_emplace(std::move(members), static_cast<int>(set_sizes_.size()));
+    if (fresh) set_sizes_.push_back(it->first.size());
+    return it->second;
+  }
+
+  // The member set a collective's rank waits with: its participants (the
+  // sets of all ranks are found in one pass, as they partition the mesh).
+  int member_set(int info, int64_t rank) {
+    CmdInfo& in = infos_[info];
+    const Command& c = *in.cmd;
+    if (in.set_of_rank.empty()) in.set_of_rank.assign(static_cast<size_t>(p_.mesh.size()), -1);
+    if (in.set_of_rank[rank] >= 0) return in.set_of_rank[rank];
+    if (c.op != Op::collective_group) {
+      std::vector<int> members = participants(p_.mesh, rank, c.axis, c.groups).ranks;
+      const int id = intern(members);
+      for (int q : members) in.set_of_rank[q] = id;
+      return id;
+    }
+    // A group waits for the union of its members' participants.
+    std::vector<int> members;
+    bool same = true;
+    int first = -1;
+    for (int m = members_begin(info); m < members_end(info); ++m) {
+      const int s = member_set(m, rank);
+      if (first < 0) first = s;
+      same = same && s == first;
+      const auto& ranks = participants(p_.mesh, rank, infos_[m].cmd->axis, infos_[m].cmd->groups).ranks;
+      members.insert(members.end(), ranks.begin(), ranks.end());
+    }
+    const int id = intern(members);
+    if (same && first >= 0) {
+      // Every member partitions the mesh alike, so the union is that
+      // partition's block, and every rank of it waits with the same set.
+      for (int q : members) in.set_of_rank[q] = id;
+    } else {
+      in.set_of_rank[rank] = id;
+    }
+    return id;
+  }
+
+  void arrive(int si, const Task& t) {
+    Stream& s = streams_[si];
+    s.state = Stream::State::waiting_collective;
+    const int set = member_set(t.info, s.rank);
+    const uint64_t seq = seq_[(static_cast<uint64_t>(set) << 32) | static_cast<uint64_t>(s.rank)]++;
+    const uint64_t key = (static_cast<uint64_t>(set) << 32) | seq;
+    Rendezvous& rv = rendezvous_[key];
+    rv.need = set_sizes_[set];
+    rv.arrived.emplace_back(s.rank, si);
+    rv.since.push_back(now_);
+    if (rv.arrived.size() < rv.need) return;
+    std::vector<size_t> order(rv.arrived.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rv.arrived[a].first < rv.arrived[b].first; });
+    Comm act;
+    for (size_t k : order) {
+      act.streams.push_back(rv.arrived[k].second);
+      act.since.push_back(rv.since[k]);
+    }
+    rendezvous_.erase(key);
+    for (int st : act.streams) streams_[st].state = Stream::State::running;
+    start_collective(std::move(act));
   }
 
   // ---- collectives ----
-  void start_collective(const std::vector<int>& streams, const std::vector<const Command*>& cmds, const std::vector<std::string>& ids,
-                        const std::map<int, double>& since) {
-    Activity act;
-    act.since = since;
-    act.comm = true;
-    act.streams = streams;
+  int new_flow(int activity, double bytes) {
+    int f;
+    if (!free_flows_.empty()) {
+      f = free_flows_.back();
+      free_flows_.pop_back();
+      flows_[f].links.clear();
+    } else {
+      f = static_cast<int>(flows_.size());
+      flows_.emplace_back();
+    }
+    Flow& fl = flows_[f];
+    fl.activity = activity;
+    fl.remaining = bytes;
+    fl.rate = 0;
+    fl.last = now_;
+    fl.active = fl.done = false;
+    return f;
+  }
+
+  void start_collective(Comm act) {
+    const int a = static_cast<int>(comms_.size());
     act.start = now_;
-    act.additive = m_.additive_latency;
+    const Stream& s0 = streams_[act.streams[0]];
+    const Task& t0 = s0.tasks[s0.pc];
+    const int64_t rank0 = s0.rank;
+    const bool rank0_in = rank0 == 0;
+    const CmdInfo& g = infos_[t0.info];
+    std::vector<int> members;
+    if (g.cmd->op == Op::collective_group)
+      for (int m = members_begin(t0.info); m < members_end(t0.info); ++m) members.push_back(m);
+    else
+      members.push_back(t0.info);
     double latency = 0;
-    const int64_t rank0 = streams_[streams[0]].rank;
-    for (size_t k = 0; k < cmds.size(); ++k) {
-      const Command& c = *cmds[k];
+    Work scratch;
+    for (int mi : members) {
+      const Command& c = *infos_[mi].cmd;
       Participants part = participants(p_.mesh, rank0, c.axis, c.groups);
       const int64_t n = static_cast<int64_t>(part.ranks.size());
-      const Work w = command_work(p_, c, rank_ctx(p_.mesh, rank0));
-      const double bytes = static_cast<double>(w.bytes);
+      const double bytes = static_cast<double>(work(mi, rank0, scratch).bytes);
       std::vector<AxisSpan> spans;
-      for (const auto& a : c.axis) spans.push_back({&axis_links(a), p_.mesh.shape[*p_.mesh.axis(a)]});
+      for (const auto& ax : c.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
       if (c.groups) spans = {{spans.front().links, n}};
       const AxisLinks& first = *spans.front().links;
       if (c.op == Op::collective_permute) {
@@ -314,219 +500,226 @@ class Engine {
         if (c.pairs) pairs = *c.pairs;
         else
           for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, n));
-        const double per_pair = bytes;
+        const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups;
+        const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
         for (auto [s, t] : pairs) {
           if (s == t) continue;
-          Flow f;
+          const int f = new_flow(a, bytes);
+          std::vector<int>& links = flows_[f].links;
           const int64_t from = part.ranks[s], to = part.ranks[t];
           int64_t hops = 1;
-          if (first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups) {
-            const int dim = *p_.mesh.axis(c.axis[0]);
+          if (ring) {
             const int64_t cw = floor_mod(t - s, n), ccw = floor_mod(s - t, n);
             // Shortest way round (ties clockwise); a line has only the direct way.
             const int dir = first.wraparound ? (cw <= ccw ? 1 : -1) : (t > s ? 1 : -1);
             hops = dir > 0 ? (first.wraparound ? cw : t - s) : (first.wraparound ? ccw : s - t);
             int64_t at = from;
             for (int64_t h = 0; h < hops; ++h) {
-              f.links.push_back(ring_link(at, dim, dir, first));
-              auto cc = rank_coords(p_.mesh, at);
-              cc[dim] = (cc[dim] + dir + p_.mesh.shape[dim]) % p_.mesh.shape[dim];
-              at = rank_of(p_.mesh, cc);
+              links.push_back(ring_link(at, dim, dir, first));
+              at = neighbour(at, dim, dir);
             }
           } else {
             const double egress = first.topology == AxisLinks::Topology::ring ? first.link_bandwidth : first.egress_bandwidth;
-            f.links.push_back(link("egress " + std::to_string(from), egress));
-            f.links.push_back(link("ingress " + std::to_string(to), egress));
+            links.push_back(link(LinkKey::make(LinkKey::egress, from, 0), egress));
+            links.push_back(link(LinkKey::make(LinkKey::ingress, 0, to), egress));
           }
           latency = std::max(latency, permute_seconds(first, hops, 0, false));
-          f.remaining = per_pair;
-          f.activity = static_cast<int>(activities_.size());
-          act.flows.push_back(static_cast<int>(flows_.size()));
-          flows_.push_back(std::move(f));
+          act.flows.push_back(f);
         }
-        add_stat(ids[k], c, n, bytes);
       } else {
         const double lat_only = collective_seconds(c.op, spans, 0, false);
         const double transfer = std::max(0.0, collective_seconds(c.op, spans, bytes, true) - lat_only);
         latency = std::max(latency, lat_only);
         // One flow over every link the collective drives, sized so that alone
         // it takes the closed-form transfer time at the slowest link's rate.
-        Flow f;
+        const int f = new_flow(a, 0);
+        std::vector<int>& links = flows_[f].links;
         double cap = std::numeric_limits<double>::infinity();
         for (int rank : part.ranks) {
           if (first.topology == AxisLinks::Topology::ring) {
-            for (const auto& a : c.axis) {
-              const int dim = *p_.mesh.axis(a);
-              const AxisLinks& al = axis_links(a);
-              auto co = rank_coords(p_.mesh, rank);
-              if (al.wraparound || co[dim] + 1 < p_.mesh.shape[dim]) f.links.push_back(ring_link(rank, dim, 1, al));
-              if (al.wraparound || co[dim] > 0) f.links.push_back(ring_link(rank, dim, -1, al));
+            for (const auto& ax : c.axis) {
+              const int dim = *p_.mesh.axis(ax);
+              const AxisLinks& al = axis_links(ax);
+              const int64_t co = coord(rank, dim);
+              if (al.wraparound || co + 1 < p_.mesh.shape[dim]) links.push_back(ring_link(rank, dim, 1, al));
+              if (al.wraparound || co > 0) links.push_back(ring_link(rank, dim, -1, al));
               cap = std::min(cap, al.link_bandwidth);
             }
           } else {
-            f.links.push_back(link("egress " + std::to_string(rank), first.egress_bandwidth));
+            links.push_back(link(LinkKey::make(LinkKey::egress, rank, 0), first.egress_bandwidth));
             cap = std::min(cap, first.egress_bandwidth);
             if (first.topology == AxisLinks::Topology::hierarchical && n > first.group_size)
-              f.links.push_back(link("nic " + std::to_string(rank), first.nic_bandwidth * static_cast<double>(first.group_size)));
+              links.push_back(link(LinkKey::make(LinkKey::nic, rank, 0), first.nic_bandwidth * static_cast<double>(first.group_size)));
           }
         }
-        std::sort(f.links.begin(), f.links.end());
-        f.links.erase(std::unique(f.links.begin(), f.links.end()), f.links.end());
+        std::sort(links.begin(), links.end());
+        links.erase(std::unique(links.begin(), links.end()), links.end());
         // Alone, the flow runs at its slowest link's capacity.
-        for (int l : f.links) cap = std::min(cap, capacity_[l]);
-        f.remaining = transfer * cap;
-        f.activity = static_cast<int>(activities_.size());
-        if (f.remaining > 0 && !f.links.empty()) {
-          act.flows.push_back(static_cast<int>(flows_.size()));
-          flows_.push_back(std::move(f));
-        }
-        add_stat(ids[k], c, n, bytes);
+        for (int l : links) cap = std::min(cap, capacity_[l]);
+        flows_[f].remaining = transfer * cap;
+        if (flows_[f].remaining > 0 && !links.empty()) act.flows.push_back(f);
+        else free_flows_.push_back(f);
       }
-      for (int s : streams) act.records.push_back({s, &c});
-      act.record_ids.push_back(ids[k]);
+      if (rank0_in) add_stat(act, mi, t0.instance, n, bytes);
     }
     act.latency_end = now_ + latency;
-    const int a = static_cast<int>(activities_.size());
-    for (int f : act.flows) live_flows_.push_back(f);
-    activities_.push_back(std::move(act));
-    new_activities_.push_back(a);
-    Activity& ref = activities_[a];
-    if (ref.additive && latency > 0) {
+    comms_.push_back(std::move(act));
+    Comm& ref = comms_[a];
+    if (m_.additive_latency && latency > 0) {
       queue_.push({ref.latency_end}, encode(kFlowStart, a));
-    } else {
-      for (int f : ref.flows) flows_[f].active = true;
-      if (latency > 0) queue_.push({ref.latency_end}, encode(kLatency, a));
-      if (latency <= 0 && ref.flows.empty()) {
-        finish(a);
-        return;
-      }
+      return;
     }
-    solve_links();
+    if (latency > 0) queue_.push({ref.latency_end}, encode(kLatency, a));
+    if (latency <= 0 && ref.flows.empty()) {
+      finish_comm(a);
+      return;
+    }
+    activate(a);
   }
 
   // The collective table: rank 0's collectives; seconds are filled in at the end.
-  void add_stat(const std::string& id, const Command& c, int64_t n, double bytes) {
-    if (streams_started_rank0_ && stats_seen_.insert(id).second)
-      stats_.push_back({id, std::string(op_name(c.op)), n, bytes, 0, 0, 0});
+  void add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes) {
+    const Command& c = *infos_[info].cmd;
+    std::string id = inst >= 0 ? c.id + "#" + std::to_string(inst) : c.id;
+    auto [it, fresh] = stats_seen_.try_emplace(id, static_cast<int>(stats_.size()));
+    if (!fresh) return;
+    stats_.push_back({std::move(id), std::string(op_name(c.op)), n, bytes, 0, 0, 0});
+    act.stats.push_back(it->second);
   }
 
-  // ---- rates ----
-  // Bring the live activities up to now, re-solve the link shares (over the
-  // links live flows use) or one rank's compute shares, and re-predict the
-  // end of every activity whose rate changed.
-  // Link shares change only when a flow starts or ends.
-  void solve_links() {
-    for (int f : live_flows_) {
+  // ---- link shares ----
+  // The flows of activity `a` start moving bytes.
+  void activate(int a) {
+    std::vector<int> seeds;
+    for (int f : comms_[a].flows) {
       Flow& fl = flows_[f];
-      if (fl.active) fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now_ - flow_last_));
-    }
-    flow_last_ = now_;
-    std::vector<int> live;
-    for (int f : live_flows_)
-      if (flows_[f].active && !flows_[f].done) live.push_back(f);
-    // Solve on the links in use only.
-    if (local_.size() < capacity_.size()) local_.resize(capacity_.size(), -1);
-    std::vector<int> used;
-    std::vector<double> cap;
-    std::vector<MaxMinFlow> mm;
-    mm.reserve(live.size());
-    for (int f : live) {
-      MaxMinFlow m;
-      for (int l : flows_[f].links) {
-        if (local_[l] < 0) {
-          local_[l] = static_cast<int>(used.size());
-          used.push_back(l);
-          cap.push_back(capacity_[l]);
-        }
-        m.links.push_back(local_[l]);
+      fl.active = true;
+      fl.last = now_;
+      for (int l : fl.links) {
+        link_flows_[l].push_back(f);
+        seeds.push_back(l);
       }
-      mm.push_back(std::move(m));
     }
-    std::vector<double> rates = max_min_rates(cap, mm);
-    for (int l : used) local_[l] = -1;
-    std::set<int> dirty(new_activities_.begin(), new_activities_.end());
-    new_activities_.clear();
-    for (size_t k = 0; k < live.size(); ++k) {
-      Flow& fl = flows_[live[k]];
+    solve_links(seeds, a);
+  }
+
+  void retire_flow(int f, std::vector<int>& seeds) {
+    Flow& fl = flows_[f];
+    if (fl.done) return;
+    fl.done = true;
+    if (!fl.active) return;
+    for (int l : fl.links) {
+      auto& on = link_flows_[l];
+      auto it = std::find(on.begin(), on.end(), f);
+      *it = on.back();
+      on.pop_back();
+      seeds.push_back(l);
+    }
+  }
+
+  // Re-solves the max-min shares of the flows connected (through shared
+  // links) to the `seeds` links, brings them up to now, samples those
+  // links' utilisation and re-predicts the activities whose rates changed
+  // (and `also`).
+  void solve_links(const std::vector<int>& seeds, int also) {
+    ++stamp_;
+    std::vector<int>& links = scratch_links_;
+    std::vector<int>& flows = scratch_flows_;
+    links.clear();
+    flows.clear();
+    for (int l : seeds)
+      if (link_stamp_[l] != stamp_) {
+        link_stamp_[l] = stamp_;
+        links.push_back(l);
+      }
+    if (flow_stamp_.size() < flows_.size()) flow_stamp_.resize(flows_.size(), 0);
+    for (size_t k = 0; k < links.size(); ++k)
+      for (int f : link_flows_[links[k]]) {
+        if (flow_stamp_[f] == stamp_) continue;
+        flow_stamp_[f] = stamp_;
+        flows.push_back(f);
+        for (int l : flows_[f].links)
+          if (link_stamp_[l] != stamp_) {
+            link_stamp_[l] = stamp_;
+            links.push_back(l);
+          }
+      }
+    // Local numbering of the links for the solver.
+    if (local_.size() < capacity_.size()) local_.resize(capacity_.size(), -1);
+    std::vector<double> cap(links.size());
+    for (size_t k = 0; k < links.size(); ++k) {
+      local_[links[k]] = static_cast<int>(k);
+      cap[k] = capacity_[links[k]];
+    }
+    std::vector<MaxMinFlow> mm(flows.size());
+    for (size_t k = 0; k < flows.size(); ++k)
+      for (int l : flows_[flows[k]].links) mm[k].links.push_back(local_[l]);
+    const std::vector<double> rates = max_min_rates(cap, mm);
+    std::vector<int>& dirty = scratch_dirty_;
+    dirty.clear();
+    if (also >= 0) dirty.push_back(also);
+    for (size_t k = 0; k < flows.size(); ++k) {
+      Flow& fl = flows_[flows[k]];
+      fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now_ - fl.last));
+      fl.last = now_;
       if (fl.rate != rates[k]) {
         fl.rate = rates[k];
-        dirty.insert(fl.activity);
+        dirty.push_back(fl.activity);
       }
     }
-    sample_links(live);
-    reschedule(dirty);
-  }
-
-  // Compute shares change only on the rank where a kernel starts or ends
-  // (rank < 0: every rank).
-  void solve_compute(int64_t rank) {
-    std::set<int> dirty(new_activities_.begin(), new_activities_.end());
-    new_activities_.clear();
-    std::map<int64_t, int> running;
-    for (int i : live_compute_) ++running[activities_[i].rank];
-    for (int i : live_compute_) {
-      Activity& a = activities_[i];
-      if (rank >= 0 && a.rank != rank) continue;
-      a.remaining = std::max(0.0, a.remaining - a.rate * (now_ - a.last));
-      a.last = now_;
-      const double r = 1.0 / running[a.rank];
-      if (r != a.rate) {
-        a.rate = r;
-        dirty.insert(i);
-      }
-    }
-    reschedule(dirty);
-  }
-
-  void reschedule(const std::set<int>& dirty) {
-    for (int i : dirty) {
-      Activity& a = activities_[i];
-      if (a.finished) continue;
-      ++a.version;
-      if (!a.comm) {
-        queue_.push({now_ + a.remaining / a.rate}, encode(kCompute, i, a.version));
-        continue;
-      }
-      // The next change: the earliest end of one of its flows.
-      double end = INFINITY;
-      for (int f : a.flows) {
-        const Flow& fl = flows_[f];
-        if (fl.done || !fl.active || fl.rate <= 0) continue;
-        end = std::min(end, now_ + fl.remaining / fl.rate);
-      }
-      if (end < INFINITY) queue_.push({end}, encode(kComm, i, a.version));
-    }
-  }
-
-  // One utilisation step per link whose load changed.
-  void sample_links(const std::vector<int>& live) {
-    if (link_series_.size() < capacity_.size()) link_series_.resize(capacity_.size());
-    std::map<int, double> load;
-    for (int l : hot_links_) load[l] = 0.0;
-    for (int f : live)
-      for (int l : flows_[f].links) load[l] += flows_[f].rate;
-    hot_links_.clear();
-    for (const auto& [l, v] : load) {
-      const double u = capacity_[l] > 0 ? std::min(1.0, v / capacity_[l]) : 0.0;
-      if (u > 0) hot_links_.push_back(l);
+    for (int l : links) {
+      double load = 0;
+      for (int f : link_flows_[l]) load += flows_[f].rate;
+      const double u = capacity_[l] > 0 ? std::min(1.0, load / capacity_[l]) : 0.0;
       auto& s = link_series_[l];
-      if (s.empty() || s.back().second != u) {
+      if (s.empty() ? u != 0 : s.back().second != u) {
         if (!s.empty() && s.back().first == now_) s.back().second = u;
         else s.emplace_back(now_, u);
+      }
+      local_[l] = -1;
+    }
+    std::sort(dirty.begin(), dirty.end());
+    dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
+    for (int a : dirty) reschedule_comm(a);
+  }
+
+  // A collective's next change: the earliest end of one of its flows.
+  void reschedule_comm(int a) {
+    Comm& act = comms_[a];
+    if (act.finished) return;
+    ++act.version;
+    double end = INFINITY;
+    for (int f : act.flows) {
+      Flow& fl = flows_[f];
+      if (fl.done || !fl.active || fl.rate <= 0) continue;
+      end = std::min(end, fl.last + fl.remaining / fl.rate);
+    }
+    if (end < INFINITY) queue_.push({end}, encode(kComm, a, act.version));
+  }
+
+  // ---- compute shares ----
+  // Concurrent kernels of a rank share its throughput equally; the shares
+  // change only on the rank where a kernel starts or ends.
+  void solve_compute(int64_t rank) {
+    const auto& live = live_compute_[rank];
+    const double r = live.empty() ? 0 : 1.0 / static_cast<double>(live.size());
+    for (int i : live) {
+      Compute& a = compute_[i];
+      a.remaining = std::max(0.0, a.remaining - a.rate * (now_ - a.last));
+      a.last = now_;
+      if (r != a.rate) {
+        a.rate = r;
+        queue_.push({now_ + a.remaining / a.rate}, encode(kCompute, i, ++a.version));
       }
     }
   }
 
   static constexpr uint64_t kCompute = 0, kComm = 1, kLatency = 2, kFlowStart = 3;
-  static uint64_t encode(uint64_t kind, int activity, uint64_t version = 0) {
-    return (kind << 62) | (static_cast<uint64_t>(activity) << 32) | (version & 0xffffffffu);
+  static uint64_t encode(uint64_t kind, int activity, uint32_t version = 0) {
+    return (kind << 62) | (static_cast<uint64_t>(activity) << 32) | version;
   }
 
-  void drop_done_flows() {
-    live_flows_.erase(std::remove_if(live_flows_.begin(), live_flows_.end(), [&](int f) { return flows_[f].done; }), live_flows_.end());
-  }
-
-  bool flows_done(const Activity& act) const {
+  bool flows_done(const Comm& act) const {
     for (int f : act.flows)
       if (!flows_[f].done) return false;
     return true;
@@ -536,75 +729,80 @@ class Engine {
     const uint64_t kind = payload >> 62;
     const int a = static_cast<int>((payload >> 32) & 0x3fffffff);
     const uint32_t version = static_cast<uint32_t>(payload & 0xffffffffu);
-    Activity& act = activities_[a];
+    if (kind == kCompute) {
+      if (compute_[a].version == version && compute_[a].stream >= 0) finish_compute(a);
+      return;
+    }
+    Comm& act = comms_[a];
     if (act.finished) return;
     if (kind == kFlowStart) {
-      for (int f : act.flows) flows_[f].active = true;
-      if (flows_done(act)) finish(a);
-      else solve_links();
+      if (flows_done(act)) finish_comm(a);
+      else activate(a);
       return;
     }
     if (kind == kLatency) {
-      if (flows_done(act)) finish(a);
+      if (flows_done(act)) finish_comm(a);
       return;
     }
-    if ((act.version & 0xffffffffu) != version) return;  // a stale prediction
-    if (!act.comm) {
-      finish(a);
-      return;
-    }
-    // Bring the flows up to now; those with nothing left are done.
-    for (int f : live_flows_) {
-      Flow& fl = flows_[f];
-      if (fl.active && !fl.done) fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now_ - flow_last_));
-    }
-    flow_last_ = now_;
+    if (act.version != version) return;  // a stale prediction
+    // Flows with nothing left are done.
+    std::vector<int> seeds;
     for (int f : act.flows) {
       Flow& fl = flows_[f];
-      if (fl.active && !fl.done && fl.remaining <= 1e-9 * std::max(1.0, fl.rate)) fl.done = true;
+      if (!fl.active || fl.done) continue;
+      const double left = fl.remaining - fl.rate * (now_ - fl.last);
+      if (left <= 1e-9 * std::max(1.0, fl.rate)) retire_flow(f, seeds);
     }
-    drop_done_flows();
-    if (flows_done(act) && now_ >= act.latency_end) finish(a);
-    else solve_links();
+    if (flows_done(act) && now_ >= act.latency_end) finish_comm(a, std::move(seeds));
+    else solve_links(seeds, a);
   }
 
-  void finish(int a) {
-    Activity& act = activities_[a];
+  void release(int stream) {
+    Stream& s = streams_[stream];
+    ++s.pc;
+    s.state = Stream::State::ready;
+    ready_.push_back(stream);
+  }
+
+  void finish_comm(int a, std::vector<int> seeds = {}) {
+    Comm& act = comms_[a];
     act.finished = true;
-    if (!act.comm) live_compute_.erase(std::find(live_compute_.begin(), live_compute_.end(), a));
-    for (int f : act.flows) flows_[f].done = true;
-    drop_done_flows();
-    if (act.comm) {
-      // Each stream of the collective reports each member.
-      for (const auto& [s, c] : act.records) {
-        const Stream& st = streams_[s];
-        const Task& t = st.tasks[st.pc];
-        const std::vector<std::string> ids = split_ids(t.id);
-        size_t k = 0;
-        if (t.cmd->op == Op::collective_group)
-          for (size_t m = 0; m < t.cmd->body.size(); ++m)
-            if (&t.cmd->body[m] == c) k = m;
-        record_op(st, *c, ids[std::min(k, ids.size() - 1)], act.since.count(s) ? act.since.at(s) : act.start, now_);
+    for (int f : act.flows) retire_flow(f, seeds);
+    // Each stream of the collective reports each member.
+    for (size_t k = 0; k < act.streams.size(); ++k) {
+      const int si = act.streams[k];
+      const Stream& st = streams_[si];
+      const Task& t = st.tasks[st.pc];
+      const CmdInfo& g = infos_[t.info];
+      if (g.cmd->op == Op::collective_group) {
+        for (int m = members_begin(t.info); m < members_end(t.info); ++m)
+          ops_[st.rank].push_back({act.since[k], now_, m, t.instance, si});
+      } else {
+        ops_[st.rank].push_back({act.since[k], now_, t.info, t.instance, si});
       }
-      for (auto& st : stats_)
-        for (const auto& id : act.record_ids)
-          if (st.id == id && st.seconds == 0) st.seconds = now_ - act.start;
-    } else {
-      const Stream& st = streams_[act.streams[0]];
-      record_op(st, *st.tasks[st.pc].cmd, st.tasks[st.pc].id, act.start, now_);
     }
-    for (int s : act.streams) {
-      streams_[s].pc++;
-      streams_[s].state = Stream::State::ready;
-      ready_.push_back(s);
-    }
-    if (act.comm) solve_links();
-    else solve_compute(act.rank);
+    for (int s : act.stats)
+      if (stats_[s].seconds == 0) stats_[s].seconds = now_ - act.start;
+    for (int s : act.streams) release(s);
+    for (int f : act.flows) free_flows_.push_back(f);
+    std::vector<int>().swap(act.flows);
+    std::vector<int>().swap(act.streams);
+    std::vector<double>().swap(act.since);
+    if (!seeds.empty()) solve_links(seeds, -1);
   }
 
-  void record_op(const Stream& st, const Command& c, const std::string& id, double start, double end) {
-    const Work w = command_work(p_, c, rank_ctx(p_.mesh, st.rank));
-    ops_[st.rank].push_back({id, std::string(op_name(c.op)), c.name, st.sid.str(), start, end, w.bytes, w.flops});
+  void finish_compute(int a) {
+    Compute& act = compute_[a];
+    const int si = act.stream;
+    const Stream& st = streams_[si];
+    ops_[st.rank].push_back({act.start, now_, st.tasks[st.pc].info, st.tasks[st.pc].instance, si});
+    auto& live = live_compute_[act.rank];
+    *std::find(live.begin(), live.end(), a) = live.back();
+    live.pop_back();
+    act.stream = -1;
+    free_compute_.push_back(a);
+    release(si);
+    solve_compute(st.rank);
   }
 
   // ---- streams ----
@@ -623,104 +821,144 @@ class Engine {
         s.state = Stream::State::done;
         return;
       }
-      Task& t = s.tasks[s.pc];
+      const Task& t = s.tasks[s.pc];
       if (t.kind == Task::Kind::record) {
-        EventState& e = events_[t.event];
+        Event& e = events_[t.event];
         e.done = true;
         e.t = now_;
-        e.stream = s.sid.str();
-        for (int w : e.waiters) {
-          streams_[w].state = Stream::State::ready;
-          ready_.push_back(w);
+        e.stream = si;
+        if (e.waiter >= 0) {
+          streams_[e.waiter].state = Stream::State::ready;
+          ready_.push_back(e.waiter);
+          e.waiter = -1;
         }
-        e.waiters.clear();
         ++s.pc;
       } else if (t.kind == Task::Kind::wait) {
-        EventState& e = events_[t.event];
+        Event& e = events_[t.event];
         if (!e.done) {
           s.state = Stream::State::waiting_event;
-          e.waiters.push_back(si);
+          e.waiter = si;
           return;
         }
-        flows_out_[s.rank].push_back({e.stream, s.sid.str(), e.t, now_, t.token, t.join});
+        edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});
         ++s.pc;
-      } else if (is_collective(t.cmd->op) || t.cmd->op == Op::collective_group) {
+      } else if (const Op op = infos_[t.info].cmd->op; is_collective(op) || op == Op::collective_group) {
         arrive(si, t);
         return;
       } else {
-        Activity act;
+        int a;
+        if (!free_compute_.empty()) {
+          a = free_compute_.back();
+          free_compute_.pop_back();
+        } else {
+          a = static_cast<int>(compute_.size());
+          compute_.emplace_back();
+        }
+        Compute& act = compute_[a];
         act.rank = s.rank;
-        act.streams = {si};
-        act.remaining = compute_seconds(p_, m_, *t.cmd, s.rank);
+        act.stream = si;
+        act.remaining = seconds(t.info, s.rank);
+        act.rate = 0;
         act.start = act.last = now_;
         s.state = Stream::State::running;
-        live_compute_.push_back(static_cast<int>(activities_.size()));
-        new_activities_.push_back(static_cast<int>(activities_.size()));
-        activities_.push_back(std::move(act));
+        live_compute_[s.rank].push_back(a);
         solve_compute(s.rank);
         return;
       }
     }
   }
 
-  void arrive(int si, const Task& t) {
-    Stream& s = streams_[si];
-    s.state = Stream::State::waiting_collective;
-    std::set<int> members;
-    std::vector<const Command*> cmds;
-    if (t.cmd->op == Op::collective_group)
-      for (const auto& m : t.cmd->body) cmds.push_back(&m);
-    else
-      cmds.push_back(t.cmd);
-    for (const Command* c : cmds) {
-      Participants part = participants(p_.mesh, s.rank, c->axis, c->groups);
-      members.insert(part.ranks.begin(), part.ranks.end());
+  // ---- the report ----
+  std::string op_id(int info, int32_t inst) const {
+    const std::string& id = infos_[info].cmd->id;
+    return inst >= 0 ? id + "#" + std::to_string(inst) : id;
+  }
+
+  SimResult result() {
+    SimResult r;
+    r.report.source = "sim";
+    r.report.schedule = p_.name.empty() ? p_.file : p_.name;
+    r.report.machine = m_.name;
+    r.report.axis_names = p_.mesh.axis_names;
+    r.report.mesh_shape = p_.mesh.shape;
+    std::vector<std::string> stream_names(streams_.size());
+    for (size_t s = 0; s < streams_.size(); ++s) stream_names[s] = streams_[s].sid.str();
+    Work scratch;
+    for (int64_t rank = 0; rank < p_.mesh.size(); ++rank) {
+      RankReport rr;
+      rr.rank = rank;
+      rr.coords = ctx_[rank].coords;
+      auto& recs = ops_[rank];
+      std::stable_sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) { return a.start < b.start; });
+      rr.ops.reserve(recs.size());
+      for (const Rec& rec : recs) {
+        const Command& c = *infos_[rec.info].cmd;
+        const Work& w = work(rec.info, rank, scratch);
+        rr.ops.push_back({op_id(rec.info, rec.instance), std::string(op_name(c.op)), c.name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
+      }
+      std::vector<Rec>().swap(recs);
+      for (const Edge& e : edges_[rank])
+        rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, infos_[e.info].cmd->token, e.join});
+      std::vector<Edge>().swap(edges_[rank]);
+      r.report.ranks.push_back(std::move(rr));
     }
-    std::vector<int> key(members.begin(), members.end());
-    const int64_t seq = seq_[{s.rank, key}]++;
-    Rendezvous& rv = rendezvous_[{key, seq}];
-    rv.members = key;
-    rv.arrived[s.rank] = si;
-    rv.since[si] = now_;
-    if (rv.arrived.size() < key.size()) return;
-    std::vector<int> streams;
-    for (const auto& [r, st] : rv.arrived) streams.push_back(st);
-    for (int st : streams) streams_[st].state = Stream::State::running;
-    streams_started_rank0_ = rv.arrived.count(0) > 0;
-    const Task& t0 = streams_[streams[0]].tasks[streams_[streams[0]].pc];
-    const std::vector<std::string> ids = split_ids(t0.id);
-    std::map<int, double> since = rv.since;
-    rendezvous_.erase({key, seq});
-    start_collective(streams, cmds, ids, since);
+    summarize(r.report);
+    std::vector<std::pair<std::string, int>> names;
+    for (size_t l = 0; l < link_keys_.size(); ++l) names.emplace_back(LinkKey::name(link_keys_[l]), static_cast<int>(l));
+    std::sort(names.begin(), names.end());
+    for (auto& [name, id] : names) {
+      LinkSeries ls;
+      ls.rank = static_cast<int64_t>((link_keys_[id] >> 60) == LinkKey::ingress ? link_keys_[id] & 0x3fffffff : (link_keys_[id] >> 30) & 0x3fffffff);
+      ls.name = std::move(name);
+      ls.samples = std::move(link_series_[id]);
+      r.report.links.push_back(std::move(ls));
+    }
+    r.collectives = std::move(stats_);
+    return r;
   }
 
   const Program& p_;
   const Machine& m_;
   const Decisions* decisions_;
-  std::map<std::pair<int64_t, std::string>, size_t> cursors_;
-  std::map<int64_t, std::map<std::string, int64_t>> instances_;
-  std::map<std::pair<int64_t, StreamId>, int> stream_ids_;
+  std::vector<RankCtx> ctx_;
+  std::vector<int64_t> strides_;
+  std::vector<CmdInfo> infos_;
+  std::vector<int> block_starts_;
+  ShapeCache shapes_;
+  // expansion scratch, per rank
+  std::vector<std::pair<StreamId, int>> rank_streams_;
+  std::unordered_map<const Command*, size_t> cursors_;
+  std::vector<int32_t> instances_;
+  std::vector<int> token_event_;
+  // streams and events
   std::vector<Stream> streams_;
-  std::vector<EventState> events_;
-  std::vector<Activity> activities_;
-  std::vector<Flow> flows_;
-  double flow_last_ = 0;
-  std::vector<double> capacity_;
-  std::vector<std::vector<std::pair<double, double>>> link_series_;
-  std::vector<int> hot_links_;       // links with non-zero load at the last sample
-  std::vector<int> local_;           // scratch: link -> index in the current solve
-  std::vector<int> live_flows_;      // flows not yet done
-  std::vector<int> live_compute_;    // compute activities not yet finished
-  std::vector<int> new_activities_;  // started since the last solve
-  std::map<std::string, int> link_ids_;
-  std::map<std::pair<int64_t, std::vector<int>>, int64_t> seq_;
-  std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> rendezvous_;
-  std::vector<std::vector<OpRecord>> ops_;
-  std::vector<std::vector<FlowEdge>> flows_out_;
-  std::vector<CollectiveStat> stats_;
-  std::set<std::string> stats_seen_;
-  bool streams_started_rank0_ = false;
+  std::vector<Event> events_;
   std::vector<int> ready_;
+  // compute
+  std::vector<Compute> compute_;
+  std::vector<int> free_compute_;
+  std::vector<std::vector<int>> live_compute_;  // per rank
+  // collectives and links
+  std::map<std::vector<int>, int> sets_;
+  std::vector<size_t> set_sizes_;
+  std::unordered_map<uint64_t, uint64_t> seq_;
+  std::unordered_map<uint64_t, Rendezvous> rendezvous_;
+  std::vector<Comm> comms_;
+  std::vector<Flow> flows_;
+  std::vector<int> free_flows_;
+  std::unordered_map<uint64_t, int> link_ids_;
+  std::vector<uint64_t> link_keys_;
+  std::vector<double> capacity_;
+  std::vector<std::vector<int>> link_flows_;  // live flows on each link
+  std::vector<std::vector<std::pair<double, double>>> link_series_;
+  std::vector<uint32_t> link_stamp_, flow_stamp_;
+  uint32_t stamp_ = 0;
+  std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_;
+  // what is reported
+  std::vector<std::vector<Rec>> ops_;
+  std::vector<std::vector<Edge>> edges_;
+  std::vector<CollectiveStat> stats_;
+  std::unordered_map<std::string, int> stats_seen_;
   EventQueue queue_;
   double now_ = 0;
 };

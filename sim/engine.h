@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/accounting.h"
 #include "core/schedule.h"
 #include "sim/machine.h"
 #include "traces/report.h"
@@ -40,5 +41,7 @@ Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions
 
 // Standalone seconds of a compute command on one rank (DESIGN.md 4.4).
 double compute_seconds(const Program& p, const Machine& m, const Command& c, int64_t rank);
+// The same from the command's work on that rank.
+double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w);
 
 }  // namespace thunky::sim
