@@ -1,11 +1,49 @@
 // thunky-sim throughput: the bidirectional ring collective matmul at growing
 // rank counts, and a long single-rank schedule. Reports rank-commands/s
-// (simulated commands summed over ranks, per second of simulation).
+// (simulated commands summed over ranks, per second of simulation) and the
+// peak heap the simulation itself allocates, per rank-command (counted by
+// replacing operator new in this binary).
+//
+// BM_SimEngine runs the engine alone (simulate_summary); BM_SimReport also
+// builds the full report (every command's record with its strings, the
+// statistics and the critical path), as thunky-sim does. Schedules are
+// parsed and lowered but not validated: validation is load_bench's subject.
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
 #include <benchmark/benchmark.h>
 
-#include "core/validate.h"
+#include "core/lower.h"
 #include "sim/engine.h"
 #include "tools/gen.h"
+
+// Live and peak heap bytes allocated through operator new.
+std::atomic<int64_t> g_live{0}, g_peak{0};
+
+void* counted(size_t n) {
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (!p) throw std::bad_alloc();
+  const int64_t live = g_live += static_cast<int64_t>(malloc_usable_size(p));
+  int64_t peak = g_peak.load();
+  while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+  }
+  return p;
+}
+void release(void* p) {
+  if (!p) return;
+  g_live -= static_cast<int64_t>(malloc_usable_size(p));
+  std::free(p);
+}
+
+void* operator new(size_t n) { return counted(n); }
+void* operator new[](size_t n) { return counted(n); }
+void operator delete(void* p) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete(void* p, size_t) noexcept { release(p); }
+void operator delete[](void* p, size_t) noexcept { release(p); }
 
 namespace {
 
@@ -15,42 +53,84 @@ thunky::sim::Machine machine() {
     "axes": {"*": {"topology": "ring", "wraparound": true, "link_bandwidth": 9e10, "hop_latency_s": 1e-6}}})"));
 }
 
-void run(benchmark::State& state, const thunky::Program& p) {
-  const auto m = machine();
-  int64_t rank_commands = 0;
-  for (auto _ : state) {
-    auto r = thunky::sim::simulate(p, m, nullptr);
-    if (!r) state.SkipWithError(r.errors().front().str().c_str());
-    rank_commands = 0;
-    for (const auto& rank : r->report.ranks) rank_commands += static_cast<int64_t>(rank.ops.size());
-  }
-  state.counters["rank-commands"] = static_cast<double>(rank_commands);
-  state.counters["rank-commands/s"] = benchmark::Counter(static_cast<double>(rank_commands * state.iterations()), benchmark::Counter::kIsRate);
+thunky::Program program(const nlohmann::ordered_json& doc) {
+  thunky::Program p = thunky::parse_program(doc, "bench.json");
+  thunky::lower(p);
+  return p;
 }
 
-void BM_SimBidirectionalRing(benchmark::State& state) {
+thunky::Program ring(int64_t ranks) {
   thunky::gen::RingMatmulOptions o;
-  o.ranks = state.range(0);
-  auto p = thunky::load_schedule_text(thunky::gen::bidirectional_ring_matmul(o).dump(), "bench.json");
-  if (!p) {
-    state.SkipWithError(p.errors().front().str().c_str());
-    return;
-  }
-  run(state, *p);
+  o.ranks = ranks;
+  return program(thunky::gen::bidirectional_ring_matmul(o));
 }
-BENCHMARK(BM_SimBidirectionalRing)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);
 
-void BM_SimLongSingleRank(benchmark::State& state) {
+thunky::Program long_single_rank(int64_t commands) {
   nlohmann::ordered_json s;
   s["format"] = "thunky.sched/1";
   s["buffers"] = {{"a", {{"shape", {64, 64}}, {"dtype", "f32"}}}, {"b", {{"shape", {64, 64}}, {"dtype", "f32"}}}};
   nlohmann::ordered_json prog = nlohmann::ordered_json::array();
-  for (int64_t i = 0; i < state.range(0); ++i) prog.push_back({{"op", "gemm"}, {"a", "a"}, {"b", "a"}, {"c", "b"}});
+  for (int64_t i = 0; i < commands; ++i) prog.push_back({{"op", "gemm"}, {"a", "a"}, {"b", "a"}, {"c", "b"}});
   s["program"] = prog;
-  auto p = thunky::load_schedule_text(s.dump(), "bench.json");
-  run(state, *p);
+  return program(s);
 }
-BENCHMARK(BM_SimLongSingleRank)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+// Heap the simulation adds at its peak above what was live before it
+// (the program and the machine), over all iterations.
+struct PeakHeap {
+  int64_t base = g_live.load();
+  PeakHeap() { g_peak = base; }
+  int64_t bytes() const { return g_peak.load() - base; }
+};
+
+void counters(benchmark::State& state, int64_t rank_commands, const PeakHeap& heap) {
+  state.counters["rank-commands"] = static_cast<double>(rank_commands);
+  state.counters["rank-commands/s"] = benchmark::Counter(static_cast<double>(rank_commands * state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["peak-heap-MB"] = static_cast<double>(heap.bytes()) / 1e6;
+  state.counters["B/rank-command"] = static_cast<double>(heap.bytes()) / static_cast<double>(rank_commands);
+}
+
+void engine(benchmark::State& state, const thunky::Program& p) {
+  const auto m = machine();
+  int64_t rank_commands = 0;
+  const PeakHeap heap;
+  for (auto _ : state) {
+    auto r = thunky::sim::simulate_summary(p, m, nullptr);
+    if (!r) {
+      state.SkipWithError(r.errors().front().str().c_str());
+      return;
+    }
+    rank_commands = r->rank_commands;
+  }
+  counters(state, rank_commands, heap);
+}
+
+void with_report(benchmark::State& state, const thunky::Program& p) {
+  const auto m = machine();
+  int64_t rank_commands = 0;
+  const PeakHeap heap;
+  for (auto _ : state) {
+    auto r = thunky::sim::simulate(p, m, nullptr);
+    if (!r) {
+      state.SkipWithError(r.errors().front().str().c_str());
+      return;
+    }
+    rank_commands = 0;
+    for (const auto& rank : r->report.ranks) rank_commands += static_cast<int64_t>(rank.ops.size());
+  }
+  counters(state, rank_commands, heap);
+}
+
+void BM_SimEngineRing(benchmark::State& state) { engine(state, ring(state.range(0))); }
+void BM_SimEngineSingleRank(benchmark::State& state) { engine(state, long_single_rank(state.range(0))); }
+void BM_SimReportRing(benchmark::State& state) { with_report(state, ring(state.range(0))); }
+void BM_SimReportSingleRank(benchmark::State& state) { with_report(state, long_single_rank(state.range(0))); }
+
+BENCHMARK(BM_SimReportRing)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimReportSingleRank)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimEngineSingleRank)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimEngineRing)->Arg(8)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimEngineRing)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

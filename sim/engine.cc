@@ -156,6 +156,24 @@ class Engine {
   }
 
   Expected<SimResult> run() {
+    if (auto e = simulate_all(); !e.empty()) return e;
+    return result();
+  }
+
+  // The engine alone: the makespan and how many commands finished.
+  Expected<SimSummary> run_summary() {
+    if (auto e = simulate_all(); !e.empty()) return e;
+    SimSummary s;
+    for (const auto& recs : ops_) {
+      s.rank_commands += static_cast<int64_t>(recs.size());
+      for (const Rec& r : recs) s.makespan_s = std::max(s.makespan_s, r.end);
+    }
+    return s;
+  }
+
+ private:
+  // Runs every stream to its end; returns the deadlock, if any.
+  std::vector<Diagnostic> simulate_all() {
     try {
       expand();
     } catch (const ThunkyError& e) {
@@ -181,10 +199,9 @@ class Engine {
       msg.pop_back();
       return std::vector<Diagnostic>{{ErrorKind::schedule, p_.file, "", msg}};
     }
-    return result();
+    return {};
   }
 
- private:
   // ---- the rank-independent facts ----
   int number(const Block& b, std::vector<std::unordered_map<std::string, int>>& scopes) {
     const int first = static_cast<int>(infos_.size());
@@ -644,17 +661,28 @@ class Engine {
             links.push_back(l);
           }
       }
-    // Local numbering of the links for the solver.
-    if (local_.size() < capacity_.size()) local_.resize(capacity_.size(), -1);
-    std::vector<double> cap(links.size());
-    for (size_t k = 0; k < links.size(); ++k) {
-      local_[links[k]] = static_cast<int>(k);
-      cap[k] = capacity_[links[k]];
+    // When no link carries two flows, each flow runs at its slowest link's
+    // capacity; otherwise progressive filling over the component.
+    bool shared = false;
+    for (int l : links) shared = shared || link_flows_[l].size() > 1;
+    std::vector<double>& rates = scratch_rates_;
+    rates.assign(flows.size(), std::numeric_limits<double>::infinity());
+    if (!shared) {
+      for (size_t k = 0; k < flows.size(); ++k)
+        for (int l : flows_[flows[k]].links) rates[k] = std::min(rates[k], capacity_[l]);
+    } else {
+      if (local_.size() < capacity_.size()) local_.resize(capacity_.size(), -1);
+      std::vector<double> cap(links.size());
+      for (size_t k = 0; k < links.size(); ++k) {
+        local_[links[k]] = static_cast<int>(k);
+        cap[k] = capacity_[links[k]];
+      }
+      std::vector<MaxMinFlow> mm(flows.size());
+      for (size_t k = 0; k < flows.size(); ++k)
+        for (int l : flows_[flows[k]].links) mm[k].links.push_back(local_[l]);
+      rates = max_min_rates(cap, mm);
+      for (int l : links) local_[l] = -1;
     }
-    std::vector<MaxMinFlow> mm(flows.size());
-    for (size_t k = 0; k < flows.size(); ++k)
-      for (int l : flows_[flows[k]].links) mm[k].links.push_back(local_[l]);
-    const std::vector<double> rates = max_min_rates(cap, mm);
     std::vector<int>& dirty = scratch_dirty_;
     dirty.clear();
     if (also >= 0) dirty.push_back(also);
@@ -676,7 +704,6 @@ class Engine {
         if (!s.empty() && s.back().first == now_) s.back().second = u;
         else s.emplace_back(now_, u);
       }
-      local_[l] = -1;
     }
     std::sort(dirty.begin(), dirty.end());
     dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
@@ -954,6 +981,7 @@ class Engine {
   std::vector<uint32_t> link_stamp_, flow_stamp_;
   uint32_t stamp_ = 0;
   std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_;
+  std::vector<double> scratch_rates_;
   // what is reported
   std::vector<std::vector<Rec>> ops_;
   std::vector<std::vector<Edge>> edges_;
@@ -964,6 +992,15 @@ class Engine {
 };
 
 }  // namespace
+
+Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions) {
+  try {
+    Engine e(p, m, decisions);
+    return e.run_summary();
+  } catch (const ThunkyError& e) {
+    return std::vector<Diagnostic>{{ErrorKind::input, p.file, e.pointer(), e.what()}};
+  }
+}
 
 Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions) {
   try {

@@ -39,6 +39,14 @@ struct SimResult {
 // `decisions` may be null: then every cond/switch/while needs a sim hint.
 Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions);
 
+// The same simulation without building the report: the makespan and the
+// number of rank-commands that finished (benchmarks, quick what-ifs).
+struct SimSummary {
+  double makespan_s = 0;
+  int64_t rank_commands = 0;
+};
+Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions);
+
 // Standalone seconds of a compute command on one rank (DESIGN.md 4.4).
 double compute_seconds(const Program& p, const Machine& m, const Command& c, int64_t rank);
 // The same from the command's work on that rank.
