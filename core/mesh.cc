@@ -1,5 +1,6 @@
 #include "core/mesh.h"
 
+#include <algorithm>
 #include <set>
 
 namespace thunky {
@@ -78,6 +79,33 @@ Participants participants(const Mesh& m, int64_t rank, const std::vector<std::st
     if ((*mine)[i] == my_index) p.position = static_cast<int>(i);
   }
   return p;
+}
+
+std::vector<int> launch_members(const Mesh& m, int64_t rank, const std::vector<const Command*>& members) {
+  const size_t n = static_cast<size_t>(m.size());
+  std::vector<char> in(n, 0);
+  // covered[k][q]: q's participants in member k are already in (each
+  // member's participants partition the mesh, so one visit per block).
+  std::vector<std::vector<char>> covered(members.size(), std::vector<char>(n, 0));
+  std::vector<int> out{static_cast<int>(rank)}, frontier{static_cast<int>(rank)};
+  in[rank] = 1;
+  while (!frontier.empty()) {
+    const int q = frontier.back();
+    frontier.pop_back();
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (covered[k][q]) continue;
+      for (int r : participants(m, q, members[k]->axis, members[k]->groups).ranks) {
+        covered[k][r] = 1;
+        if (!in[r]) {
+          in[r] = 1;
+          out.push_back(r);
+          frontier.push_back(r);
+        }
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace thunky

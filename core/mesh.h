@@ -28,4 +28,10 @@ struct Participants {
 Participants participants(const Mesh& m, int64_t rank, const std::vector<std::string>& axes,
                           const std::optional<std::vector<std::vector<int64_t>>>& groups);
 
+// The ranks that start a collective (or a collective_group of `members`)
+// together with `rank`: its participants, closed over every member, so a
+// group of collectives over different axes (a row shift and a column
+// shift) joins every rank it connects. Sorted ascending.
+std::vector<int> launch_members(const Mesh& m, int64_t rank, const std::vector<const Command*>& members);
+
 }  // namespace thunky

@@ -51,10 +51,8 @@ class InProcess final : public Communicator {
  public:
   InProcess(Monitor& m, int ranks) : monitor_(m), ranks_(ranks) {}
 
-  void run(int rank, std::vector<CollectiveCall>& group, const std::string& waiter) override {
-    std::set<int> members;
-    for (const auto& c : group) members.insert(c.ranks.begin(), c.ranks.end());
-    std::vector<int> key(members.begin(), members.end());
+  void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) override {
+    const std::vector<int>& key = members;
     // Stage the sources first: an in-place collective must read every
     // participant's data before anyone's dst changes.
     std::vector<std::vector<uint8_t>> staged;

@@ -32,10 +32,10 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
   // Runs the collectives `rank` issues as one launch (a collective_group or
-  // a single collective); blocks until every participant has joined and
-  // the data has moved. Throws Aborted when the run is aborted (deadlock,
-  // mismatch) while waiting.
-  virtual void run(int rank, std::vector<CollectiveCall>& group, const std::string& waiter) = 0;
+  // a single collective) with the ranks `members` (launch_members); blocks
+  // until every member has joined and the data has moved. Throws Aborted
+  // when the run is aborted (deadlock, mismatch) while waiting.
+  virtual void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) = 0;
 };
 
 // Exact in-process collectives for ranks that share one address space.

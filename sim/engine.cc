@@ -409,38 +409,20 @@ class Engine {
     return it->second;
   }
 
-  // The member set a collective's rank waits with: its participants (the
-  // sets of all ranks are found in one pass, as they partition the mesh).
+  // The member set a collective's rank waits with (launch_members). It is
+  // the same from each of its ranks, so one pass fills it for all of them.
   int member_set(int info, int64_t rank) {
     CmdInfo& in = infos_[info];
-    const Command& c = *in.cmd;
     if (in.set_of_rank.empty()) in.set_of_rank.assign(static_cast<size_t>(p_.mesh.size()), -1);
     if (in.set_of_rank[rank] >= 0) return in.set_of_rank[rank];
-    if (c.op != Op::collective_group) {
-      std::vector<int> members = participants(p_.mesh, rank, c.axis, c.groups).ranks;
-      const int id = intern(members);
-      for (int q : members) in.set_of_rank[q] = id;
-      return id;
-    }
-    // A group waits for the union of its members' participants.
-    std::vector<int> members;
-    bool same = true;
-    int first = -1;
-    for (int m = members_begin(info); m < members_end(info); ++m) {
-      const int s = member_set(m, rank);
-      if (first < 0) first = s;
-      same = same && s == first;
-      const auto& ranks = participants(p_.mesh, rank, infos_[m].cmd->axis, infos_[m].cmd->groups).ranks;
-      members.insert(members.end(), ranks.begin(), ranks.end());
-    }
-    const int id = intern(members);
-    if (same && first >= 0) {
-      // Every member partitions the mesh alike, so the union is that
-      // partition's block, and every rank of it waits with the same set.
-      for (int q : members) in.set_of_rank[q] = id;
-    } else {
-      in.set_of_rank[rank] = id;
-    }
+    std::vector<const Command*> members;
+    if (in.cmd->op == Op::collective_group)
+      for (int m = members_begin(info); m < members_end(info); ++m) members.push_back(infos_[m].cmd);
+    else
+      members.push_back(in.cmd);
+    std::vector<int> set = launch_members(p_.mesh, rank, members);
+    const int id = intern(set);
+    for (int q : set) in.set_of_rank[q] = id;
     return id;
   }
 

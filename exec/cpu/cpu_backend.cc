@@ -289,12 +289,15 @@ class Run {
       case Op::all_to_all:
       case Op::collective_permute: {
         std::vector<CollectiveCall> calls;
+        std::vector<const Command*> members;
         if (c.op == Op::collective_group)
-          for (const auto& m : c.body) calls.push_back(collective_call(s, m));
+          for (const auto& m : c.body) members.push_back(&m);
         else
-          calls.push_back(collective_call(s, c));
+          members.push_back(&c);
+        for (const Command* m : members) calls.push_back(collective_call(s, *m));
+        const std::vector<int> launch = launch_members(p_.mesh, s.rank, members);
         double start = now();
-        comm_->run(static_cast<int>(s.rank), calls, who(s, stream));
+        comm_->run(static_cast<int>(s.rank), calls, launch, who(s, stream));
         double end = now();
         if (c.op == Op::collective_group)
           for (const auto& m : c.body) record(s, m, stream, in_loop, start, end);

@@ -49,6 +49,26 @@ TEST(CpuBackend, AxisIndexGroups) {
   EXPECT_EQ(values(p, r, "o", 3), (std::vector<double>{5, 5}));
 }
 
+TEST(CpuBackend, GroupOfShiftsOverTwoAxesJoinsEveryRankItConnects) {
+  // Mesh x=2, y=2 (rank = 2x + y); rank r holds [r]. The group shifts along
+  // x (b) and along y (c): rank 0 receives b from rank 2 (x-1 mod 2 = 1)
+  // and c from rank 1. Rank 0's two communicators {0,2} and {0,1} connect
+  // all four ranks, which launch together instead of waiting for one another.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x", "y"], "shape": [2, 2]})",
+                                 R"("a": {"shape": [1], "dtype": "f32", "role": "input", "init": {"kind": "iota"}, "global": {"shape": [4], "spec": [["x", "y"]]}},
+                                    "b": {"shape": [1], "dtype": "f32", "role": "output"}, "c": {"shape": [1], "dtype": "f32", "role": "output"})",
+                                 R"([{"op": "collective_group", "body": [
+                                       {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1},
+                                       {"op": "collective_permute", "src": "a", "dst": "c", "axis": "y", "shift": 1}]}])"));
+  ExecResult r = run_cpu(p);
+  // b on rank r comes from (x-1, y): 0<-2, 1<-3, 2<-0, 3<-1; c from (x, y-1): 0<-1, 1<-0, 2<-3, 3<-2.
+  const double from_x[] = {2, 3, 0, 1}, from_y[] = {1, 0, 3, 2};
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(values(p, r, "b", rank), (std::vector<double>{from_x[rank]})) << rank;
+    EXPECT_EQ(values(p, r, "c", rank), (std::vector<double>{from_y[rank]})) << rank;
+  }
+}
+
 TEST(CpuBackend, CollectiveOverTwoAxesIsRowMajor) {
   // Mesh x=2, y=2; rank r holds [r]. Gathering over (x, y) orders by x first.
   Program p = load_ok(mesh_sched(R"({"axis_names": ["x", "y"], "shape": [2, 2]})",
