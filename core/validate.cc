@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <unordered_map>
 
+#include "core/accounting.h"
 #include "core/init.h"
 #include "core/lower.h"
 #include "core/mesh.h"
@@ -91,15 +93,93 @@ bool same_sig(const Program& p, const CollectiveSig& a, const CollectiveSig& b) 
   return sig_text(p, a) == sig_text(p, b);
 }
 
+bool ref_rank_dependent(const Program& p, const Ref& r);
+
+// What rank 0's walk did, for the other ranks to replay: every
+// happens-before operation, every access (with its ref when the ref's view
+// moves with the rank) and every collective. The walk's structure (streams,
+// tokens, both sides of every branch) is the same on every rank; only
+// views and communicators differ, so a replay re-resolves just those.
+struct Tape {
+  struct Step {
+    enum class Kind : uint8_t { new_slot, tick, join, set, access, collective };
+    Kind kind;
+    int slot = 0;
+    int arg = 0;         // join: index into clocks; set: component; collective: index into collectives
+    uint32_t value = 0;  // set
+    Access access;
+    const Ref* ref = nullptr;  // access: the rank-dependent ref, else null
+  };
+  struct Collective {
+    const Command* cmd;
+    const Ref *src, *dst;
+    View src_view, dst_view;
+  };
+  std::vector<Step> steps;
+  std::vector<Clock> clocks;
+  std::vector<Collective> collectives;
+  std::vector<char> buffer_moves;  // per buffer: some access to it moves with the rank
+};
+
+// One access a command makes: the ref it came from, its view on this rank
+// and whether it writes.
+struct Use {
+  const Ref* ref;
+  View view;
+  bool write;
+};
+
 // Walks the program for one rank.
 class RankWalker {
  public:
   RankWalker(const Program& p, int64_t rank, bool structural, bool races)
       : p_(p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), detector_(p.buffers.size()) {}
 
+  // Records the walk for replay on the other ranks.
+  void record_into(Tape* t) {
+    tape_ = t;
+    t->buffer_moves.assign(p_.buffers.size(), 0);
+  }
+
+  // Replays rank 0's walk on this rank: happens-before as recorded, races
+  // only on buffers some rank-dependent access touches, every collective.
+  void replay(const Tape& t) {
+    for (const auto& st : t.steps) {
+      switch (st.kind) {
+        case Tape::Step::Kind::new_slot: hb_.new_slot(); break;
+        case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
+        case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks[st.arg]); break;
+        case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
+        case Tape::Step::Kind::access: {
+          if (!races_ || !t.buffer_moves[st.access.buffer]) break;
+          Access a = st.access;
+          if (st.ref) {
+            const View v = resolve(p_, *st.ref, ctx_);
+            const size_t es = dtype_size(p_.buffers[v.buffer].dtype);
+            a.lo = static_cast<uint64_t>(v.offset) * es;
+            a.hi = a.lo + static_cast<uint64_t>(v.count()) * es;
+          }
+          detector_.access(a, hb_, branches_, races, 64);
+          break;
+        }
+        case Tape::Step::Kind::collective: {
+          const Tape::Collective& c = t.collectives[st.arg];
+          const View s = ref_rank_dependent(p_, *c.src) ? resolve(p_, *c.src, ctx_) : c.src_view;
+          const View d = ref_rank_dependent(p_, *c.dst) ? resolve(p_, *c.dst, ctx_) : c.dst_view;
+          collective(*c.cmd, s, d);
+          break;
+        }
+      }
+    }
+  }
+
+  // rank 0's branch nodes, which a replay shares.
+  void share_branches(const std::vector<BranchNode>& b) { branches_ = b; }
+  const std::vector<BranchNode>& branch_nodes() const { return branches_; }
+
   void run() {
     Namespace ns;
-    int main_slot = hb_.new_slot();
+    int main_slot = new_slot();
     StreamId main;
     ns.slots[main] = main_slot;
     slot_names_.push_back(main.str());
@@ -141,8 +221,31 @@ class RankWalker {
     return pos == std::string::npos ? token : token.substr(0, pos);
   }
 
-  void add_access(const Command& c, int slot, uint32_t seq, int branch, const View& v, bool write) {
+  // Happens-before operations, taped when recording.
+  int new_slot() {
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::new_slot});
+    return hb_.new_slot();
+  }
+  uint32_t tick(int slot) {
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::tick, slot});
+    return hb_.tick(slot);
+  }
+  void join(int slot, const Clock& c) {
+    if (tape_) {
+      tape_->steps.push_back({Tape::Step::Kind::join, slot, static_cast<int>(tape_->clocks.size())});
+      tape_->clocks.push_back(c);
+    }
+    hb_.join(slot, c);
+  }
+  void set_component(int slot, int component, uint32_t value) {
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::set, slot, component, value});
+    hb_.set_component(slot, component, value);
+  }
+
+  void add_access(const Command& c, int slot, uint32_t seq, int branch, const Use& u) {
     if (!races_) return;
+    const View& v = u.view;
+    const bool write = u.write;
     size_t es = dtype_size(p_.buffers[v.buffer].dtype);
     Access a;
     a.buffer = v.buffer;
@@ -153,6 +256,11 @@ class RankWalker {
     a.seq = seq;
     a.command = static_cast<int>(commands.size()) - 1;
     a.branch = branch;
+    if (tape_) {
+      const bool moves = ref_rank_dependent(p_, *u.ref);
+      tape_->steps.push_back({Tape::Step::Kind::access, slot, 0, 0, a, moves ? u.ref : nullptr});
+      if (moves) tape_->buffer_moves[v.buffer] = 1;
+    }
     detector_.access(a, hb_, branches_, races, 64);
   }
 
@@ -170,7 +278,7 @@ class RankWalker {
   int slot_for(Namespace& ns, const StreamId& s, int current) {
     auto it = ns.slots.find(s);
     if (it != ns.slots.end()) return it->second;
-    int slot = hb_.new_slot();
+    int slot = new_slot();
     ns.slots[s] = slot;
     slot_names_.push_back(s.str() + (ns.where.empty() ? "" : " inside " + ns.where));
     slot_tokens_.push_back("");
@@ -267,6 +375,13 @@ class RankWalker {
     return "";
   }
 
+  void record_collective(const Command& c, const View& src, const View& dst) {
+    collective(c, src, dst);
+    if (!tape_) return;
+    tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size())});
+    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst});
+  }
+
   void gemm_check(const Command& c, const View& a, const View& b, const View& cv) {
     auto fail = [&](const std::string& why) {
       throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(p_, a) + (c.transpose_a ? " (transposed)" : "") + ", b is " + view_str(p_, b) + (c.transpose_b ? " (transposed)" : "") + ", c is " + view_str(p_, cv));
@@ -296,9 +411,9 @@ class RankWalker {
     commands.push_back(&c);
     command_token.push_back(cur_token_);
     auto R = [&](const Ref& r) { return resolve(p_, r, ctx_); };
-    auto leaf = [&](std::initializer_list<std::pair<View, bool>> acc) {
-      uint32_t seq = hb_.tick(slot);
-      for (const auto& [v, w] : acc) add_access(c, slot, seq, branch, v, w);
+    auto leaf = [&](std::initializer_list<Use> acc) {
+      uint32_t seq = tick(slot);
+      for (const auto& u : acc) add_access(c, slot, seq, branch, u);
     };
     auto scalar = [&](const Ref& r, DType want, const char* what) {
       View v = R(r);
@@ -309,20 +424,20 @@ class RankWalker {
     };
     switch (c.op) {
       case Op::memzero:
-      case Op::memset: leaf({{need_writable(*c.dst), true}}); break;
+      case Op::memset: leaf({{&*c.dst, need_writable(*c.dst), true}}); break;
       case Op::copy: {
         View s = R(*c.src), d = need_writable(*c.dst);
         size_t sb = s.count() * dtype_size(p_.buffers[s.buffer].dtype), db = d.count() * dtype_size(p_.buffers[d.buffer].dtype);
         if (sb != db)
           throw ThunkyError(c.pointer + "/dst", "copy needs equal byte sizes: src " + view_str(p_, s) + " is " + std::to_string(sb) + " bytes, dst " + view_str(p_, d) + " is " + std::to_string(db) + " bytes");
-        leaf({{s, false}, {d, true}});
+        leaf({{&*c.src, s, false}, {&*c.dst, d, true}});
         break;
       }
       case Op::gemm: {
         View a = R(*c.a), b = R(*c.b), cv = need_writable(*c.c);
         gemm_check(c, a, b, cv);
-        if (c.beta != 0) leaf({{a, false}, {b, false}, {cv, false}, {cv, true}});
-        else leaf({{a, false}, {b, false}, {cv, true}});
+        if (c.beta != 0) leaf({{&*c.a, a, false}, {&*c.b, b, false}, {&*c.c, cv, false}, {&*c.c, cv, true}});
+        else leaf({{&*c.a, a, false}, {&*c.b, b, false}, {&*c.c, cv, true}});
         break;
       }
       case Op::map: map_command(c, c, slot, branch); break;
@@ -341,31 +456,31 @@ class RankWalker {
           if (!axes.count(static_cast<int64_t>(d))) kept *= in.shape[d];
         if (out.count() != kept)
           throw ThunkyError(c.pointer + "/out", "reduce of " + view_str(p_, in) + " over the listed axes leaves " + std::to_string(kept) + " elements, out " + view_str(p_, out) + " has " + std::to_string(out.count()));
-        leaf({{in, false}, {out, true}});
+        leaf({{&*c.src, in, false}, {&*c.out, out, true}});
         break;
       }
       case Op::kernel:
       case Op::ptx_kernel:
       case Op::custom_call: {
-        uint32_t seq = hb_.tick(slot);
-        std::vector<std::pair<View, bool>> acc;
+        uint32_t seq = tick(slot);
+        std::vector<Use> acc;
         if (c.op == Op::kernel) {
-          for (const auto& r : c.refs) acc.push_back({R(r), false});
-          for (const auto& r : c.refs2) acc.push_back({need_writable(r), true});
+          for (const auto& r : c.refs) acc.push_back({&r, R(r), false});
+          for (const auto& r : c.refs2) acc.push_back({&r, need_writable(r), true});
         } else if (c.op == Op::ptx_kernel) {
           for (size_t i = 0; i < c.refs.size(); ++i) {
-            acc.push_back({c.written[i] ? need_writable(c.refs[i]) : R(c.refs[i]), false});
-            if (c.written[i]) acc.push_back({acc.back().first, true});
+            acc.push_back({&c.refs[i], c.written[i] ? need_writable(c.refs[i]) : R(c.refs[i]), false});
+            if (c.written[i]) acc.push_back({&c.refs[i], acc.back().view, true});
           }
           if (c.cpu) {
             check_map(*c.cpu);
           }
         } else {
           custom_call_check(c);
-          for (const auto& r : c.refs) acc.push_back({R(r), false});
-          for (const auto& r : c.refs2) acc.push_back({need_writable(r), true});
+          for (const auto& r : c.refs) acc.push_back({&r, R(r), false});
+          for (const auto& r : c.refs2) acc.push_back({&r, need_writable(r), true});
         }
-        for (const auto& [v, w] : acc) add_access(c, slot, seq, branch, v, w);
+        for (const auto& u : acc) add_access(c, slot, seq, branch, u);
         break;
       }
       case Op::all_reduce:
@@ -374,21 +489,21 @@ class RankWalker {
       case Op::all_to_all:
       case Op::collective_permute: {
         View s = R(*c.src), d = need_writable(*c.dst);
-        collective(c, s, d);
-        leaf({{s, false}, {d, true}});
+        record_collective(c, s, d);
+        leaf({{&*c.src, s, false}, {&*c.dst, d, true}});
         break;
       }
       case Op::collective_group: {
         check_collective_group(c);
         // One launch: every member is issued at once on this stream.
-        uint32_t seq = hb_.tick(slot);
+        uint32_t seq = tick(slot);
         for (const auto& m : c.body) {
           commands.push_back(&m);
           command_token.push_back(cur_token_);
           View s = R(*m.src), d = need_writable(*m.dst);
-          collective(m, s, d);
-          add_access(m, slot, seq, branch, s, false);
-          add_access(m, slot, seq, branch, d, true);
+          record_collective(m, s, d);
+          add_access(m, slot, seq, branch, {&*m.src, s, false});
+          add_access(m, slot, seq, branch, {&*m.dst, d, true});
         }
         break;
       }
@@ -400,7 +515,7 @@ class RankWalker {
         }
         Clock event = hb_.clock(slot);
         int target = slot_for(ns, c.stream, slot);
-        hb_.join(target, event);
+        join(target, event);
         const std::string saved = slot_tokens_[target];
         slot_tokens_[target] = c.token;
         const std::string* saved_token = cur_token_;
@@ -426,14 +541,15 @@ class RankWalker {
         }
         if (it->second.frame != frame_ && structural_)
           throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.pointer + ")");
-        hb_.join(slot, it->second.clock);
+        join(slot, it->second.clock);
         it->second.live = false;
         break;
       }
       case Op::cond:
       case Op::switch_: {
-        View v = c.op == Op::cond ? scalar(*c.pred, DType::boolean, "pred") : scalar(*c.index, DType::s32, "index");
-        leaf({{v, false}});
+        const Ref& r = c.op == Op::cond ? *c.pred : *c.index;
+        View v = c.op == Op::cond ? scalar(r, DType::boolean, "pred") : scalar(r, DType::s32, "index");
+        leaf({{&r, v, false}});
         const int id = cond_ids_++;
         const Clock entry = hb_.clock(slot);
         Clock exit = entry;
@@ -469,7 +585,7 @@ class RankWalker {
         View v = scalar(*c.cond_buf, DType::boolean, "cond_buf");
         ns_stack_.push_back(&ns);
         region(c.cond, c.id + "/cond", slot, branch);
-        leaf({{v, false}});
+        leaf({{&*c.cond_buf, v, false}});
         region(c.body, c.id + "/body", slot, branch);
         ns_stack_.pop_back();
         break;
@@ -484,7 +600,7 @@ class RankWalker {
     n[slot] = own;
     // HappensBefore has no setter for a whole clock: rebuild by components.
     const Clock& cur = hb_.clock(slot);
-    for (size_t i = 0; i < std::max(cur.size(), n.size()); ++i) hb_.set_component(slot, static_cast<int>(i), i < n.size() ? n[i] : 0);
+    for (size_t i = 0; i < std::max(cur.size(), n.size()); ++i) set_component(slot, static_cast<int>(i), i < n.size() ? n[i] : 0);
   }
 
   void check_map(const Command& m) {
@@ -499,9 +615,9 @@ class RankWalker {
 
   void map_command(const Command& c, const Command& m, int slot, int branch) {
     check_map(m);
-    uint32_t seq = hb_.tick(slot);
-    for (const auto& [k, r] : m.in) add_access(c, slot, seq, branch, resolve(p_, r, ctx_), false);
-    add_access(c, slot, seq, branch, resolve(p_, *m.out, ctx_), true);
+    uint32_t seq = tick(slot);
+    for (const auto& [k, r] : m.in) add_access(c, slot, seq, branch, {&r, resolve(p_, r, ctx_), false});
+    add_access(c, slot, seq, branch, {&*m.out, resolve(p_, *m.out, ctx_), true});
   }
 
   void custom_call_check(const Command& c) {
@@ -539,6 +655,7 @@ class RankWalker {
   std::unordered_map<const Participants*, std::vector<CollectiveSig>*> comm_index_;
   int frame_ = 0;
   int cond_ids_ = 0;
+  Tape* tape_ = nullptr;
   const std::string* cur_token_ = &kNoToken;
   static inline const std::string kNoToken;
 };
@@ -578,6 +695,18 @@ bool command_rank_dependent(const Program& p, const Command& c) {
 bool program_rank_dependent(const Program& p, const Block& b) {
   for (const auto& c : b)
     if (command_rank_dependent(p, c)) return true;
+  return false;
+}
+
+// Whether some view's element count differs between ranks.
+bool program_sized_by_rank(const Block& b) {
+  for (const auto& c : b) {
+    if (work_depends_on_rank(c) || (c.cpu && work_depends_on_rank(*c.cpu))) return true;
+    for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond})
+      if (program_sized_by_rank(*sub)) return true;
+    for (const auto& br : c.branches)
+      if (program_sized_by_rank(br)) return true;
+  }
   return false;
 }
 
@@ -636,46 +765,63 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
 
   const int64_t ranks = p.mesh.size();
   const bool dependent = ranks > 1 && program_rank_dependent(p, p.program);
-  std::vector<std::unique_ptr<RankWalker>> walkers;
+  // Ranks other than 0 replay rank 0's walk unless some view's size moves
+  // with the rank (then shapes, not just offsets, differ: walk each rank).
+  const bool replay = ranks > 1 && !program_sized_by_rank(p.program);
+  Tape tape;
+  std::unique_ptr<RankWalker> first;  // rank 0's walk: names for every report
   std::map<std::string, std::vector<int64_t>> race_ranks;  // message -> ranks
   std::vector<std::string> race_order;
   // Communicator -> (rank -> sequence)
   std::map<std::vector<int>, std::vector<std::pair<int64_t, std::vector<CollectiveSig>>>> comm_seqs;
   for (int64_t r = 0; r < ranks; ++r) {
     const bool full = r == 0 || dependent;
-    RankWalker w(p, r, r == 0, opts.races && full);
+    auto w = std::make_unique<RankWalker>(p, r, r == 0, opts.races && full);
     try {
-      // Ranks whose views equal rank 0's skip race tracking; the walk still
-      // resolves their communicators.
-      w.run();
+      if (r == 0 || !replay) {
+        if (r == 0 && replay) w->record_into(&tape);
+        w->run();
+      } else {
+        // Ranks whose views equal rank 0's skip race tracking; the replay
+        // still resolves their communicators.
+        w->share_branches(first->branch_nodes());
+        w->replay(tape);
+      }
     } catch (const ThunkyError& e) {
       input_error(e);
       return out;
     }
-    for (const auto& rr : w.races) {
-      const Command& a = *w.commands[rr.first.command];
-      const Command& b = *w.commands[rr.second.command];
+    const RankWalker& names = r == 0 || !replay ? *w : *first;
+    for (const auto& rr : w->races) {
+      const Command& a = *names.commands[rr.first.command];
+      const Command& b = *names.commands[rr.second.command];
       const Buffer& buf = p.buffers[rr.first.buffer];
       uint64_t lo = std::max(rr.first.lo, rr.second.lo), hi = std::min(rr.first.hi, rr.second.hi);
-      const std::string& ta = *w.command_token[rr.first.command];
-      const std::string& tb = *w.command_token[rr.second.command];
+      const std::string& ta = *names.command_token[rr.first.command];
+      const std::string& tb = *names.command_token[rr.second.command];
       std::ostringstream msg;
       msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id << " (" << op_name(a.op)
           << (a.name.empty() ? "" : " '" + a.name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
-          << w.slot_names_[rr.first.slot] << ") and " << b.id << " (" << op_name(b.op)
+          << names.slot_names_[rr.first.slot] << ") and " << b.id << " (" << op_name(b.op)
           << (b.name.empty() ? "" : " '" + b.name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
-          << w.slot_names_[rr.second.slot] << ") are not ordered by stream order or any token; missing join: ";
+          << names.slot_names_[rr.second.slot] << ") are not ordered by stream order or any token; missing join: ";
       if (!ta.empty())
-        msg << "an async_done of token '" << display_token(ta) << "' on " << w.slot_names_[rr.second.slot] << " before " << b.id;
+        msg << "an async_done of token '" << display_token(ta) << "' on " << names.slot_names_[rr.second.slot] << " before " << b.id;
       else
         msg << "the async_start of token '" << display_token(tb) << "' must come after " << a.id
             << " on its stream, or after an async_done that joins it";
       std::string key = msg.str();
       if (!race_ranks.count(key)) race_order.push_back(key);
-      race_ranks[key].push_back(r);
+      // A replay skips buffers no rank-dependent access touches: rank 0's
+      // race there is every rank's.
+      if (r == 0 && replay && !tape.buffer_moves[rr.first.buffer])
+        for (int64_t q = 0; q < ranks; ++q) race_ranks[key].push_back(q);
+      else
+        race_ranks[key].push_back(r);
     }
-    for (auto& [comm, seq] : w.collectives) comm_seqs[comm].emplace_back(r, std::move(seq));
-    for (const auto& e : w.unawaited) input_error(e);
+    for (auto& [comm, seq] : w->collectives) comm_seqs[comm].emplace_back(r, std::move(seq));
+    for (const auto& e : w->unawaited) input_error(e);
+    if (r == 0) first = std::move(w);
   }
   for (const auto& key : race_order) {
     if (out.size() >= opts.max_errors) break;

@@ -116,6 +116,22 @@ TEST(Races, UnjoinedStreamsRaceAndTheReportNamesBoth) {
   EXPECT_NE(m.find("async_done of token 't'"), std::string::npos);
 }
 
+TEST(Races, RankDependentViewsRaceOnlyWhereTheyOverlap) {
+  // 4 ranks. The communication stream zeroes a[4:6] while the main stream,
+  // unjoined, zeroes a[ds(x * 2, 2)]: rows 2x..2x+1 meet rows 4..5 only on
+  // rank 2, bytes [16, 24). b is zeroed on both streams on every rank.
+  auto errs = load_errors(sched("[" + start("t", R"([{"op": "memzero", "dst": "a[4:6]"}, {"op": "memzero", "dst": "b"}])") +
+                                R"(, {"op": "memzero", "dst": "a[ds(x * 2, 2)]"}, {"op": "memzero", "dst": "b[0:2]"}, )" + done("t") + "]", 4));
+  ASSERT_EQ(errs.size(), 2u);
+  std::string on_a, on_b;
+  for (const auto& e : errs) (e.message.find("buffer 'a'") != std::string::npos ? on_a : on_b) = e.message;
+  EXPECT_NE(on_a.find("bytes [16, 24)"), std::string::npos) << on_a;
+  EXPECT_NE(on_a.find("(on ranks 2)"), std::string::npos) << on_a;
+  // b's views do not move with the rank: one report for all four ranks.
+  EXPECT_NE(on_b.find("bytes [0, 8)"), std::string::npos) << on_b;
+  EXPECT_NE(on_b.find("(on every rank)"), std::string::npos) << on_b;
+}
+
 TEST(Races, ExclusiveBranchesAndJoinedWorkDoNotRace) {
   const std::string w = R"([{"op": "memset", "dst": "b", "value": 1}])";
   load_ok(sched(R"([{"op": "cond", "pred": "p", "then": [)" + start("t", w) + "," + done("t") + R"(], "else": [)" +
