@@ -41,7 +41,7 @@ class Lowerer {
     if (b == index_.end()) throw ThunkyError(r.pointer, "unknown buffer '" + r.syntax->buffer + "'");
     r.buffer = b->second;
   }
-  void bind(std::optional<Ref>& r, const Scope& s) {
+  void bind(OptRef& r, const Scope& s) {
     if (r) bind(*r, s);
   }
 

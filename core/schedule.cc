@@ -541,7 +541,7 @@ Program parse_program(const json& doc, const std::string& file) {
 }
 
 namespace {
-json ref_json(const std::optional<Ref>& r) { return r ? json(r->syntax->text()) : json(); }
+json ref_json(const OptRef& r) { return r ? json(r->syntax->text()) : json(); }
 json refs_json(const std::vector<Ref>& v) {
   json a = json::array();
   for (const auto& r : v) a.push_back(r.syntax->text());

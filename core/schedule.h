@@ -71,6 +71,32 @@ struct Ref {
   std::string pointer;  // JSON pointer of the ref string (for messages)
 };
 
+// An optional Ref held behind a pointer: a command has up to nine named
+// refs and uses two or three, so this keeps Command small. Copies are deep
+// (lowering copies function bodies and then rebinds their refs).
+class OptRef {
+ public:
+  OptRef() = default;
+  OptRef(Ref r) : p_(std::make_unique<Ref>(std::move(r))) {}  // NOLINT: like std::optional
+  OptRef(const OptRef& o) : p_(o.p_ ? std::make_unique<Ref>(*o.p_) : nullptr) {}
+  OptRef(OptRef&&) noexcept = default;
+  OptRef& operator=(const OptRef& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<Ref>(*o.p_) : nullptr;
+    return *this;
+  }
+  OptRef& operator=(OptRef&&) noexcept = default;
+  explicit operator bool() const { return p_ != nullptr; }
+  bool has_value() const { return p_ != nullptr; }
+  Ref& operator*() { return *p_; }
+  const Ref& operator*() const { return *p_; }
+  Ref* operator->() { return p_.get(); }
+  const Ref* operator->() const { return p_.get(); }
+  void reset() { p_.reset(); }
+
+ private:
+  std::unique_ptr<Ref> p_;
+};
+
 struct Cost {
   std::optional<double> seconds;
   std::optional<double> flops;
@@ -103,7 +129,7 @@ struct Command {
   SimHints sim;
 
   // refs, by role
-  std::optional<Ref> src, dst, a, b, c, out, pred, index, cond_buf;
+  OptRef src, dst, a, b, c, out, pred, index, cond_buf;
   std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
   std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
   std::vector<Ref> refs2;                       // kernel writes, custom_call results

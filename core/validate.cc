@@ -114,6 +114,7 @@ struct Tape {
     const Command* cmd;
     const Ref *src, *dst;
     View src_view, dst_view;
+    bool src_moves, dst_moves;
   };
   std::vector<Step> steps;
   std::vector<Clock> clocks;
@@ -141,34 +142,33 @@ class RankWalker {
     t->buffer_moves.assign(p_.buffers.size(), 0);
   }
 
-  // Replays rank 0's walk on this rank: happens-before as recorded, races
-  // only on buffers some rank-dependent access touches, every collective.
-  void replay(const Tape& t) {
-    for (const auto& st : t.steps) {
-      switch (st.kind) {
-        case Tape::Step::Kind::new_slot: hb_.new_slot(); break;
-        case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
-        case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks[st.arg]); break;
-        case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
-        case Tape::Step::Kind::access: {
-          if (!races_ || !t.buffer_moves[st.access.buffer]) break;
-          Access a = st.access;
-          if (st.ref) {
-            const View v = resolve(p_, *st.ref, ctx_);
-            const size_t es = dtype_size(p_.buffers[v.buffer].dtype);
-            a.lo = static_cast<uint64_t>(v.offset) * es;
-            a.hi = a.lo + static_cast<uint64_t>(v.count()) * es;
-          }
-          detector_.access(a, hb_, branches_, races, 64);
-          break;
+  // Replays one step of rank 0's walk on this rank: happens-before as
+  // recorded, races only on buffers some rank-dependent access touches,
+  // every collective.
+  void replay(const Tape& t, const Tape::Step& st) {
+    switch (st.kind) {
+      case Tape::Step::Kind::new_slot: hb_.new_slot(); break;
+      case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
+      case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks[st.arg]); break;
+      case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
+      case Tape::Step::Kind::access: {
+        if (!races_ || !t.buffer_moves[st.access.buffer]) break;
+        Access a = st.access;
+        if (st.ref) {
+          const View v = resolve(p_, *st.ref, ctx_);
+          const size_t es = dtype_size(p_.buffers[v.buffer].dtype);
+          a.lo = static_cast<uint64_t>(v.offset) * es;
+          a.hi = a.lo + static_cast<uint64_t>(v.count()) * es;
         }
-        case Tape::Step::Kind::collective: {
-          const Tape::Collective& c = t.collectives[st.arg];
-          const View s = ref_rank_dependent(p_, *c.src) ? resolve(p_, *c.src, ctx_) : c.src_view;
-          const View d = ref_rank_dependent(p_, *c.dst) ? resolve(p_, *c.dst, ctx_) : c.dst_view;
-          collective(*c.cmd, s, d);
-          break;
-        }
+        detector_.access(a, hb_, branches_, races, 64);
+        break;
+      }
+      case Tape::Step::Kind::collective: {
+        const Tape::Collective& c = t.collectives[st.arg];
+        const View s = c.src_moves ? resolve(p_, *c.src, ctx_) : c.src_view;
+        const View d = c.dst_moves ? resolve(p_, *c.dst, ctx_) : c.dst_view;
+        collective(*c.cmd, s, d);
+        break;
       }
     }
   }
@@ -379,7 +379,7 @@ class RankWalker {
     collective(c, src, dst);
     if (!tape_) return;
     tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size())});
-    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst});
+    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, ref_rank_dependent(p_, *c.src), ref_rank_dependent(p_, *c.dst)});
   }
 
   void gemm_check(const Command& c, const View& a, const View& b, const View& cv) {
@@ -774,25 +774,10 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   std::vector<std::string> race_order;
   // Communicator -> (rank -> sequence)
   std::map<std::vector<int>, std::vector<std::pair<int64_t, std::vector<CollectiveSig>>>> comm_seqs;
-  for (int64_t r = 0; r < ranks; ++r) {
-    const bool full = r == 0 || dependent;
-    auto w = std::make_unique<RankWalker>(p, r, r == 0, opts.races && full);
-    try {
-      if (r == 0 || !replay) {
-        if (r == 0 && replay) w->record_into(&tape);
-        w->run();
-      } else {
-        // Ranks whose views equal rank 0's skip race tracking; the replay
-        // still resolves their communicators.
-        w->share_branches(first->branch_nodes());
-        w->replay(tape);
-      }
-    } catch (const ThunkyError& e) {
-      input_error(e);
-      return out;
-    }
-    const RankWalker& names = r == 0 || !replay ? *w : *first;
-    for (const auto& rr : w->races) {
+  // Gathers one rank's races, communicators and token problems; `names`
+  // is the walk whose command and stream numbering its reports use.
+  auto collect = [&](int64_t r, RankWalker& w, const RankWalker& names) {
+    for (const auto& rr : w.races) {
       const Command& a = *names.commands[rr.first.command];
       const Command& b = *names.commands[rr.second.command];
       const Buffer& buf = p.buffers[rr.first.buffer];
@@ -819,9 +804,39 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
       else
         race_ranks[key].push_back(r);
     }
-    for (auto& [comm, seq] : w->collectives) comm_seqs[comm].emplace_back(r, std::move(seq));
-    for (const auto& e : w->unawaited) input_error(e);
-    if (r == 0) first = std::move(w);
+    for (auto& [comm, seq] : w.collectives) comm_seqs[comm].emplace_back(r, std::move(seq));
+    for (const auto& e : w.unawaited) input_error(e);
+  };
+  // Walks (rank 0, or every rank when replay is off) run one by one; the
+  // replays run step by step across all ranks, so each rank-dependent ref
+  // is evaluated for every rank while it is in cache.
+  std::vector<std::unique_ptr<RankWalker>> replays;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const bool full = r == 0 || dependent;
+    auto w = std::make_unique<RankWalker>(p, r, r == 0, opts.races && full);
+    try {
+      if (r == 0 || !replay) {
+        if (r == 0 && replay) w->record_into(&tape);
+        w->run();
+      } else {
+        // Ranks whose views equal rank 0's skip race tracking; the replay
+        // still resolves their communicators.
+        w->share_branches(first->branch_nodes());
+        replays.push_back(std::move(w));
+        if (r + 1 < ranks) continue;
+        for (const auto& st : tape.steps)
+          for (auto& rw : replays) rw->replay(tape, st);
+      }
+    } catch (const ThunkyError& e) {
+      input_error(e);
+      return out;
+    }
+    if (r == 0 || !replay) {
+      collect(r, *w, *w);
+      if (r == 0) first = std::move(w);
+    } else {
+      for (size_t k = 0; k < replays.size(); ++k) collect(static_cast<int64_t>(k) + 1, *replays[k], *first);
+    }
   }
   for (const auto& key : race_order) {
     if (out.size() >= opts.max_errors) break;
