@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,12 +49,10 @@ class Obj {
   const std::string& ptr() const { return ptr_; }
   bool has(std::string_view k) const { return j_.contains(std::string(k)); }
   const json* get(std::string_view k) {
-    for (auto it = j_.begin(); it != j_.end(); ++it) {
+    size_t i = 0;
+    for (auto it = j_.begin(); it != j_.end(); ++it, ++i) {
       if (it.key() == k) {
-        if (std::find(asked_.begin(), asked_.end(), k) == asked_.end()) {
-          asked_.push_back(k);
-          ++found_;
-        }
+        mark(i);
         return &*it;
       }
     }
@@ -92,14 +91,28 @@ class Obj {
   // found ones suffices, and only a failure looks for the culprit.
   void done() const {
     if (found_ >= j_.size()) return;
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (std::find(asked_.begin(), asked_.end(), it.key()) == asked_.end()) fail(child(ptr_, it.key()), "unknown key '" + it.key() + "'");
+    size_t i = 0;
+    for (auto it = j_.begin(); it != j_.end(); ++it, ++i)
+      if (!marked(i)) fail(child(ptr_, it.key()), "unknown key '" + it.key() + "'");
   }
 
  private:
+  // Which members (by position) have been asked for: a bit mask for the
+  // first 64, a list beyond (objects that large are rare).
+  void mark(size_t i) {
+    if (marked(i)) return;
+    if (i < 64) low_ |= uint64_t{1} << i;
+    else high_.push_back(i);
+    ++found_;
+  }
+  bool marked(size_t i) const {
+    if (i < 64) return (low_ >> i) & 1;
+    return std::find(high_.begin(), high_.end(), i) != high_.end();
+  }
   const json& j_;
   std::string ptr_;
-  std::vector<std::string_view> asked_;  // asked for and present
+  uint64_t low_ = 0;
+  std::vector<size_t> high_;
   size_t found_ = 0;
 };
 

@@ -32,15 +32,20 @@ std::vector<int64_t> shape_of(const json& j, const std::string& ptr) {
 
 // Schedules repeat the same ref strings many times; parse_program keeps a
 // cache of parsed refs for the duration of one parse (per thread).
-thread_local std::unordered_map<std::string, std::shared_ptr<const RefSyntax>>* t_ref_cache = nullptr;
+// Parsed refs and map expressions, shared by equal texts during one parse.
+struct ParseCache {
+  std::unordered_map<std::string, std::shared_ptr<const RefSyntax>> refs;
+  std::unordered_map<std::string, ExprPtr> exprs;
+};
+thread_local ParseCache* t_cache = nullptr;
 
 Ref ref_of(const json& j, const std::string& ptr) {
   if (!j.is_string()) fail(ptr, "expected a ref string such as \"a[2:4]\", got " + type_name(j));
   try {
     const std::string& text = j.get_ref<const std::string&>();
-    if (t_ref_cache) {
-      auto it = t_ref_cache->find(text);
-      if (it == t_ref_cache->end()) it = t_ref_cache->emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
+    if (t_cache) {
+      auto it = t_cache->refs.find(text);
+      if (it == t_cache->refs.end()) it = t_cache->refs.emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
       return Ref{it->second, -1, ptr};
     }
     return Ref{std::make_shared<const RefSyntax>(parse_ref(text)), -1, ptr};
@@ -253,7 +258,13 @@ Command parse_command(const json& j, const std::string& ptr, int depth) {
     m.out = ref_of(mo.need("out"), mo.at("out"));
     m.expr_text = mo.str("expr");
     try {
-      m.expr = parse_expr(m.expr_text);
+      if (t_cache) {
+        auto it = t_cache->exprs.find(m.expr_text);
+        if (it == t_cache->exprs.end()) it = t_cache->exprs.emplace(m.expr_text, parse_expr(m.expr_text)).first;
+        m.expr = it->second;
+      } else {
+        m.expr = parse_expr(m.expr_text);
+      }
     } catch (const ThunkyError& e) {
       fail(mo.at("expr"), e.what());
     }
@@ -464,11 +475,11 @@ std::string_view op_name(Op op) {
 bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
 
 Program parse_program(const json& doc, const std::string& file) {
-  std::unordered_map<std::string, std::shared_ptr<const RefSyntax>> cache;
+  ParseCache cache;
   struct Scope {
-    explicit Scope(std::unordered_map<std::string, std::shared_ptr<const RefSyntax>>* c) : saved(t_ref_cache) { t_ref_cache = c; }
-    ~Scope() { t_ref_cache = saved; }
-    std::unordered_map<std::string, std::shared_ptr<const RefSyntax>>* saved;
+    explicit Scope(ParseCache* c) : saved(t_cache) { t_cache = c; }
+    ~Scope() { t_cache = saved; }
+    ParseCache* saved;
   } scope(&cache);
   Obj o(doc, "");
   Program p;
