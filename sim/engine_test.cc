@@ -127,6 +127,89 @@ TEST(SimLinks, SwitchAndHierarchicalThroughTheEngine) {
               7.0 / 8 * gib / 4.5e11 + 5e-6 + 0.5 * gib / (8 * 5e10) + 1e-5, 1e-9);
 }
 
+// One collective alone on 4 ranks, V = 1e6 bytes (the gathered result,
+// the unreduced input, the array), no latency, through the engine.
+struct CollectiveCase {
+  const char* topology;
+  const char* op;
+  double seconds;  // derived by hand below
+};
+
+Machine topology_machine(const std::string& t) {
+  std::string axes;
+  if (t == "ring" || t == "line")
+    axes = R"({"topology": "ring", "wraparound": )" + std::string(t == "ring" ? "true" : "false") + R"(, "link_bandwidth": 1e9, "hop_latency_s": 0})";
+  else if (t == "switch")
+    axes = R"({"topology": "switch", "egress_bandwidth": 1e9, "latency_s": 0})";
+  else
+    axes = R"({"topology": "hierarchical", "group_size": 2, "switch": {"egress_bandwidth": 1e9, "latency_s": 0}, "nic_bandwidth": 1e8, "nic_latency_s": 0})";
+  return parse_machine(nlohmann::ordered_json::parse(R"({"format": "thunky.machine/1", "name": "t",
+    "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "test"}, "axes": {"*": )" + axes + "}}"));
+}
+
+class EveryCollective : public ::testing::TestWithParam<CollectiveCase> {};
+
+TEST_P(EveryCollective, AloneTakesItsClosedForm) {
+  const auto& c = GetParam();
+  // Shapes in f32 elements: 62500 = 250 kB, 250000 = 1 MB.
+  const std::string op = c.op;
+  const std::string src = op == "all_gather" ? "s" : "l", dst = op == "reduce_scatter" ? "s" : "l2";
+  const std::string sched = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [4]},
+    "buffers": {"s": {"shape": [62500], "dtype": "f32", "role": "inout", "init": {"kind": "zeros"}},
+                "l": {"shape": [250000], "dtype": "f32", "role": "inout", "init": {"kind": "zeros"}},
+                "l2": {"shape": [250000], "dtype": "f32"}},
+    "program": [{"op": ")" + op + R"(", "src": ")" + src + R"(", "dst": ")" + dst + R"(", "axis": "x"}]})";
+  EXPECT_NEAR(makespan(sched, topology_machine(c.topology)), c.seconds, 1e-12) << c.topology << " " << c.op;
+}
+
+// ring (W = 1e9 B/s each way, both ways used: 2e9): AG, RS V / 2e9 = 0.5 ms;
+//   AR twice that; A2A a quarter: 0.125 ms.
+// line (no wraparound): the farthest shard crosses 3 links one way:
+//   3 (V/4) / 1e9 = 0.75 ms; AR 1.5 ms; A2A 0.1875 ms.
+// switch (egress 1e9): (3/4) V / 1e9 = 0.75 ms; AR 1.5 ms; A2A 0.75 ms.
+// hierarchical (groups of 2 on a 1e9 switch, NICs of 1e8): within a group
+//   (1/2) V / 1e9 = 0.5 ms, across the 2 groups (1/2) V / (2 x 1e8) = 2.5 ms:
+//   3 ms; AR 6 ms; A2A 3 ms.
+INSTANTIATE_TEST_SUITE_P(Topologies, EveryCollective,
+                         ::testing::Values(CollectiveCase{"ring", "all_gather", 0.5e-3}, CollectiveCase{"ring", "reduce_scatter", 0.5e-3},
+                                           CollectiveCase{"ring", "all_reduce", 1e-3}, CollectiveCase{"ring", "all_to_all", 0.125e-3},
+                                           CollectiveCase{"line", "all_gather", 0.75e-3}, CollectiveCase{"line", "reduce_scatter", 0.75e-3},
+                                           CollectiveCase{"line", "all_reduce", 1.5e-3}, CollectiveCase{"line", "all_to_all", 0.1875e-3},
+                                           CollectiveCase{"switch", "all_gather", 0.75e-3}, CollectiveCase{"switch", "reduce_scatter", 0.75e-3},
+                                           CollectiveCase{"switch", "all_reduce", 1.5e-3}, CollectiveCase{"switch", "all_to_all", 0.75e-3},
+                                           CollectiveCase{"hierarchical", "all_gather", 3e-3}, CollectiveCase{"hierarchical", "reduce_scatter", 3e-3},
+                                           CollectiveCase{"hierarchical", "all_reduce", 6e-3}, CollectiveCase{"hierarchical", "all_to_all", 3e-3}));
+
+TEST(SimLinks, AxisIndexGroupsRunAsSmallerRings) {
+  // all_reduce of 1e6 bytes with groups {0,1} and {2,3} of a 4-ring: each
+  // group is a 2-rank ring, 2 V / (2 x 1e9) = 1 ms, and the two groups use
+  // disjoint links, so together they still take 1 ms.
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "all_reduce", "src": "a", "dst": "b", "axis": "x", "groups": [[0, 1], [2, 3]]}])"), ring_machine()), 1e-3, 1e-12);
+}
+
+TEST(SimLinks, CollectiveOverTwoAxesSplitsTheBandwidthTerm) {
+  // all_gather of 1e6 bytes over both axes of a 2x2 torus: n = 4, two axes
+  // at once: V / (2 x 2 x 1e9) = 0.25 ms.
+  const std::string s = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x", "y"], "shape": [2, 2]},
+    "buffers": {"a": {"shape": [62500], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+                "g": {"shape": [250000], "dtype": "f32"}},
+    "program": [{"op": "all_gather", "src": "a", "dst": "g", "axis": ["x", "y"]}]})";
+  EXPECT_NEAR(makespan(s, ring_machine()), 0.25e-3, 1e-12);
+}
+
+TEST(SimLinks, AShiftBesideAnAllGatherSharesItsLinks) {
+  // On the 4-ring, an all_gather of 1e6 bytes (0.5 ms alone, one flow over
+  // all 8 directed links at 1e9) runs beside a clockwise shift of 1e6 bytes
+  // (1 ms alone) issued on communication:0. They share the 4 clockwise
+  // links at 5e8 each: the gather's 5e5 bytes-at-link-rate need 1 ms, the
+  // shift has then moved 5e5 and finishes the rest alone at 1e9: 1.5 ms.
+  const std::string s = mesh4(R"([{"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0}, "body": [
+      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}]},
+    {"op": "all_gather", "src": "s", "dst": "c", "axis": "x"},
+    {"op": "async_done", "token": "t"}])", R"(, "s": {"shape": [62500], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}})");
+  EXPECT_NEAR(makespan(s, ring_machine()), 1.5e-3, 1e-9);
+}
+
 TEST(SimCompute, TwoKernelsOnTwoStreamsTakeTheSum) {
   // Two 1 ms kernels forked onto two streams of one rank share its
   // throughput: both end at 2 ms.
