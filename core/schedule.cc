@@ -326,10 +326,11 @@ Command parse_command(const json& j, const std::string& ptr, int depth) {
       if (!w[i].is_boolean()) fail(child(o.at("written"), i), "expected true or false");
       c.written.push_back(w[i].get<bool>());
     }
-    c.kernel_name = o.str("kernel_name");
-    c.ptx = o.str_or("ptx", "");
-    c.ptx_file = o.str_or("ptx_file", "");
-    if (c.ptx.empty() == c.ptx_file.empty()) fail(ptr, "a ptx_kernel needs exactly one of 'ptx' or 'ptx_file'");
+    PtxLaunch& l = *(c.launch = PtxLaunch{});
+    l.kernel_name = o.str("kernel_name");
+    l.ptx = o.str_or("ptx", "");
+    l.ptx_file = o.str_or("ptx_file", "");
+    if (l.ptx.empty() == l.ptx_file.empty()) fail(ptr, "a ptx_kernel needs exactly one of 'ptx' or 'ptx_file'");
     auto dims = [&](std::string_view k, std::vector<int64_t>& d) {
       if (const json* v = o.get(k)) {
         d = int_list(*v, o.at(k));
@@ -339,9 +340,9 @@ Command parse_command(const json& j, const std::string& ptr, int depth) {
         d.resize(3, 1);
       }
     };
-    dims("grid", c.grid);
-    dims("block", c.block);
-    if (const json* s = o.get("shmem_bytes")) c.shmem_bytes = as_int(*s, o.at("shmem_bytes"));
+    dims("grid", l.grid);
+    dims("block", l.block);
+    if (const json* s = o.get("shmem_bytes")) l.shmem_bytes = as_int(*s, o.at("shmem_bytes"));
     if (const json* cpu = o.get("cpu")) {
       Obj mo(*cpu, o.at("cpu"));
       auto m = std::make_shared<Command>();
@@ -353,14 +354,15 @@ Command parse_command(const json& j, const std::string& ptr, int depth) {
     }
   } else if (op == "custom_call") {
     c.op = Op::custom_call;
-    c.target = o.str("target");
+    CustomCallSpec& cc = *(c.custom = CustomCallSpec{});
+    cc.target = o.str("target");
     c.refs = ref_list("operands", true);
     c.refs2 = ref_list("results", true);
     if (const json* bc = o.get("backend_config")) {
       if (!bc->is_object()) fail(o.at("backend_config"), "expected an object");
-      c.backend_config = *bc;
+      cc.backend_config = *bc;
     } else {
-      c.backend_config = json::object();
+      cc.backend_config = json::object();
     }
   } else if (op == "all_reduce") {
     c.op = Op::all_reduce;
@@ -639,15 +641,15 @@ json to_json(const Command& c) {
     case Op::ptx_kernel:
       j["args"] = refs_json(c.refs);
       j["written"] = c.written;
-      j["kernel_name"] = c.kernel_name;
-      if (!c.ptx.empty()) j["ptx"] = c.ptx;
-      if (!c.ptx_file.empty()) j["ptx_file"] = c.ptx_file;
-      j["grid"] = c.grid; j["block"] = c.block; j["shmem_bytes"] = c.shmem_bytes;
+      j["kernel_name"] = c.launch->kernel_name;
+      if (!c.launch->ptx.empty()) j["ptx"] = c.launch->ptx;
+      if (!c.launch->ptx_file.empty()) j["ptx_file"] = c.launch->ptx_file;
+      j["grid"] = c.launch->grid; j["block"] = c.launch->block; j["shmem_bytes"] = c.launch->shmem_bytes;
       if (c.cpu) j["cpu"] = map_fields(*c.cpu, json::object());
       break;
     case Op::custom_call:
-      j["target"] = c.target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
-      j["backend_config"] = c.backend_config;
+      j["target"] = c.custom->target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
+      j["backend_config"] = c.custom->backend_config;
       break;
     case Op::all_reduce: case Op::reduce_scatter: collective(); j["reduction"] = c.reduction; break;
     case Op::all_gather: case Op::all_to_all: collective(); break;

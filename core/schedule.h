@@ -71,31 +71,35 @@ struct Ref {
   std::string pointer;  // JSON pointer of the ref string (for messages)
 };
 
-// An optional Ref held behind a pointer: a command has up to nine named
-// refs and uses two or three, so this keeps Command small. Copies are deep
-// (lowering copies function bodies and then rebinds their refs).
-class OptRef {
+// An optional value held behind a pointer, for the fields a command
+// rarely has (most of its nine named refs, a cost, a PTX launch): it keeps
+// Command small. Copies are deep (lowering copies function bodies and then
+// rebinds their refs). Used like std::optional.
+template <typename T>
+class Box {
  public:
-  OptRef() = default;
-  OptRef(Ref r) : p_(std::make_unique<Ref>(std::move(r))) {}  // NOLINT: like std::optional
-  OptRef(const OptRef& o) : p_(o.p_ ? std::make_unique<Ref>(*o.p_) : nullptr) {}
-  OptRef(OptRef&&) noexcept = default;
-  OptRef& operator=(const OptRef& o) {
-    if (this != &o) p_ = o.p_ ? std::make_unique<Ref>(*o.p_) : nullptr;
+  Box() = default;
+  Box(T v) : p_(std::make_unique<T>(std::move(v))) {}  // NOLINT: like std::optional
+  Box(const Box& o) : p_(o.p_ ? std::make_unique<T>(*o.p_) : nullptr) {}
+  Box(Box&&) noexcept = default;
+  Box& operator=(const Box& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<T>(*o.p_) : nullptr;
     return *this;
   }
-  OptRef& operator=(OptRef&&) noexcept = default;
+  Box& operator=(Box&&) noexcept = default;
   explicit operator bool() const { return p_ != nullptr; }
   bool has_value() const { return p_ != nullptr; }
-  Ref& operator*() { return *p_; }
-  const Ref& operator*() const { return *p_; }
-  Ref* operator->() { return p_.get(); }
-  const Ref* operator->() const { return p_.get(); }
+  T& operator*() { return *p_; }
+  const T& operator*() const { return *p_; }
+  T* operator->() { return p_.get(); }
+  const T* operator->() const { return p_.get(); }
   void reset() { p_.reset(); }
 
  private:
-  std::unique_ptr<Ref> p_;
+  std::unique_ptr<T> p_;
 };
+
+using OptRef = Box<Ref>;
 
 struct Cost {
   std::optional<double> seconds;
@@ -117,6 +121,19 @@ struct StreamId {
   auto operator<=>(const StreamId&) const = default;
 };
 
+struct CustomCallSpec {
+  std::string target;
+  json backend_config;
+};
+
+struct PtxLaunch {
+  std::string kernel_name;
+  std::string ptx;       // inline source, or
+  std::string ptx_file;  // a file relative to the schedule
+  std::vector<int64_t> grid{1, 1, 1}, block{1, 1, 1};
+  int64_t shmem_bytes = 0;
+};
+
 struct Command;
 using Block = std::vector<Command>;
 
@@ -125,7 +142,7 @@ struct Command {
   std::string pointer;  // source JSON pointer (for messages)
   std::string id;       // pointer in the lowered schedule (for reports)
   std::string name;
-  std::optional<Cost> cost;
+  Box<Cost> cost;
   SimHints sim;
 
   // refs, by role
@@ -149,13 +166,8 @@ struct Command {
   std::optional<int64_t> shift;
   std::string token;
   StreamId stream;
-  std::string target;       // custom_call
-  json backend_config;      // custom_call
-  std::string kernel_name;  // ptx_kernel
-  std::string ptx;
-  std::string ptx_file;
-  std::vector<int64_t> grid{1, 1, 1}, block{1, 1, 1};
-  int64_t shmem_bytes = 0;
+  Box<CustomCallSpec> custom;  // custom_call
+  Box<PtxLaunch> launch;       // ptx_kernel
   std::shared_ptr<Command> cpu;  // ptx_kernel fallback, a map
   std::vector<std::pair<std::string, Ref>> args_map;  // call args
 

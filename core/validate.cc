@@ -621,13 +621,14 @@ class RankWalker {
   }
 
   void custom_call_check(const Command& c) {
-    if (c.target != "cholesky" && c.target != "cusolver_potrf_ffi")
-      throw ThunkyError(c.pointer + "/target", "unknown custom_call target '" + c.target + "' (registered: cholesky, cusolver_potrf_ffi)");
-    for (auto it = c.backend_config.begin(); it != c.backend_config.end(); ++it) {
+    const CustomCallSpec& spec = *c.custom;
+    if (spec.target != "cholesky" && spec.target != "cusolver_potrf_ffi")
+      throw ThunkyError(c.pointer + "/target", "unknown custom_call target '" + spec.target + "' (registered: cholesky, cusolver_potrf_ffi)");
+    for (auto it = spec.backend_config.begin(); it != spec.backend_config.end(); ++it) {
       if (it.key() != "lower") throw ThunkyError(c.pointer + "/backend_config/" + it.key(), "unknown key '" + it.key() + "' for cholesky (expected 'lower')");
       if (!it.value().is_boolean()) throw ThunkyError(c.pointer + "/backend_config/lower", "expected true or false");
     }
-    if (!c.backend_config.contains("lower"))
+    if (!spec.backend_config.contains("lower"))
       throw ThunkyError(c.pointer + "/backend_config", "cholesky needs backend_config.lower (true or false, in cuSOLVER's column-major sense)");
     if (c.refs.size() != 1) throw ThunkyError(c.pointer + "/operands", "cholesky takes one operand [a]");
     if (c.refs2.size() != 2) throw ThunkyError(c.pointer + "/results", "cholesky has two results [a, info]");

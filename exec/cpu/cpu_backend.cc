@@ -347,7 +347,7 @@ class Run {
       }
       case Op::ptx_kernel: run_map(s, *c.cpu); break;
       case Op::custom_call: {
-        bool lower = c.backend_config.at("lower").get<bool>();
+        bool lower = c.custom->backend_config.at("lower").get<bool>();
         cpu::cholesky(tensor(s, c.refs[0]), tensor(s, c.refs2[0]), tensor(s, c.refs2[1]), lower);
         break;
       }
@@ -450,7 +450,7 @@ class CpuBackend final : public Backend {
     for (const auto& c : b) {
       if (c.op == Op::ptx_kernel && !c.cpu)
         errors.push_back({ErrorKind::input, p.file, c.pointer,
-                          "ptx_kernel '" + c.kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
+                          "ptx_kernel '" + c.launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
       for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond}) plan(p, *sub, errors);
       for (const auto& br : c.branches) plan(p, br, errors);
     }
