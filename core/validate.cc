@@ -319,8 +319,9 @@ class RankWalker {
   // Checks one collective's rules on this rank and returns its signature.
   std::string collective(const Command& c, const View& src, const View& dst) {
     // Participants depend on the axes and groups only: cache them per rank.
-    std::string key;
-    for (const auto& a : c.axis) key += a + ",";
+    std::string key = c.axis.size() == 1 ? c.axis[0] : std::string();
+    if (c.axis.size() > 1)
+      for (const auto& a : c.axis) key += a + ",";
     if (c.groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(&*c.groups));
     auto cached = participants_.find(key);
     if (cached == participants_.end()) {
@@ -819,6 +820,9 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
       if (r == 0 || !replay) {
         if (r == 0 && replay) w->record_into(&tape);
         w->run();
+        // Accesses to buffers no rank-dependent ref touches replay to nothing.
+        if (r == 0 && replay)
+          std::erase_if(tape.steps, [&](const Tape::Step& st) { return st.kind == Tape::Step::Kind::access && !tape.buffer_moves[st.access.buffer]; });
       } else {
         // Ranks whose views equal rank 0's skip race tracking; the replay
         // still resolves their communicators.
