@@ -129,7 +129,7 @@ void BM_SimReportSingleRank(benchmark::State& state) { with_report(state, long_s
 BENCHMARK(BM_SimReportRing)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SimReportSingleRank)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SimEngineSingleRank)->Arg(100000)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_SimEngineRing)->Arg(8)->Arg(64)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimEngineRing)->Arg(8)->Arg(64)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SimEngineRing)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <unordered_map>
 
@@ -175,16 +176,15 @@ class Engine {
   // Runs every stream to its end; returns the deadlock, if any.
   std::vector<Diagnostic> simulate_all() {
     try {
-      expand();
+      start_issuing();
+      advance();
+      while (auto e = queue_.pop()) {
+        now_ = e->time.s;
+        handle(e->payload);
+        advance();
+      }
     } catch (const ThunkyError& e) {
       return std::vector<Diagnostic>{{e.kind(), p_.file, e.pointer(), e.what()}};
-    }
-    for (size_t s = 0; s < streams_.size(); ++s) ready_.push_back(static_cast<int>(s));
-    advance();
-    while (auto e = queue_.pop()) {
-      now_ = e->time.s;
-      handle(e->payload);
-      advance();
     }
     std::vector<std::string> blocked;
     for (const auto& s : streams_) {
@@ -270,16 +270,39 @@ class Engine {
     return in.seconds;
   }
 
-  // ---- expansion of the program into per-stream task lists ----
+  // ---- issuing: each rank's program is turned into per-stream tasks on
+  // demand, as a host thread would enqueue it, so only the tasks between
+  // what a stream runs and what the issuer has reached are held ----
+  struct Frame {
+    enum class Kind : uint8_t { block, async_end, loop } kind;
+    int stream = 0;
+    bool in_loop = false;
+    const Block* block = nullptr;  // block: the commands, the next one and its number
+    size_t pos = 0;
+    int info = 0;                  // block: next command's number; async_end, loop: the command's
+    int64_t trips = 0, trip = 0;   // loop
+    bool body_next = false;        // loop: the body (not the cond) comes next
+  };
+
+  struct Issuer {
+    std::vector<Frame> stack;
+    std::vector<std::pair<StreamId, int>> streams;
+    std::unordered_map<int, int> tokens;  // async_start number -> its done event
+    std::unordered_map<const Command*, size_t> cursors;
+    std::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
+  };
+
   int stream_index(int64_t rank, const StreamId& sid) {
-    for (const auto& [id, s] : rank_streams_)
+    auto& mine = issuers_[rank].streams;
+    for (const auto& [id, s] : mine)
       if (id == sid) return s;
     Stream s;
     s.rank = rank;
     s.sid = sid;
     streams_.push_back(std::move(s));
     const int idx = static_cast<int>(streams_.size()) - 1;
-    rank_streams_.emplace_back(sid, idx);
+    mine.emplace_back(sid, idx);
+    ready_.push_back(idx);
     return idx;
   }
 
@@ -287,7 +310,7 @@ class Engine {
     if (decisions_) {
       const auto& per = (*decisions_)[rank];
       auto it = per.find(c.id);
-      size_t& cursor = cursors_[&c];
+      size_t& cursor = issuers_[rank].cursors[&c];
       if (it != per.end() && cursor < it->second.size()) return it->second[cursor++];
       if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id + " fewer times than the timing model expands it");
     }
@@ -301,70 +324,115 @@ class Engine {
     return 0;
   }
 
-  int32_t instance(int info, bool in_loop) { return in_loop ? instances_[info]++ : -1; }
+  int32_t instance(int64_t rank, int info, bool in_loop) { return in_loop ? issuers_[rank].instances[info]++ : -1; }
 
   void push(int stream, Task t) { streams_[stream].tasks.push_back(t); }
 
-  void issue(int64_t rank, const Block& b, int base, int cur, bool in_loop) {
-    int i = base;
-    for (const auto& c : b) {
-      const CmdInfo& in = infos_[i];
+  void enter(int64_t rank, const Block& b, int base, int stream, bool in_loop) {
+    if (!b.empty()) issuers_[rank].stack.push_back({Frame::Kind::block, stream, in_loop, &b, 0, base});
+  }
+
+  // Issues until stream `si` has a task to run; false when the rank's
+  // program is exhausted first.
+  bool issue_until(int si) {
+    Stream& st = streams_[si];
+    const int64_t rank = st.rank;
+    auto& stack = issuers_[rank].stack;
+    while (st.pc >= st.tasks.size()) {
+      if (stack.empty()) return false;
+      Frame& f = stack.back();
+      if (f.kind == Frame::Kind::async_end) {
+        const int done = new_event(), target = f.stream, i = f.info;
+        stack.pop_back();
+        push(target, {Task::Kind::record, true, i, -1, done});
+        issuers_[rank].tokens[i] = done;
+        continue;
+      }
+      if (f.kind == Frame::Kind::loop) {
+        const Command& c = *infos_[f.info].cmd;
+        const int i = f.info, cur = f.stream;
+        if (!f.body_next) {
+          f.body_next = true;
+          enter(rank, c.cond, block(i, 3 + c.branches.size()), cur, true);
+        } else if (f.trip < f.trips) {
+          f.body_next = false;
+          ++f.trip;
+          enter(rank, c.body, block(i, 0), cur, true);
+        } else {
+          stack.pop_back();
+        }
+        continue;
+      }
+      if (f.pos == f.block->size()) {
+        stack.pop_back();
+        continue;
+      }
+      const Command& c = (*f.block)[f.pos++];
+      const int i = f.info, cur = f.stream;
+      const bool in_loop = f.in_loop;
+      f.info += infos_[i].subtree;
+      // `f` may dangle from here on: the cases below push frames.
       switch (c.op) {
         case Op::async_start: {
           const int fork = new_event(), target = stream_index(rank, c.stream);
           push(cur, {Task::Kind::record, false, i, -1, fork});
           push(target, {Task::Kind::wait, false, i, -1, fork});
-          issue(rank, c.body, block(i, 0), target, in_loop);
-          const int done = new_event();
-          push(target, {Task::Kind::record, true, i, -1, done});
-          token_event_[i] = done;
+          stack.push_back({Frame::Kind::async_end, target, in_loop, nullptr, 0, i});
+          enter(rank, c.body, block(i, 0), target, in_loop);
           break;
         }
-        case Op::async_done: push(cur, {Task::Kind::wait, true, i, -1, token_event_[in.partner]}); break;
-        case Op::call: issue(rank, c.body, block(i, 0), cur, in_loop); break;
+        case Op::async_done: {
+          auto& tokens = issuers_[rank].tokens;
+          auto it = tokens.find(infos_[i].partner);
+          push(cur, {Task::Kind::wait, true, i, -1, it->second});
+          tokens.erase(it);
+          break;
+        }
+        case Op::call: enter(rank, c.body, block(i, 0), cur, in_loop); break;
         case Op::cond: {
           const bool taken = decision(rank, c) != 0;
-          issue(rank, taken ? c.then_ : c.else_, block(i, taken ? 1 : 2), cur, in_loop);
+          enter(rank, taken ? c.then_ : c.else_, block(i, taken ? 1 : 2), cur, in_loop);
           break;
         }
         case Op::switch_: {
           const int64_t k = std::clamp<int64_t>(decision(rank, c), 0, static_cast<int64_t>(c.branches.size()) - 1);
-          issue(rank, c.branches[k], block(i, 3 + static_cast<size_t>(k)), cur, in_loop);
+          enter(rank, c.branches[k], block(i, 3 + static_cast<size_t>(k)), cur, in_loop);
           break;
         }
         case Op::while_: {
-          const int64_t trips = decision(rank, c);
-          for (int64_t t = 0; t <= trips; ++t) {
-            issue(rank, c.cond, block(i, 3 + c.branches.size()), cur, true);
-            if (t < trips) issue(rank, c.body, block(i, 0), cur, true);
-          }
+          Frame loop{Frame::Kind::loop, cur, true, nullptr, 0, i};
+          loop.trips = decision(rank, c);
+          stack.push_back(loop);
           break;
         }
         default:
-          push(cur, {Task::Kind::op, false, i, instance(i, in_loop), -1});
+          push(cur, {Task::Kind::op, false, i, instance(rank, i, in_loop), -1});
           // A group's members run exactly as often as the group.
           if (c.op == Op::collective_group)
-            for (int m = members_begin(i); m < members_end(i); ++m) instance(m, in_loop);
+            for (int m = members_begin(i); m < members_end(i); ++m) instance(rank, m, in_loop);
       }
-      i += in.subtree;
     }
+    return true;
   }
 
-  void expand() {
+  void start_issuing() {
     const int64_t n = p_.mesh.size();
     ops_.resize(static_cast<size_t>(n));
     edges_.resize(static_cast<size_t>(n));
     live_compute_.resize(static_cast<size_t>(n));
-    token_event_.assign(infos_.size(), -1);
+    issuers_.resize(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) {
-      rank_streams_.clear();
-      cursors_.clear();
-      instances_.assign(infos_.size(), 0);
-      issue(r, p_.program, 0, stream_index(r, StreamId{}), false);
+      const int main = stream_index(r, StreamId{});
+      enter(r, p_.program, 0, main, false);
     }
   }
 
   int new_event() {
+    if (!free_events_.empty()) {
+      const int e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
     events_.emplace_back();
     return static_cast<int>(events_.size()) - 1;
   }
@@ -827,8 +895,13 @@ class Engine {
     Stream& s = streams_[si];
     while (s.state == Stream::State::ready) {
       if (s.pc >= s.tasks.size()) {
-        s.state = Stream::State::done;
-        return;
+        // Everything issued so far has run: reuse the storage.
+        s.tasks.clear();
+        s.pc = 0;
+        if (!issue_until(si)) {
+          s.state = Stream::State::done;
+          return;
+        }
       }
       const Task& t = s.tasks[s.pc];
       if (t.kind == Task::Kind::record) {
@@ -850,6 +923,9 @@ class Engine {
           return;
         }
         edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});
+        // One wait per event: its slot can be reused.
+        e = Event{};
+        free_events_.push_back(t.event);
         ++s.pc;
       } else if (const Op op = infos_[t.info].cmd->op; is_collective(op) || op == Op::collective_group) {
         arrive(si, t);
@@ -934,14 +1010,11 @@ class Engine {
   std::vector<CmdInfo> infos_;
   std::vector<int> block_starts_;
   ShapeCache shapes_;
-  // expansion scratch, per rank
-  std::vector<std::pair<StreamId, int>> rank_streams_;
-  std::unordered_map<const Command*, size_t> cursors_;
-  std::vector<int32_t> instances_;
-  std::vector<int> token_event_;
-  // streams and events
-  std::vector<Stream> streams_;
+  std::vector<Issuer> issuers_;  // per rank
+  // streams and events (a deque: the issuer adds streams while one runs)
+  std::deque<Stream> streams_;
   std::vector<Event> events_;
+  std::vector<int> free_events_;
   std::vector<int> ready_;
   // compute
   std::vector<Compute> compute_;
