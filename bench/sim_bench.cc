@@ -90,35 +90,34 @@ void counters(benchmark::State& state, int64_t rank_commands, const PeakHeap& he
   state.counters["B/rank-command"] = static_cast<double>(heap.bytes()) / static_cast<double>(rank_commands);
 }
 
-void engine(benchmark::State& state, const thunky::Program& p) {
+// Times `sim(p, m)` once per iteration; `count` gives the rank-commands of
+// its result.
+template <typename Sim, typename Count>
+void measure(benchmark::State& state, const thunky::Program& p, Sim sim, Count count) {
   const auto m = machine();
   int64_t rank_commands = 0;
   const PeakHeap heap;
   for (auto _ : state) {
-    auto r = thunky::sim::simulate_summary(p, m, nullptr);
+    auto r = sim(p, m, nullptr);
     if (!r) {
       state.SkipWithError(r.errors().front().str().c_str());
       return;
     }
-    rank_commands = r->rank_commands;
+    rank_commands = count(*r);
   }
   counters(state, rank_commands, heap);
 }
 
+void engine(benchmark::State& state, const thunky::Program& p) {
+  measure(state, p, thunky::sim::simulate_summary, [](const thunky::sim::SimSummary& s) { return s.rank_commands; });
+}
+
 void with_report(benchmark::State& state, const thunky::Program& p) {
-  const auto m = machine();
-  int64_t rank_commands = 0;
-  const PeakHeap heap;
-  for (auto _ : state) {
-    auto r = thunky::sim::simulate(p, m, nullptr);
-    if (!r) {
-      state.SkipWithError(r.errors().front().str().c_str());
-      return;
-    }
-    rank_commands = 0;
-    for (const auto& rank : r->report.ranks) rank_commands += static_cast<int64_t>(rank.ops.size());
-  }
-  counters(state, rank_commands, heap);
+  measure(state, p, thunky::sim::simulate, [](const thunky::sim::SimResult& r) {
+    int64_t n = 0;
+    for (const auto& rank : r.report.ranks) n += static_cast<int64_t>(rank.ops.size());
+    return n;
+  });
 }
 
 void BM_SimEngineRing(benchmark::State& state) { engine(state, ring(state.range(0))); }
