@@ -43,6 +43,7 @@ Result run_tool(const std::string& tool, const std::string& args) {
 
 Result run(const std::string& args) { return run_tool(THUNKY_EXEC_BIN, args); }
 Result sim(const std::string& args) { return run_tool(THUNKY_SIM_BIN, args); }
+Result compare(const std::string& args) { return run_tool(THUNKY_COMPARE_BIN, args); }
 
 const std::string kSrc = THUNKY_SOURCE_DIR;
 
@@ -167,6 +168,32 @@ TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
   r = sim(kSrc + "/examples/collatz.json --machine h100-8gpu");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find(" 447 "), std::string::npos) << r.out;  // copy, memzero, 112 checks, 111 x 3 body ops
+}
+
+TEST(CompareCli, PredictedAgainstMeasuredCommandByCommand) {
+  const fs::path dir = fs::temp_directory_path() / ("thunky_compare_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string sched = kSrc + "/examples/ring_collective_matmul_n4.json";
+  ASSERT_EQ(sim(sched + " --machine h100-8gpu --report " + (dir / "p.json").string()).code, 0);
+  ASSERT_EQ(run(sched + " --report " + (dir / "m.json").string()).code, 0);
+  Result r = compare((dir / "p.json").string() + " " + (dir / "m.json").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Every command of every rank is in both: 4 ranks x 7 ops, none unmatched.
+  EXPECT_NE(r.out.find("28 commands matched"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 only predicted, 0 only measured"), std::string::npos) << r.out;
+  // Rank 0's rows: its 4 GEMMs and 3 shifts.
+  size_t gemms = 0;
+  for (size_t pos = r.out.find(" gemm "); pos != std::string::npos; pos = r.out.find(" gemm ", pos + 1)) ++gemms;
+  EXPECT_EQ(gemms, 4u);
+  // A schedule is not a report: exit 2 naming the file and the pointer.
+  r = compare(sched + " " + (dir / "m.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(sched + ":/format: "), std::string::npos) << r.err;
+  // Reports of different meshes: exit 2.
+  ASSERT_EQ(sim(kSrc + "/examples/init_and_copy.json --machine h100-8gpu --report " + (dir / "one.json").string()).code, 0);
+  EXPECT_EQ(compare((dir / "one.json").string() + " " + (dir / "m.json").string()).code, 2);
+  EXPECT_EQ(compare("").code, 2);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,87 @@
+#include "traces/compare.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace thunky {
+
+namespace {
+std::string us(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s * 1e6);
+  return buf;
+}
+std::string percent(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * f);
+  return buf;
+}
+}  // namespace
+
+Comparison compare_reports(const Report& predicted, const Report& measured) {
+  if (predicted.mesh_shape != measured.mesh_shape || predicted.ranks.size() != measured.ranks.size())
+    throw ThunkyError("/mesh", "the reports are of different meshes (" + std::to_string(predicted.ranks.size()) + " and " +
+                                   std::to_string(measured.ranks.size()) + " ranks)");
+  Comparison c;
+  c.predicted_makespan_s = predicted.makespan_s;
+  c.measured_makespan_s = measured.makespan_s;
+  c.makespan_error = measured.makespan_s > 0 ? (predicted.makespan_s - measured.makespan_s) / measured.makespan_s : 0;
+  double error_sum = 0;
+  size_t errors = 0;
+  for (size_t k = 0; k < measured.ranks.size(); ++k) {
+    const RankReport& p = predicted.ranks[k];
+    const RankReport& m = measured.ranks[k];
+    c.ranks.push_back({m.rank, p.stats, m.stats});
+    std::map<std::string, const OpRecord*> by_id;
+    for (const auto& op : p.ops) by_id[op.id] = &op;
+    for (const auto& op : m.ops) {
+      auto it = by_id.find(op.id);
+      if (it == by_id.end()) {
+        ++c.only_measured;
+        continue;
+      }
+      const double pd = it->second->end_s - it->second->start_s, md = op.end_s - op.start_s;
+      c.commands.push_back({m.rank, op.id, op.op, pd, md});
+      if (md > 0) {
+        error_sum += std::abs(pd - md) / md;
+        ++errors;
+      }
+      by_id.erase(it);
+    }
+    c.only_predicted += by_id.size();
+  }
+  c.mean_command_error = errors ? error_sum / static_cast<double>(errors) : 0;
+  return c;
+}
+
+void print_comparison(const Report& predicted, const Report& measured, const Comparison& c, std::ostream& os) {
+  auto source = [](const Report& r) {
+    return r.schedule + " (" + r.source + (r.machine ? ", machine " + *r.machine : "") + (r.backend ? ", backend " + *r.backend : "") + ")";
+  };
+  char line[256];
+  os << "predicted: " << source(predicted) << ": makespan " << us(c.predicted_makespan_s) << " us\n";
+  os << "measured:  " << source(measured) << ": makespan " << us(c.measured_makespan_s) << " us\n";
+  os << "makespan error " << percent(c.makespan_error) << "; " << c.commands.size() << " commands matched, mean |error| per command "
+     << percent(c.mean_command_error).substr(1) << "; " << c.only_predicted << " only predicted, " << c.only_measured << " only measured\n";
+  std::snprintf(line, sizeof line, "%-8s %14s %14s %14s %14s %10s %10s\n", "rank", "comm_us pred", "comm_us meas", "exposed pred", "exposed meas",
+                "overlap p", "overlap m");
+  os << line;
+  for (const auto& r : c.ranks) {
+    std::snprintf(line, sizeof line, "%-8lld %14s %14s %14s %14s %9.1f%% %9.1f%%\n", static_cast<long long>(r.rank), us(r.predicted.comm_s).c_str(),
+                  us(r.measured.comm_s).c_str(), us(r.predicted.exposed_comm_s).c_str(), us(r.measured.exposed_comm_s).c_str(),
+                  100 * r.predicted.overlap_fraction, 100 * r.measured.overlap_fraction);
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", "command (rank 0)", "op", "predicted_us", "measured_us", "error");
+  os << line;
+  for (const auto& cmd : c.commands) {
+    if (c.ranks.empty() || cmd.rank != c.ranks.front().rank) break;
+    const std::string err = cmd.measured_s > 0 ? percent((cmd.predicted_s - cmd.measured_s) / cmd.measured_s) : "-";
+    std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", cmd.id.c_str(), cmd.op.c_str(), us(cmd.predicted_s).c_str(), us(cmd.measured_s).c_str(),
+                  err.c_str());
+    os << line;
+  }
+}
+
+}  // namespace thunky

@@ -1,0 +1,41 @@
+// Predicted (thunky-sim) against measured (thunky-exec): the two reports
+// share one schema, so their commands match by rank and id.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "traces/report.h"
+
+namespace thunky {
+
+struct CommandComparison {
+  int64_t rank = 0;
+  std::string id, op;
+  double predicted_s = 0, measured_s = 0;  // durations
+};
+
+struct RankComparison {
+  int64_t rank = 0;
+  RankStats predicted, measured;
+};
+
+struct Comparison {
+  double predicted_makespan_s = 0, measured_makespan_s = 0;
+  double makespan_error = 0;      // (predicted - measured) / measured
+  double mean_command_error = 0;  // mean of |predicted - measured| / measured over matched commands
+  std::vector<RankComparison> ranks;
+  std::vector<CommandComparison> commands;  // matched, in measured order per rank
+  size_t only_predicted = 0, only_measured = 0;
+};
+
+// Throws ThunkyError when the two reports are of different meshes.
+Comparison compare_reports(const Report& predicted, const Report& measured);
+
+// The side-by-side table: makespans, per-rank overlap and exposed
+// communication, and rank 0's commands one by one.
+void print_comparison(const Report& predicted, const Report& measured, const Comparison& c, std::ostream& os);
+
+}  // namespace thunky
