@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <unordered_map>
 
@@ -335,10 +334,10 @@ class Engine {
   // Issues until stream `si` has a task to run; false when the rank's
   // program is exhausted first.
   bool issue_until(int si) {
-    Stream& st = streams_[si];
-    const int64_t rank = st.rank;
+    const int64_t rank = streams_[si].rank;
     auto& stack = issuers_[rank].stack;
-    while (st.pc >= st.tasks.size()) {
+    // Indexed each time: issuing may add streams (and move them).
+    while (streams_[si].pc >= streams_[si].tasks.size()) {
       if (stack.empty()) return false;
       Frame& f = stack.back();
       if (f.kind == Frame::Kind::async_end) {
@@ -892,17 +891,20 @@ class Engine {
   }
 
   void step(int si) {
-    Stream& s = streams_[si];
-    while (s.state == Stream::State::ready) {
-      if (s.pc >= s.tasks.size()) {
+    Stream* sp = &streams_[si];
+    while (sp->state == Stream::State::ready) {
+      if (sp->pc >= sp->tasks.size()) {
         // Everything issued so far has run: reuse the storage.
-        s.tasks.clear();
-        s.pc = 0;
-        if (!issue_until(si)) {
-          s.state = Stream::State::done;
+        sp->tasks.clear();
+        sp->pc = 0;
+        const bool more = issue_until(si);
+        sp = &streams_[si];  // issuing may have added streams
+        if (!more) {
+          sp->state = Stream::State::done;
           return;
         }
       }
+      Stream& s = *sp;
       const Task& t = s.tasks[s.pc];
       if (t.kind == Task::Kind::record) {
         Event& e = events_[t.event];
@@ -1011,8 +1013,8 @@ class Engine {
   std::vector<int> block_starts_;
   ShapeCache shapes_;
   std::vector<Issuer> issuers_;  // per rank
-  // streams and events (a deque: the issuer adds streams while one runs)
-  std::deque<Stream> streams_;
+  // streams and events
+  std::vector<Stream> streams_;
   std::vector<Event> events_;
   std::vector<int> free_events_;
   std::vector<int> ready_;
