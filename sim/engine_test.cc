@@ -245,6 +245,12 @@ TEST(SimPipeline, RingMatmulMatchesItsClosedForm) {
   nlohmann::ordered_json b = gen::blocking_matmul(o);
   b["program"][1]["cost"] = {{"seconds", 4e-4}};
   EXPECT_NEAR(makespan(b.dump(), ring_machine()), 4e-4 + 4 * 32768 / 2e9, 1e-9);
+  // Communication-bound: 10 us GEMMs under 32.768 us shifts. Each of the 3
+  // steps takes the longer of its shift and the GEMM beside it, then the last
+  // GEMM runs alone: 3 * 32.768 + 10 = 108.304 us.
+  for (auto& c : s["program"])
+    if (c["op"] == "gemm") c["cost"] = {{"seconds", 1e-5}};
+  EXPECT_NEAR(makespan(s.dump(), ring_machine()), 3 * 32.768e-6 + 1e-5, 1e-9);
 }
 
 TEST(SimDeadlock, RankDependentBranchIsReportedNotHung) {
