@@ -102,7 +102,7 @@ bool ref_rank_dependent(const Program& p, const Ref& r);
 // views and communicators differ, so a replay re-resolves just those.
 struct Tape {
   struct Step {
-    enum class Kind : uint8_t { new_slot, tick, join, set, access, collective };
+    enum class Kind : uint8_t { new_slot, tick, join, set, access, collective, resolve };
     Kind kind;
     int slot = 0;
     int arg = 0;         // join: index into clocks; set: component; collective: index into collectives
@@ -151,15 +151,18 @@ class RankWalker {
       case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
       case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks[st.arg]); break;
       case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
+      case Tape::Step::Kind::resolve: resolve(p_, *st.ref, ctx_); break;
       case Tape::Step::Kind::access: {
-        if (!races_ || !t.buffer_moves[st.access.buffer]) break;
         Access a = st.access;
+        // A moving ref is resolved on every rank (its bounds), raced only
+        // where race tracking is on.
         if (st.ref) {
           const View v = resolve(p_, *st.ref, ctx_);
           const size_t es = dtype_size(p_.buffers[v.buffer].dtype);
           a.lo = static_cast<uint64_t>(v.offset) * es;
           a.hi = a.lo + static_cast<uint64_t>(v.count()) * es;
         }
+        if (!races_ || !t.buffer_moves[st.access.buffer]) break;
         detector_.access(a, hb_, branches_, races, 64);
         break;
       }
@@ -243,7 +246,7 @@ class RankWalker {
   }
 
   void add_access(const Command& c, int slot, uint32_t seq, int branch, const Use& u) {
-    if (!races_) return;
+    if (!races_ && !tape_) return;
     const View& v = u.view;
     const bool write = u.write;
     size_t es = dtype_size(p_.buffers[v.buffer].dtype);
@@ -261,7 +264,15 @@ class RankWalker {
       tape_->steps.push_back({Tape::Step::Kind::access, slot, 0, 0, a, moves ? u.ref : nullptr});
       if (moves) tape_->buffer_moves[v.buffer] = 1;
     }
-    detector_.access(a, hb_, branches_, races, 64);
+    if (races_) detector_.access(a, hb_, branches_, races, 64);
+  }
+
+  // A ref resolved only to check it (a PTX kernel's CPU fallback): taped so
+  // that the other ranks check its bounds too when it moves with the rank.
+  View checked(const Ref& r, bool writable, bool tape) {
+    View v = writable ? need_writable(r) : resolve(p_, r, ctx_);
+    if (tape && tape_ && ref_rank_dependent(p_, r)) tape_->steps.push_back({Tape::Step::Kind::resolve, 0, 0, 0, {}, &r});
+    return v;
   }
 
   View need_writable(const Ref& r) {
@@ -474,7 +485,7 @@ class RankWalker {
             if (c.written[i]) acc.push_back({&c.refs[i], acc.back().view, true});
           }
           if (c.cpu) {
-            check_map(*c.cpu);
+            check_map(*c.cpu, true);
           }
         } else {
           custom_call_check(c);
@@ -604,11 +615,13 @@ class RankWalker {
     for (size_t i = 0; i < std::max(cur.size(), n.size()); ++i) set_component(slot, static_cast<int>(i), i < n.size() ? n[i] : 0);
   }
 
-  void check_map(const Command& m) {
+  // `fallback`: a PTX kernel's CPU map, whose refs are checked but not
+  // accessed (a plain map's accesses are taped already).
+  void check_map(const Command& m, bool fallback = false) {
     if (structural_) check_map_names(p_, m, *m.expr);
-    View out = need_writable(*m.out);
+    View out = checked(*m.out, true, fallback);
     for (const auto& [k, r] : m.in) {
-      View v = resolve(p_, r, ctx_);
+      View v = checked(r, false, fallback);
       if (v.count() != out.count() && v.count() != 1)
         throw ThunkyError(r.pointer, "map input '" + k + "' is " + view_str(p_, v) + "; inputs must be scalars or have out's " + std::to_string(out.count()) + " elements (out is " + view_str(p_, out) + ")");
     }

@@ -73,6 +73,21 @@ TEST(Validation, ViewsAreCheckedOnEveryRank) {
   EXPECT_NE(errs[0].message.find("rank 2"), std::string::npos);
 }
 
+TEST(Validation, MovingViewsAreCheckedOnEveryRankWithoutRaceTracking) {
+  // a[ds(x * 3, 3)] overflows a's 8 rows on rank 2 (rows 6..9), whether or
+  // not races are tracked, and inside a PTX kernel's CPU fallback too.
+  ValidateOptions no_races;
+  no_races.races = false;
+  auto p = load_schedule_text(sched(R"([{"op": "memzero", "dst": "a[ds(x * 3, 3)]"}])", 3), "t.json", no_races);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.errors()[0].message.find("rank 2"), std::string::npos) << p.errors()[0].message;
+  auto errs = load_errors(sched(R"([{"op": "ptx_kernel", "args": ["b[0:3]"], "written": [true], "kernel_name": "k", "ptx": ".version 8.0",
+                                     "cpu": {"out": "a[ds(x * 3, 3)]", "expr": "v", "in": {"v": "b[0:3]"}}}])", 3));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/program/0/cpu/out");
+  EXPECT_NE(errs[0].message.find("rank 2"), std::string::npos) << errs[0].message;
+}
+
 TEST(Collectives, CountRulesNameBothShapes) {
   // all_gather over 2 ranks: dst must hold 2 x 4 = 8 elements, b[:6] has 6.
   auto errs = load_errors(sched(R"([{"op": "all_gather", "src": "a[:4]", "dst": "b[:6]", "axis": "x"}])", 2));
