@@ -1,6 +1,6 @@
 // thunky-compare PREDICTED.json MEASURED.json: predicted against measured,
 // command by command.
-#include <CLI/CLI.hpp>
+#include "tools/cli.h"
 #include <fstream>
 #include <iostream>
 
@@ -37,14 +37,7 @@ int run_main(int argc, char** argv) {
   CLI::App app{"thunky-compare: a predicted report (thunky-sim) against a measured one (thunky-exec)"};
   app.add_option("PREDICTED", predicted_path, "report.json written by thunky-sim")->required();
   app.add_option("MEASURED", measured_path, "report.json written by thunky-exec")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "thunky-compare: " << e.what() << "\nrun 'thunky-compare --help' for usage\n";
-    return 2;
-  }
+  if (auto code = thunky::cli::parse(app, "thunky-compare", argc, argv)) return *code;
   thunky::Report predicted, measured;
   if (!read_report(predicted_path, predicted) || !read_report(measured_path, measured)) return 2;
   try {
@@ -59,11 +52,4 @@ int run_main(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "thunky-compare: " << e.what() << "\n";
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return thunky::cli::guarded_main("thunky-compare", run_main, argc, argv); }

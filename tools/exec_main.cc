@@ -1,5 +1,5 @@
 // thunky-exec SCHED: runs a schedule for real and measures every command.
-#include <CLI/CLI.hpp>
+#include "tools/cli.h"
 #include <filesystem>
 #include <iostream>
 
@@ -65,14 +65,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "thunky-exec: " << e.what() << "\n" << "run 'thunky-exec --help' for usage\n";
-    return 2;
-  }
+  if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(o.schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
   auto backend = thunky::make_backend(o.backend);
@@ -101,11 +94,4 @@ int run_main(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  try {
-    return run_main(argc, argv);
-  } catch (const std::exception& e) {  // the library reports errors as values; this is a last resort
-    std::cerr << "thunky-exec: internal error: " << e.what() << "\n";
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return thunky::cli::guarded_main("thunky-exec", run_main, argc, argv); }

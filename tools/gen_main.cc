@@ -1,5 +1,5 @@
 // thunky-gen PATTERN: writes a schedule.
-#include <CLI/CLI.hpp>
+#include "tools/cli.h"
 #include <fstream>
 #include <iostream>
 
@@ -17,14 +17,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "element type (f32, bf16, f16, ...)");
   app.add_flag("--literal", o.literal, "bidirectional: the guide's literal workspace sizing");
   app.add_option("-o,--output", out, "output file (default: stdout)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "thunky-gen: " << e.what() << "\n";
-    return 2;
-  }
+  if (auto code = thunky::cli::parse(app, "thunky-gen", argc, argv)) return *code;
   nlohmann::ordered_json s;
   try {
     if (pattern == "ring_matmul") s = thunky::gen::ring_matmul(o);

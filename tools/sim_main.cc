@@ -1,5 +1,5 @@
 // thunky-sim SCHED: predicts the timeline of every rank, stream and link.
-#include <CLI/CLI.hpp>
+#include "tools/cli.h"
 #include <cstdio>
 #include <iostream>
 
@@ -39,14 +39,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--report", report, "write report.json (thunky.report/1)");
   app.add_option("--trace", trace, "write a Chrome trace");
   app.add_option("--svg", svg, "write an SVG timeline (one lane per stream, rank rows)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "thunky-sim: " << e.what() << "\nrun 'thunky-sim --help' for usage\n";
-    return 2;
-  }
+  if (auto code = thunky::cli::parse(app, "thunky-sim", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
   if (machine.empty()) machine = prog->machine;
@@ -97,11 +90,4 @@ int run_main(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "thunky-sim: internal error: " << e.what() << "\n";
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return thunky::cli::guarded_main("thunky-sim", run_main, argc, argv); }
