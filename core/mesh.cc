@@ -44,17 +44,23 @@ Participants participants(const Mesh& m, int64_t rank, const std::vector<std::st
   for (int d : dims) n *= m.shape[d];
   int64_t my_index = 0;
   for (int d : dims) my_index = my_index * m.shape[d] + me[d];
-  // Global rank of combined index k (other coordinates as this rank's).
+  // Global rank of combined index k (other coordinates as this rank's):
+  // this rank with its coordinates along `dims` replaced, by strides.
+  std::vector<int64_t> stride(m.shape.size(), 1);
+  for (int i = static_cast<int>(m.shape.size()) - 2; i >= 0; --i) stride[i] = stride[i + 1] * m.shape[i + 1];
+  int64_t base = rank;
+  for (int d : dims) base -= me[d] * stride[d];
   auto rank_at = [&](int64_t k) {
-    auto c = me;
+    int64_t r = base;
     for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
-      c[dims[i]] = k % m.shape[dims[i]];
+      r += (k % m.shape[dims[i]]) * stride[dims[i]];
       k /= m.shape[dims[i]];
     }
-    return static_cast<int>(rank_of(m, c));
+    return static_cast<int>(r);
   };
   Participants p;
   if (!groups) {
+    p.ranks.reserve(static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) p.ranks.push_back(rank_at(k));
     p.position = static_cast<int>(my_index);
     return p;

@@ -286,7 +286,7 @@ class Engine {
   struct Issuer {
     std::vector<Frame> stack;
     std::vector<std::pair<StreamId, int>> streams;
-    std::unordered_map<int, int> tokens;  // async_start number -> its done event
+    std::vector<std::pair<int, int>> tokens;  // live tokens: async_start number -> its done event
     std::unordered_map<const Command*, size_t> cursors;
     std::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
   };
@@ -344,7 +344,10 @@ class Engine {
         const int done = new_event(), target = f.stream, i = f.info;
         stack.pop_back();
         push(target, {Task::Kind::record, true, i, -1, done});
-        issuers_[rank].tokens[i] = done;
+        auto& tokens = issuers_[rank].tokens;
+        auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == i; });
+        if (it != tokens.end()) it->second = done;
+        else tokens.emplace_back(i, done);
         continue;
       }
       if (f.kind == Frame::Kind::loop) {
@@ -382,9 +385,11 @@ class Engine {
         }
         case Op::async_done: {
           auto& tokens = issuers_[rank].tokens;
-          auto it = tokens.find(infos_[i].partner);
+          const int start = infos_[i].partner;
+          auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == start; });
           push(cur, {Task::Kind::wait, true, i, -1, it->second});
-          tokens.erase(it);
+          *it = tokens.back();
+          tokens.pop_back();
           break;
         }
         case Op::call: enter(rank, c.body, block(i, 0), cur, in_loop); break;
@@ -500,7 +505,11 @@ class Engine {
     const uint64_t seq = seq_[(static_cast<uint64_t>(set) << 32) | static_cast<uint64_t>(s.rank)]++;
     const uint64_t key = (static_cast<uint64_t>(set) << 32) | seq;
     Rendezvous& rv = rendezvous_[key];
-    rv.need = set_sizes_[set];
+    if (rv.arrived.empty()) {
+      rv.need = set_sizes_[set];
+      rv.arrived.reserve(rv.need);
+      rv.since.reserve(rv.need);
+    }
     rv.arrived.emplace_back(s.rank, si);
     rv.since.push_back(now_);
     if (rv.arrived.size() < rv.need) return;
