@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,15 +19,28 @@ namespace json_reader {
 using json = nlohmann::ordered_json;
 
 inline std::string child(const std::string& ptr, std::string_view key) {
-  std::string k;
+  std::string out;
+  out.reserve(ptr.size() + 1 + key.size());
+  out += ptr;
+  out += '/';
+  if (key.find_first_of("~/") == std::string_view::npos) return out += key;
   for (char c : key) {
-    if (c == '~') k += "~0";
-    else if (c == '/') k += "~1";
-    else k += c;
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
   }
-  return ptr + "/" + k;
+  return out;
 }
-inline std::string child(const std::string& ptr, size_t i) { return ptr + "/" + std::to_string(i); }
+inline std::string child(const std::string& ptr, size_t i) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, i).ptr;
+  std::string out;
+  out.reserve(ptr.size() + 1 + static_cast<size_t>(end - digits));
+  out += ptr;
+  out += '/';
+  out.append(digits, end);
+  return out;
+}
 
 [[noreturn]] inline void fail(const std::string& ptr, const std::string& msg) { throw ThunkyError(ptr, msg); }
 

@@ -60,10 +60,11 @@ class Lowerer {
       for (auto& [k, r] : c.cpu->in) bind(r, s);
     }
     if (!c.token.empty()) c.token += s.token_suffix;
-    lower_block(c.body, id + "/body", s);
-    lower_block(c.then_, id + "/then", s);
-    lower_block(c.else_, id + "/else", s);
-    lower_block(c.cond, id + "/cond", s);
+    // Ids of sub-blocks are built only where there are commands to name.
+    if (!c.body.empty()) lower_block(c.body, id + "/body", s);
+    if (!c.then_.empty()) lower_block(c.then_, id + "/then", s);
+    if (!c.else_.empty()) lower_block(c.else_, id + "/else", s);
+    if (!c.cond.empty()) lower_block(c.cond, id + "/cond", s);
     for (size_t k = 0; k < c.branches.size(); ++k) lower_block(c.branches[k], id + "/branches/" + std::to_string(k), s);
     if (c.op == Op::call) inline_call(c, id, s);
   }

@@ -119,10 +119,20 @@ View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vect
   for (const auto& g : groups) {
     if (g.size() > v.shape.size())
       throw ThunkyError("", "too many indices (" + std::to_string(g.size()) + ") for a view of shape " + shape_str(v.shape));
-    // Strides of the current view (row-major, contiguous by construction).
-    std::vector<int64_t> stride(v.shape.size(), 1);
+    // Strides of the current view (row-major, contiguous by construction);
+    // on the stack for views of up to 16 dimensions.
+    int64_t small[16];
+    std::vector<int64_t> large;
+    int64_t* stride = small;
+    if (v.shape.size() > 16) {
+      large.resize(v.shape.size());
+      stride = large.data();
+    }
+    if (!v.shape.empty()) stride[v.shape.size() - 1] = 1;
     for (int i = static_cast<int>(v.shape.size()) - 2; i >= 0; --i) stride[i] = stride[i + 1] * v.shape[i + 1];
-    std::vector<int64_t> out_shape;
+    // The new shape is written over the old one: dimension d goes to
+    // position kept <= d, after d has been read.
+    size_t kept = 0;
     bool sliced = false;  // a kept dimension has been emitted: later ones must be whole
     for (size_t d = 0; d < g.size(); ++d) {
       const auto& it = g[d];
@@ -160,12 +170,12 @@ View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vect
         throw ThunkyError("", "dimension " + std::to_string(d) + " is indexed after an earlier dimension was sliced: a ref must be one contiguous byte range (only the leading not-yet-fixed dimension may be sliced)");
       v.offset += start * stride[d];
       if (keep) {
-        out_shape.push_back(len);
+        v.shape[kept++] = len;
         sliced = true;
       }
     }
-    for (size_t d = g.size(); d < v.shape.size(); ++d) out_shape.push_back(v.shape[d]);
-    v.shape = std::move(out_shape);
+    for (size_t d = g.size(); d < v.shape.size(); ++d) v.shape[kept++] = v.shape[d];
+    v.shape.resize(kept);
   }
   return v;
 }

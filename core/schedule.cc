@@ -204,11 +204,12 @@ std::vector<std::string> parse_axis(const json& j, const std::string& ptr) {
 
 Block parse_block(const json& j, const std::string& ptr, int depth);
 
-Command parse_command(const json& j, const std::string& ptr, int depth) {
+// Fills `c`, a fresh command already in its block (no copy of it is made).
+void parse_command(Command& c, const json& j, std::string where, int depth) {
+  c.pointer = std::move(where);
+  const std::string& ptr = c.pointer;
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
-  Command c;
-  c.pointer = ptr;
   std::string op = o.str("op");
   c.name = o.str_or("name", "");
   if (auto* cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
@@ -443,14 +444,13 @@ Command parse_command(const json& j, const std::string& ptr, int depth) {
   }
   if (!o.has("sim")) o.get("sim");
   o.done();
-  return c;
 }
 
 Block parse_block(const json& j, const std::string& ptr, int depth) {
   if (!j.is_array()) fail(ptr, "expected a list of commands, got " + type_name(j));
   Block b;
   b.reserve(j.size());
-  for (size_t i = 0; i < j.size(); ++i) b.push_back(parse_command(j[i], child(ptr, i), depth));
+  for (size_t i = 0; i < j.size(); ++i) parse_command(b.emplace_back(), j[i], child(ptr, i), depth);
   return b;
 }
 
