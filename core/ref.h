@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,11 +35,72 @@ struct RefSyntax {
 // Parses a ref string; throws ThunkyError with an empty pointer.
 RefSyntax parse_ref(std::string_view text);
 
+// A view's shape: up to 6 dimensions held inline (no allocation when a view
+// is resolved or copied, which validation and the simulator do per command
+// and rank), more on the heap. Reads like a std::vector<int64_t>.
+class Shape {
+ public:
+  Shape() = default;
+  Shape(const std::vector<int64_t>& v) { assign(v.data(), v.size()); }  // NOLINT: a shape is a shape
+  Shape(std::initializer_list<int64_t> v) { assign(v.begin(), v.size()); }
+  Shape(const Shape& o) { assign(o.data(), o.size()); }
+  Shape& operator=(const Shape& o) {
+    if (this != &o) assign(o.data(), o.size());
+    return *this;
+  }
+  operator std::vector<int64_t>() const { return {begin(), end()}; }  // NOLINT
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t* data() { return heap_.empty() ? inline_ : heap_.data(); }
+  const int64_t* data() const { return heap_.empty() ? inline_ : heap_.data(); }
+  int64_t& operator[](size_t i) { return data()[i]; }
+  int64_t operator[](size_t i) const { return data()[i]; }
+  int64_t back() const { return data()[size_ - 1]; }
+  int64_t front() const { return data()[0]; }
+  const int64_t* begin() const { return data(); }
+  const int64_t* end() const { return data() + size_; }
+  int64_t* begin() { return data(); }
+  int64_t* end() { return data() + size_; }
+  // Shrinks (or grows with zeros) to n dimensions.
+  void resize(size_t n) {
+    if (heap_.empty() && n <= kInline) {
+      for (size_t i = size_; i < n; ++i) inline_[i] = 0;
+      size_ = n;
+      return;
+    }
+    std::vector<int64_t> v(begin(), end());
+    v.resize(n, 0);
+    assign(v.data(), v.size());
+  }
+  void push_back(int64_t d) {
+    std::vector<int64_t> v(begin(), end());
+    v.push_back(d);
+    assign(v.data(), v.size());
+  }
+  friend bool operator==(const Shape& a, const Shape& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+  friend bool operator==(const Shape& a, const std::vector<int64_t>& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+
+ private:
+  static constexpr size_t kInline = 6;
+  void assign(const int64_t* p, size_t n) {
+    if (n <= kInline) {
+      std::vector<int64_t>().swap(heap_);
+      std::copy(p, p + n, inline_);
+    } else {
+      heap_.assign(p, p + n);
+    }
+    size_ = n;
+  }
+  int64_t inline_[kInline] = {};
+  std::vector<int64_t> heap_;
+  size_t size_ = 0;
+};
+
 // A contiguous element range of one buffer with its view shape.
 struct View {
   int buffer = -1;
   int64_t offset = 0;  // in elements
-  std::vector<int64_t> shape;
+  Shape shape;
   int64_t count() const {
     int64_t n = 1;
     for (auto d : shape) n *= d;

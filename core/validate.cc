@@ -226,22 +226,22 @@ class RankWalker {
 
   // Happens-before operations, taped when recording.
   int new_slot() {
-    if (tape_) tape_->steps.push_back({Tape::Step::Kind::new_slot});
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::new_slot, 0, 0, 0, {}, nullptr});
     return hb_.new_slot();
   }
   uint32_t tick(int slot) {
-    if (tape_) tape_->steps.push_back({Tape::Step::Kind::tick, slot});
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::tick, slot, 0, 0, {}, nullptr});
     return hb_.tick(slot);
   }
   void join(int slot, const Clock& c) {
     if (tape_) {
-      tape_->steps.push_back({Tape::Step::Kind::join, slot, static_cast<int>(tape_->clocks.size())});
+      tape_->steps.push_back({Tape::Step::Kind::join, slot, static_cast<int>(tape_->clocks.size()), 0, {}, nullptr});
       tape_->clocks.push_back(c);
     }
     hb_.join(slot, c);
   }
   void set_component(int slot, int component, uint32_t value) {
-    if (tape_) tape_->steps.push_back({Tape::Step::Kind::set, slot, component, value});
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::set, slot, component, value, {}, nullptr});
     hb_.set_component(slot, component, value);
   }
 
@@ -390,7 +390,7 @@ class RankWalker {
   void record_collective(const Command& c, const View& src, const View& dst) {
     collective(c, src, dst);
     if (!tape_) return;
-    tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size())});
+    tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size()), 0, {}, nullptr});
     tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, ref_rank_dependent(p_, *c.src), ref_rank_dependent(p_, *c.dst)});
   }
 
