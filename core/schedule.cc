@@ -210,7 +210,8 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
   const std::string& ptr = c.pointer;
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
-  std::string op = o.str("op");
+  const std::string op_text = o.str("op");
+  const std::string_view op = op_text;  // compared by length first, no strlen
   c.name = o.str_or("name", "");
   if (auto* cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
   auto ref = [&](std::string_view k) { return ref_of(o.need(k), o.at(k)); };
@@ -440,7 +441,7 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
       ao.done();
     }
   } else {
-    fail(o.at("op"), "unknown op '" + op + "'");
+    fail(o.at("op"), "unknown op '" + op_text + "'");
   }
   if (!o.has("sim")) o.get("sim");
   o.done();
