@@ -15,6 +15,30 @@ View view(const std::string& ref, std::vector<int64_t> shape, int64_t x = 0) {
   });
 }
 
+TEST(Shape, InlineAndHeapDimensionsReadAlike) {
+  // Up to 6 dimensions inline, more on the heap; both copy, compare, resize.
+  const Shape small{2, 3, 4};
+  const Shape large{1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(small.size(), 3u);
+  EXPECT_EQ(small.back(), 4);
+  EXPECT_EQ(large.size(), 8u);
+  EXPECT_EQ(large[7], 8);
+  Shape copy = large;
+  EXPECT_TRUE(copy == large);
+  copy.resize(2);  // heap to inline
+  EXPECT_TRUE(copy == (Shape{1, 2}));
+  copy.push_back(9);
+  EXPECT_TRUE(copy == (std::vector<int64_t>{1, 2, 9}));
+  copy.resize(7);  // inline to heap, new dimensions zero
+  EXPECT_EQ(std::vector<int64_t>(copy), (std::vector<int64_t>{1, 2, 9, 0, 0, 0, 0}));
+  EXPECT_FALSE(small == large);
+  // A 7-dimensional buffer still resolves: a[1] of [2,1,1,1,1,1,3] is 3
+  // elements at offset 3.
+  View v = view("a[1]", {2, 1, 1, 1, 1, 1, 3});
+  EXPECT_EQ(v.offset, 3);
+  EXPECT_EQ(std::vector<int64_t>(v.shape), (std::vector<int64_t>{1, 1, 1, 1, 1, 3}));
+}
+
 TEST(Ref, LeadingSlicesAndIndices) {
   // a[8, 4]: row stride 4.
   EXPECT_EQ(view("a", {8, 4}).offset, 0);
