@@ -31,16 +31,14 @@ bool size_depends_on_rank(const Ref& r) {
   return false;
 }
 
-bool work_depends_on_rank(const Command& c) {
-  for (const auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf})
-    if (*r && size_depends_on_rank(**r)) return true;
-  for (const auto& [k, r] : c.in)
-    if (size_depends_on_rank(r)) return true;
-  for (const auto* v : {&c.refs, &c.refs2})
-    for (const auto& r : *v)
-      if (size_depends_on_rank(r)) return true;
+bool ref_moves_with_rank(const Ref& r) {
+  for (const auto& g : r.syntax->groups)
+    for (const auto& it : g)
+      if (mentions_names(it.a.get()) || mentions_names(it.b.get()) || mentions_names(it.step.get())) return true;
   return false;
 }
+
+bool work_depends_on_rank(const Command& c) { return any_ref(c, size_depends_on_rank); }
 
 const std::vector<int64_t>& ShapeCache::shape(const Program& p, const Ref& r, const RankCtx& ctx) {
   if (size_depends_on_rank(r)) return scratch_ = resolve(p, r, ctx).shape;

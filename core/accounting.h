@@ -16,6 +16,9 @@ struct Work {
   double flops = 0;
 };
 
+// Whether a ref's view can differ between ranks: an index expression names
+// a mesh axis (the only names index expressions may use).
+bool ref_moves_with_rank(const Ref& r);
 // Whether the element count of a ref's view can differ between ranks: an
 // index or a ds start only moves a view; slice bounds and ds sizes size it.
 bool size_depends_on_rank(const Ref& r);

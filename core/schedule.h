@@ -223,4 +223,32 @@ Program parse_program(const json& doc, const std::string& file);
 json to_json(const Program& p);
 json to_json(const Command& c);
 
+// Whether `pred` holds for one of the command's own refs (not those of its
+// sub-blocks or its CPU fallback).
+template <typename F>
+bool any_ref(const Command& c, F pred) {
+  for (const auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf})
+    if (*r && pred(**r)) return true;
+  for (const auto& [k, r] : c.in)
+    if (pred(r)) return true;
+  for (const auto* v : {&c.refs, &c.refs2})
+    for (const auto& r : *v)
+      if (pred(r)) return true;
+  return false;
+}
+
+// Whether `pred` holds for a command of the block or of any block nested in
+// it (a PTX kernel's CPU fallback included).
+template <typename F>
+bool any_command(const Block& b, F pred) {
+  for (const auto& c : b) {
+    if (pred(c) || (c.cpu && pred(*c.cpu))) return true;
+    for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond})
+      if (any_command(*sub, pred)) return true;
+    for (const auto& br : c.branches)
+      if (any_command(br, pred)) return true;
+  }
+  return false;
+}
+
 }  // namespace thunky

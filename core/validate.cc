@@ -93,8 +93,6 @@ bool same_sig(const Program& p, const CollectiveSig& a, const CollectiveSig& b) 
   return sig_text(p, a) == sig_text(p, b);
 }
 
-bool ref_rank_dependent(const Program& p, const Ref& r);
-
 // What rank 0's walk did, for the other ranks to replay: every
 // happens-before operation, every access (with its ref when the ref's view
 // moves with the rank) and every collective. The walk's structure (streams,
@@ -260,7 +258,7 @@ class RankWalker {
     a.command = static_cast<int>(commands.size()) - 1;
     a.branch = branch;
     if (tape_) {
-      const bool moves = ref_rank_dependent(p_, *u.ref);
+      const bool moves = ref_moves_with_rank(*u.ref);
       tape_->steps.push_back({Tape::Step::Kind::access, slot, 0, 0, a, moves ? u.ref : nullptr});
       if (moves) tape_->buffer_moves[v.buffer] = 1;
     }
@@ -271,7 +269,7 @@ class RankWalker {
   // that the other ranks check its bounds too when it moves with the rank.
   View checked(const Ref& r, bool writable, bool tape) {
     View v = writable ? need_writable(r) : resolve(p_, r, ctx_);
-    if (tape && tape_ && ref_rank_dependent(p_, r)) tape_->steps.push_back({Tape::Step::Kind::resolve, 0, 0, 0, {}, &r});
+    if (tape && tape_ && ref_moves_with_rank(r)) tape_->steps.push_back({Tape::Step::Kind::resolve, 0, 0, 0, {}, &r});
     return v;
   }
 
@@ -391,7 +389,7 @@ class RankWalker {
     collective(c, src, dst);
     if (!tape_) return;
     tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size()), 0, {}, nullptr});
-    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, ref_rank_dependent(p_, *c.src), ref_rank_dependent(p_, *c.dst)});
+    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, ref_moves_with_rank(*c.src), ref_moves_with_rank(*c.dst)});
   }
 
   void gemm_check(const Command& c, const View& a, const View& b, const View& cv) {
@@ -675,55 +673,14 @@ class RankWalker {
   static inline const std::string kNoToken;
 };
 
-bool program_rank_dependent(const Program& p, const Block& b);
-
-bool expr_has_axis(const Program& p, const Expr& e) {
-  if (e.kind == Expr::Kind::name && p.mesh.axis(e.text)) return true;
-  for (const auto& a : e.args)
-    if (expr_has_axis(p, *a)) return true;
-  return false;
-}
-bool ref_rank_dependent(const Program& p, const Ref& r) {
-  for (const auto& g : r.syntax->groups)
-    for (const auto& it : g)
-      for (const auto* e : {it.a.get(), it.b.get(), it.step.get()})
-        if (e && expr_has_axis(p, *e)) return true;
-  return false;
-}
-bool command_rank_dependent(const Program& p, const Command& c) {
-  for (const auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf})
-    if (*r && ref_rank_dependent(p, **r)) return true;
-  for (const auto& [k, r] : c.in)
-    if (ref_rank_dependent(p, r)) return true;
-  for (const auto& r : c.refs)
-    if (ref_rank_dependent(p, r)) return true;
-  for (const auto& r : c.refs2)
-    if (ref_rank_dependent(p, r)) return true;
-  if (c.cpu && command_rank_dependent(p, *c.cpu)) return true;
-  if (c.groups) return true;  // group membership differs by rank
-  for (const Block* b : {&c.body, &c.then_, &c.else_, &c.cond})
-    if (program_rank_dependent(p, *b)) return true;
-  for (const auto& b : c.branches)
-    if (program_rank_dependent(p, b)) return true;
-  return false;
-}
-bool program_rank_dependent(const Program& p, const Block& b) {
-  for (const auto& c : b)
-    if (command_rank_dependent(p, c)) return true;
-  return false;
+// Whether some view or communicator differs between ranks.
+bool program_rank_dependent(const Block& b) {
+  // Group membership differs by rank.
+  return any_command(b, [](const Command& c) { return c.groups || any_ref(c, ref_moves_with_rank); });
 }
 
 // Whether some view's element count differs between ranks.
-bool program_sized_by_rank(const Block& b) {
-  for (const auto& c : b) {
-    if (work_depends_on_rank(c) || (c.cpu && work_depends_on_rank(*c.cpu))) return true;
-    for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond})
-      if (program_sized_by_rank(*sub)) return true;
-    for (const auto& br : c.branches)
-      if (program_sized_by_rank(br)) return true;
-  }
-  return false;
-}
+bool program_sized_by_rank(const Block& b) { return any_command(b, work_depends_on_rank); }
 
 std::string display_token(const std::string& token) {
   auto pos = token.find('$');
@@ -779,7 +736,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   }
 
   const int64_t ranks = p.mesh.size();
-  const bool dependent = ranks > 1 && program_rank_dependent(p, p.program);
+  const bool dependent = ranks > 1 && program_rank_dependent(p.program);
   // Ranks other than 0 replay rank 0's walk unless some view's size moves
   // with the rank (then shapes, not just offsets, differ: walk each rank).
   const bool replay = ranks > 1 && !program_sized_by_rank(p.program);

@@ -14,10 +14,6 @@
 
 namespace thunky::sim {
 
-double compute_seconds(const Program& p, const Machine& m, const Command& c, int64_t rank) {
-  return compute_seconds(p, m, c, command_work(p, c, rank_ctx(p.mesh, rank)));
-}
-
 double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w) {
   if (c.cost && c.cost->seconds) return *c.cost->seconds;
   double flops_time = 0;

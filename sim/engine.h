@@ -47,9 +47,8 @@ struct SimSummary {
 };
 Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions);
 
-// Standalone seconds of a compute command on one rank (DESIGN.md 4.4).
-double compute_seconds(const Program& p, const Machine& m, const Command& c, int64_t rank);
-// The same from the command's work on that rank.
+// Standalone seconds of a compute command (DESIGN.md 4.4), from its work on
+// the rank it runs on.
 double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w);
 
 }  // namespace thunky::sim

@@ -14,16 +14,10 @@
 namespace {
 
 bool unhinted_control_flow(const thunky::Block& b) {
-  for (const auto& c : b) {
-    if (c.op == thunky::Op::cond && !c.sim.taken) return true;
-    if (c.op == thunky::Op::switch_ && !c.sim.branch) return true;
-    if (c.op == thunky::Op::while_ && !c.sim.trip_count) return true;
-    for (const auto* sub : {&c.body, &c.then_, &c.else_, &c.cond})
-      if (unhinted_control_flow(*sub)) return true;
-    for (const auto& br : c.branches)
-      if (unhinted_control_flow(br)) return true;
-  }
-  return false;
+  return thunky::any_command(b, [](const thunky::Command& c) {
+    return (c.op == thunky::Op::cond && !c.sim.taken) || (c.op == thunky::Op::switch_ && !c.sim.branch) ||
+           (c.op == thunky::Op::while_ && !c.sim.trip_count);
+  });
 }
 
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {

@@ -7,11 +7,6 @@
 namespace thunky {
 
 namespace {
-std::string us(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", s * 1e6);
-  return buf;
-}
 std::string percent(double f) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * f);

@@ -253,13 +253,11 @@ ojson chrome_trace(const Report& r) {
   return ojson{{"traceEvents", events}, {"displayTimeUnit", "ns"}};
 }
 
-namespace {
 std::string us(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s * 1e6);
   return buf;
 }
-}  // namespace
 
 void print_table(const Report& r, std::ostream& os) {
   char line[256];

@@ -77,6 +77,9 @@ Report report_from_json(const nlohmann::ordered_json& j);
 
 nlohmann::ordered_json chrome_trace(const Report& r);
 
+// Seconds as microseconds with three decimals, as the tables print them.
+std::string us(double seconds);
+
 // The summary table printed on stdout.
 void print_table(const Report& r, std::ostream& os);
 
