@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/accounting.h"
@@ -25,6 +26,23 @@ double compute_seconds(const Program& p, const Machine& m, const Command& c, con
     if (flop_bound) flops_time = w.flops / (m.peak(t) * eff);
   }
   return std::max(flops_time, static_cast<double>(w.bytes) / m.hbm_bandwidth) + m.launch_overhead_s;
+}
+
+bool ranks_symmetric(const Program& p, const Machine& m, const Decisions* decisions) {
+  for (const auto& name : p.mesh.axis_names) {
+    const AxisLinks* a = m.axis(name);
+    if (!a || (a->topology == AxisLinks::Topology::ring && !a->wraparound)) return false;
+  }
+  const bool asymmetric = any_command(p.program, [](const Command& c) {
+    if (work_depends_on_rank(c)) return true;
+    if ((is_collective(c.op)) && c.groups) return true;
+    return c.op == Op::collective_permute && (c.pairs || c.axis.size() != 1);
+  });
+  if (asymmetric) return false;
+  if (decisions)
+    for (const auto& per : *decisions)
+      if (per != decisions->front()) return false;
+  return true;
 }
 
 namespace {
@@ -141,7 +159,7 @@ struct LinkKey {
 
 class Engine {
  public:
-  Engine(const Program& p, const Machine& m, const Decisions* d) : p_(p), m_(m), decisions_(d) {
+  Engine(const Program& p, const Machine& m, const Decisions* d, bool fold) : p_(p), m_(m), decisions_(d) {
     const int64_t n = p.mesh.size();
     ctx_.reserve(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) ctx_.push_back(rank_ctx(p.mesh, r));
@@ -149,7 +167,13 @@ class Engine {
     for (int i = static_cast<int>(p.mesh.shape.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * p.mesh.shape[i + 1];
     std::vector<std::unordered_map<std::string, int>> scopes(1);
     number(p.program, scopes);
+    fold_ = fold && n > 1 && ranks_symmetric(p, m, d);
   }
+
+  // Rank 0 stands for every rank (ranks_symmetric): only its streams run,
+  // a collective starts as soon as it arrives, and links are their classes
+  // under translation, each flow crossing a class as often as its path does.
+  bool folded() const { return fold_; }
 
   Expected<SimResult> run() {
     if (auto e = simulate_all(); !e.empty()) return e;
@@ -164,6 +188,7 @@ class Engine {
       s.rank_commands += static_cast<int64_t>(recs.size());
       for (const Rec& r : recs) s.makespan_s = std::max(s.makespan_s, r.end);
     }
+    if (fold_) s.rank_commands *= p_.mesh.size();
     return s;
   }
 
@@ -421,7 +446,7 @@ class Engine {
     edges_.resize(static_cast<size_t>(n));
     live_compute_.resize(static_cast<size_t>(n));
     issuers_.resize(static_cast<size_t>(n));
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = 0; r < (fold_ ? 1 : n); ++r) {
       const int main = stream_index(r, StreamId{});
       enter(r, p_.program, 0, main, false);
     }
@@ -439,6 +464,7 @@ class Engine {
 
   // ---- links ----
   int link(uint64_t key, double capacity) {
+    if (fold_) key = link_class(key);
     auto [it, fresh] = link_ids_.try_emplace(key, static_cast<int>(capacity_.size()));
     if (fresh) {
       capacity_.push_back(capacity);
@@ -457,6 +483,30 @@ class Engine {
   }
 
   int64_t coord(int64_t rank, int dim) const { return (rank / strides_[dim]) % p_.mesh.shape[dim]; }
+
+  // The rank at `rank`'s coordinates plus (sign +1) or minus (-1) `by`'s, round every axis.
+  int64_t translate(int64_t rank, int64_t by, int sign) const {
+    int64_t r = 0;
+    for (size_t d = 0; d < strides_.size(); ++d) r += floor_mod(coord(rank, static_cast<int>(d)) + sign * coord(by, static_cast<int>(d)), p_.mesh.shape[d]) * strides_[d];
+    return r;
+  }
+
+  // A link's class under translation: the link moved so that it leaves
+  // (or, for ingress, enters) rank 0.
+  uint64_t link_class(uint64_t key) const {
+    const auto kind = static_cast<LinkKey::Kind>(key >> 60);
+    const int64_t from = static_cast<int64_t>((key >> 30) & 0x3fffffff), to = static_cast<int64_t>(key & 0x3fffffff);
+    if (kind == LinkKey::ring) return LinkKey::make(kind, 0, translate(to, from, -1));
+    return LinkKey::make(kind, 0, 0);
+  }
+
+  // The real link of class `key` at rank `rank` (the inverse of link_class).
+  uint64_t link_at(uint64_t key, int64_t rank) const {
+    const auto kind = static_cast<LinkKey::Kind>(key >> 60);
+    if (kind == LinkKey::ring) return LinkKey::make(kind, rank, translate(static_cast<int64_t>(key & 0x3fffffff), rank, 1));
+    if (kind == LinkKey::ingress) return LinkKey::make(kind, 0, rank);
+    return LinkKey::make(kind, rank, 0);
+  }
 
   // The rank one step from `rank` along mesh dimension `dim` (dir +1 or -1), round the ring.
   int64_t neighbour(int64_t rank, int dim, int dir) const {
@@ -496,6 +546,15 @@ class Engine {
 
   void arrive(int si, const Task& t) {
     Stream& s = streams_[si];
+    if (fold_) {
+      // Every rank reaches it now.
+      s.state = Stream::State::running;
+      Comm act;
+      act.streams.push_back(si);
+      act.since.push_back(now_);
+      start_collective(std::move(act));
+      return;
+    }
     s.state = Stream::State::waiting_collective;
     const int set = member_set(t.info, s.rank);
     const uint64_t seq = seq_[(static_cast<uint64_t>(set) << 32) | static_cast<uint64_t>(s.rank)]++;
@@ -569,12 +628,14 @@ class Engine {
       if (c.op == Op::collective_permute) {
         std::vector<std::pair<int64_t, int64_t>> pairs;
         if (c.pairs) pairs = *c.pairs;
+        else if (fold_) pairs.emplace_back(part.position, floor_mod(part.position + *c.shift, n));
         else
           for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, n));
         const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups;
         const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
         for (auto [s, t] : pairs) {
-          if (s == t) continue;
+          // Folded, rank 0's flow stands for its translates.
+          if (s == t || (fold_ && s != part.position)) continue;
           const int f = new_flow(a, bytes);
           std::vector<int>& links = flows_[f].links;
           const int64_t from = part.ranks[s], to = part.ranks[t];
@@ -607,6 +668,8 @@ class Engine {
         std::vector<int>& links = flows_[f].links;
         double cap = std::numeric_limits<double>::infinity();
         for (int rank : part.ranks) {
+          // Folded, every rank's links fall in rank 0's classes.
+          if (fold_ && rank != rank0) continue;
           if (first.topology == AxisLinks::Topology::ring) {
             for (const auto& ax : c.axis) {
               const int dim = *p_.mesh.axis(ax);
@@ -976,33 +1039,44 @@ class Engine {
     std::vector<std::string> stream_names(streams_.size());
     for (size_t s = 0; s < streams_.size(); ++s) stream_names[s] = streams_[s].sid.str();
     Work scratch;
-    for (int64_t rank = 0; rank < p_.mesh.size(); ++rank) {
+    const int64_t n = p_.mesh.size();
+    for (int64_t rank = 0; rank < n; ++rank) {
       RankReport rr;
       rr.rank = rank;
       rr.coords = ctx_[rank].coords;
-      auto& recs = ops_[rank];
-      std::stable_sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) { return a.start < b.start; });
+      // Folded, rank 0's records are every rank's.
+      const int64_t from = fold_ ? 0 : rank;
+      const bool last = !fold_ || rank == n - 1;
+      auto& recs = ops_[from];
+      if (from == rank) std::stable_sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) { return a.start < b.start; });
       rr.ops.reserve(recs.size());
       for (const Rec& rec : recs) {
         const Command& c = *infos_[rec.info].cmd;
         const Work& w = work(rec.info, rank, scratch);
         rr.ops.push_back({op_id(rec.info, rec.instance), std::string(op_name(c.op)), c.name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
       }
-      std::vector<Rec>().swap(recs);
-      for (const Edge& e : edges_[rank])
+      for (const Edge& e : edges_[from])
         rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, infos_[e.info].cmd->token, e.join});
-      std::vector<Edge>().swap(edges_[rank]);
+      if (last) {
+        std::vector<Rec>().swap(recs);
+        std::vector<Edge>().swap(edges_[from]);
+      }
       r.report.ranks.push_back(std::move(rr));
     }
     summarize(r.report);
-    std::vector<std::pair<std::string, int>> names;
-    for (size_t l = 0; l < link_keys_.size(); ++l) names.emplace_back(LinkKey::name(link_keys_[l]), static_cast<int>(l));
+    // Folded, each link class stands for its link at every rank.
+    std::vector<std::tuple<std::string, uint64_t, int>> names;  // name, key, series
+    for (size_t l = 0; l < link_keys_.size(); ++l)
+      for (int64_t rank = 0; rank < (fold_ ? n : 1); ++rank) {
+        const uint64_t key = fold_ ? link_at(link_keys_[l], rank) : link_keys_[l];
+        names.emplace_back(LinkKey::name(key), key, static_cast<int>(l));
+      }
     std::sort(names.begin(), names.end());
-    for (auto& [name, id] : names) {
+    for (auto& [name, key, id] : names) {
       LinkSeries ls;
-      ls.rank = static_cast<int64_t>((link_keys_[id] >> 60) == LinkKey::ingress ? link_keys_[id] & 0x3fffffff : (link_keys_[id] >> 30) & 0x3fffffff);
+      ls.rank = static_cast<int64_t>((key >> 60) == LinkKey::ingress ? key & 0x3fffffff : (key >> 30) & 0x3fffffff);
       ls.name = std::move(name);
-      ls.samples = std::move(link_series_[id]);
+      ls.samples = link_series_[id];
       r.report.links.push_back(std::move(ls));
     }
     r.collectives = std::move(stats_);
@@ -1051,23 +1125,37 @@ class Engine {
   std::unordered_map<std::string, int> stats_seen_;
   EventQueue queue_;
   double now_ = 0;
+  bool fold_ = false;
 };
 
 }  // namespace
 
-Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions) {
+namespace {
+
+// Runs `what` on an engine; a folded run that fails (a deadlock, say) is
+// repeated unfolded so that its message names the real ranks.
+template <typename Run>
+auto run_engine(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options, Run what) -> decltype(what(std::declval<Engine&>())) {
   try {
-    Engine e(p, m, decisions);
-    return e.run_summary();
+    Engine e(p, m, decisions, options.fold_symmetric_ranks);
+    auto r = what(e);
+    if (r || !e.folded()) return r;
+    Engine full(p, m, decisions, false);
+    return what(full);
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{ErrorKind::input, p.file, e.pointer(), e.what()}};
   }
 }
 
-Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions) {
+}  // namespace
+
+Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options) {
+  return run_engine(p, m, decisions, options, [](Engine& e) { return e.run_summary(); });
+}
+
+Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options) {
   try {
-    Engine e(p, m, decisions);
-    auto r = e.run();
+    auto r = run_engine(p, m, decisions, options, [](Engine& e) { return e.run(); });
     if (!r) return r;
     for (auto& s : r->collectives) {
       if (s.seconds <= 0) continue;

@@ -36,8 +36,15 @@ struct SimResult {
   std::vector<CollectiveStat> collectives;  // rank 0's view, in start order
 };
 
+struct SimOptions {
+  // Simulate one rank for all when every rank provably has the same
+  // timeline (see docs/decisions.md, "Symmetric ranks are simulated once");
+  // false always simulates every rank.
+  bool fold_symmetric_ranks = true;
+};
+
 // `decisions` may be null: then every cond/switch/while needs a sim hint.
-Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions);
+Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options = {});
 
 // The same simulation without building the report: the makespan and the
 // number of rank-commands that finished (benchmarks, quick what-ifs).
@@ -45,7 +52,15 @@ struct SimSummary {
   double makespan_s = 0;
   int64_t rank_commands = 0;
 };
-Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions);
+Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options = {});
+
+// Whether every rank of `p` has the same timeline on `m`, so that simulating
+// one rank predicts them all: every axis is a closed ring, a switch or a
+// hierarchy (translations along an axis map its links onto its links); no
+// command's work depends on the rank; collectives have no axis index groups
+// and shifts no explicit pairs or second axis; and the control-flow
+// decisions (if any) are the same on every rank.
+bool ranks_symmetric(const Program& p, const Machine& m, const Decisions* decisions);
 
 // Standalone seconds of a compute command (DESIGN.md 4.4), from its work on
 // the rank it runs on.

@@ -283,5 +283,172 @@ TEST(SimControlFlow, HintsOrAnError) {
   EXPECT_EQ(r.exit_code(), 2);
 }
 
+
+// ---- ranks folded by symmetry ----
+
+Machine model(const std::string& name) {
+  auto m = load_machine(name, THUNKY_SOURCE_DIR "/models");
+  if (!m) ADD_FAILURE() << m.errors()[0].str();
+  return m ? *m : Machine{};
+}
+
+// Folding must change nothing a user sees: every rank's commands at the
+// same times, the same token edges, the same link utilisation and the same
+// collective table as when every rank is simulated.
+void expect_same_prediction(const Program& p, const Machine& m, const Decisions* d = nullptr) {
+  auto folded = simulate(p, m, d);
+  auto every = simulate(p, m, d, SimOptions{false});
+  ASSERT_TRUE(folded.ok() && every.ok());
+  const Report &a = folded->report, &b = every->report;
+  EXPECT_NEAR(a.makespan_s, b.makespan_s, 1e-12 * b.makespan_s);
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  auto by_start = [](std::vector<OpRecord> ops) {
+    std::sort(ops.begin(), ops.end(), [](const OpRecord& x, const OpRecord& y) { return std::tie(x.start_s, x.id) < std::tie(y.start_s, y.id); });
+    return ops;
+  };
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    const auto x = by_start(a.ranks[r].ops), y = by_start(b.ranks[r].ops);
+    ASSERT_EQ(x.size(), y.size()) << "rank " << r;
+    for (size_t k = 0; k < x.size(); ++k) {
+      EXPECT_EQ(x[k].id, y[k].id) << "rank " << r;
+      EXPECT_EQ(x[k].stream, y[k].stream) << x[k].id;
+      EXPECT_NEAR(x[k].start_s, y[k].start_s, 1e-12 * b.makespan_s) << "rank " << r << " " << x[k].id;
+      EXPECT_NEAR(x[k].end_s, y[k].end_s, 1e-12 * b.makespan_s) << "rank " << r << " " << x[k].id;
+      EXPECT_EQ(x[k].bytes, y[k].bytes);
+    }
+    EXPECT_EQ(a.ranks[r].flows.size(), b.ranks[r].flows.size());
+  }
+  ASSERT_EQ(a.links.size(), b.links.size());
+  for (size_t l = 0; l < a.links.size(); ++l) {
+    EXPECT_EQ(a.links[l].name, b.links[l].name);
+    EXPECT_EQ(a.links[l].rank, b.links[l].rank);
+    ASSERT_EQ(a.links[l].samples.size(), b.links[l].samples.size()) << a.links[l].name;
+    for (size_t k = 0; k < a.links[l].samples.size(); ++k) {
+      EXPECT_NEAR(a.links[l].samples[k].first, b.links[l].samples[k].first, 1e-12 * b.makespan_s);
+      EXPECT_NEAR(a.links[l].samples[k].second, b.links[l].samples[k].second, 1e-12);
+    }
+  }
+  ASSERT_EQ(folded->collectives.size(), every->collectives.size());
+  for (size_t k = 0; k < folded->collectives.size(); ++k) {
+    EXPECT_EQ(folded->collectives[k].id, every->collectives[k].id);
+    EXPECT_NEAR(folded->collectives[k].seconds, every->collectives[k].seconds, 1e-12 * b.makespan_s);
+  }
+}
+
+struct FoldCase {
+  std::string machine;
+  int64_t ranks;
+};
+
+class FoldedRing : public ::testing::TestWithParam<FoldCase> {};
+
+TEST_P(FoldedRing, PredictsWhatEveryRankPredicts) {
+  const Machine m = model(GetParam().machine);
+  gen::RingMatmulOptions o;
+  o.ranks = GetParam().ranks;
+  for (const auto& doc : {gen::ring_matmul(o), gen::bidirectional_ring_matmul(o), gen::blocking_matmul(o)}) {
+    Program p = load_ok(doc.dump());
+    // The generated matmuls are SPMD on a closed ring, a switch or a hierarchy.
+    EXPECT_TRUE(ranks_symmetric(p, m, nullptr));
+    expect_same_prediction(p, m);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Machines, FoldedRing,
+                         ::testing::Values(FoldCase{"tpu-v4", 2}, FoldCase{"tpu-v4", 3}, FoldCase{"tpu-v4", 8}, FoldCase{"tpu-v5p", 5},
+                                           FoldCase{"h100-8gpu", 4}, FoldCase{"h100-8gpu", 8}, FoldCase{"h100-cluster", 16}),
+                         [](const auto& info) {
+                           std::string n = info.param.machine + "_" + std::to_string(info.param.ranks);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// A 2 x 4 mesh: a GEMM beside an all_gather along y and a two-hop shift
+// along y (two flows on each of its links) on two more streams, a shift
+// along x, and an all_reduce over both axes, joined by tokens.
+const char* kTwoAxes = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x", "y"], "shape": [2, 4]},
+  "buffers": {"a": {"shape": [256, 256], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+              "g": {"shape": [1024, 256], "dtype": "f32"}, "c": {"shape": [256, 256], "dtype": "f32"},
+              "s": {"shape": [256, 256], "dtype": "f32"}, "r": {"shape": [256, 256], "dtype": "f32"},
+              "h": {"shape": [256, 256], "dtype": "f32"}},
+  "program": [
+    {"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0}, "body": [
+      {"op": "all_gather", "src": "a", "dst": "g", "axis": "y"}]},
+    {"op": "async_start", "token": "u", "stream": {"kind": "communication", "id": 1}, "body": [
+      {"op": "collective_permute", "src": "a", "dst": "h", "axis": "y", "shift": 2}]},
+    {"op": "gemm", "a": "a", "b": "a", "c": "c"},
+    {"op": "collective_permute", "src": "c", "dst": "s", "axis": "x", "shift": 1},
+    {"op": "async_done", "token": "t"},
+    {"op": "async_done", "token": "u"},
+    {"op": "all_reduce", "src": "s", "dst": "r", "axis": ["x", "y"]}]})";
+
+TEST(SimFold, TwoAxesPredictsWhatEveryRankPredicts) {
+  Program p = load_ok(kTwoAxes);
+  for (const char* name : {"tpu-v4", "h100-8gpu", "h100-cluster"}) {
+    const Machine m = model(name);
+    EXPECT_TRUE(ranks_symmetric(p, m, nullptr)) << name;
+    expect_same_prediction(p, m);
+  }
+}
+
+TEST(SimFold, EveryExamplePredictsWhatEveryRankPredicts) {
+  // Whether or not an example folds, the prediction is the one of every rank.
+  for (const char* name : {"sum_across_gpus.json", "grouped_exchange_and_reduce.json", "splice_jax_collective.json", "swap_halves.json",
+                           "concurrent_branches.json", "ring_collective_matmul_n4.json", "bidirectional_ring_collective_matmul_n4.json", "blocking_matmul_n4.json",
+                           "collatz.json", "power_of_two_loop.json", "switch_select.json", "maybe_negate.json"}) {
+    SCOPED_TRACE(name);
+    Program p = testing::load_file_ok(testing::example_path(name));
+    auto fr = make_cpu_backend()->run(p, {});
+    ASSERT_TRUE(fr.ok());
+    for (const char* machine : {"tpu-v4", "h100-8gpu"}) expect_same_prediction(p, model(machine), &fr->decisions);
+  }
+}
+
+TEST(SimFold, AsymmetricSchedulesAreNotFolded) {
+  const Machine ring = ring_machine(true), line = ring_machine(false);
+  auto sched = [](const std::string& cmd) { return mesh4("[" + cmd + "]"); };
+  const std::string shift = R"({"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1})";
+  EXPECT_TRUE(ranks_symmetric(load_ok(sched(shift)), ring, nullptr));
+  // A line's end ranks have one neighbour.
+  EXPECT_FALSE(ranks_symmetric(load_ok(sched(shift)), line, nullptr));
+  // Explicit pairs need not be a translation.
+  EXPECT_FALSE(ranks_symmetric(load_ok(sched(R"({"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "pairs": [[0, 1]]})")), ring, nullptr));
+  // Axis index groups split the ring unevenly in general.
+  EXPECT_FALSE(ranks_symmetric(load_ok(sched(R"({"op": "all_reduce", "src": "a", "dst": "b", "axis": "x", "groups": [[0, 1], [2, 3]]})")), ring, nullptr));
+  // A view whose size depends on the rank.
+  EXPECT_FALSE(ranks_symmetric(load_ok(sched(R"({"op": "copy", "src": "a[0:1000*(x+1)]", "dst": "b[0:1000*(x+1)]"})")), ring, nullptr));
+  // Control flow decided differently on rank 1.
+  const std::string branch = sched(R"({"op": "cond", "pred": "p", "then": [{"op": "memzero", "dst": "b"}], "else": []})");
+  std::string with_pred = branch;
+  with_pred.replace(with_pred.find(R"("o2")"), 0, R"("p": {"shape": [], "dtype": "bool"}, )");
+  Program p = load_ok(with_pred);
+  Decisions same(4), differ(4);
+  for (int r = 0; r < 4; ++r) {
+    same[r]["/program/0"] = {1};
+    differ[r]["/program/0"] = {r == 1 ? 1 : 0};
+  }
+  EXPECT_TRUE(ranks_symmetric(p, ring, &same));
+  EXPECT_FALSE(ranks_symmetric(p, ring, &differ));
+  // Not folded, the branch on rank 1 alone takes 1e6 bytes / 1e12 B/s = 1 us.
+  auto r = simulate(p, ring, &differ);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->report.ranks[1].ops.size(), 1u);
+  EXPECT_EQ(r->report.ranks[0].ops.size(), 0u);
+}
+
+TEST(SimFold, FoldedSummaryCountsEveryRank) {
+  // The bidirectional matmul at N = 6 runs the same commands on each rank:
+  // the folded summary counts them six times, as the full engine does.
+  gen::RingMatmulOptions o;
+  o.ranks = 6;
+  Program p = load_ok(gen::bidirectional_ring_matmul(o).dump());
+  auto folded = simulate_summary(p, ring_machine(), nullptr);
+  auto every = simulate_summary(p, ring_machine(), nullptr, SimOptions{false});
+  ASSERT_TRUE(folded.ok() && every.ok());
+  EXPECT_EQ(folded->rank_commands, every->rank_commands);
+  EXPECT_EQ(folded->rank_commands % 6, 0);
+  EXPECT_NEAR(folded->makespan_s, every->makespan_s, 1e-12 * every->makespan_s);
+}
+
 }  // namespace
 }  // namespace thunky::sim

@@ -130,6 +130,17 @@ TEST(ExecCli, GatheredDumpOfTheRingMatmul) {
   fs::remove_all(dir);
 }
 
+TEST(SimCli, EveryRankPrintsTheFoldedPrediction) {
+  // The bidirectional matmul on TPU v4 (closed rings) is folded by default;
+  // --every-rank simulates all four ranks and prints the same table.
+  const std::string sched = kSrc + "/examples/bidirectional_ring_collective_matmul_n4.json --machine tpu-v4";
+  Result folded = sim(sched), every = sim(sched + " --every-rank");
+  ASSERT_EQ(folded.code, 0) << folded.err;
+  ASSERT_EQ(every.code, 0) << every.err;
+  EXPECT_NE(folded.out.find("busbw_GB/s"), std::string::npos);
+  EXPECT_EQ(folded.out, every.out);
+}
+
 TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
   const fs::path dir = fs::temp_directory_path() / ("thunky_sim_" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -33,6 +33,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--report", report, "write report.json (thunky.report/1)");
   app.add_option("--trace", trace, "write a Chrome trace");
   app.add_option("--svg", svg, "write an SVG timeline (one lane per stream, rank rows)");
+  bool every_rank = false;
+  app.add_flag("--every-rank", every_rank, "simulate every rank even when all ranks provably have the same timeline");
   if (auto code = thunky::cli::parse(app, "thunky-sim", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
@@ -53,7 +55,7 @@ int run_main(int argc, char** argv) {
     decisions = std::move(fr->decisions);
     dp = &decisions;
   }
-  auto r = thunky::sim::simulate(*prog, *m, dp);
+  auto r = thunky::sim::simulate(*prog, *m, dp, thunky::sim::SimOptions{!every_rank});
   if (!r) return fail(r.errors(), r.exit_code());
   thunky::print_table(r->report, std::cout);
   if (!r->collectives.empty()) {
