@@ -41,10 +41,13 @@ bool ref_moves_with_rank(const Ref& r) {
 bool work_depends_on_rank(const Command& c) { return any_ref(c, size_depends_on_rank); }
 
 const std::vector<int64_t>& ShapeCache::shape(const Program& p, const Ref& r, const RankCtx& ctx) {
+  // The whole buffer (resolving checks nothing a loaded schedule can fail).
+  if (r.syntax->groups.empty()) return p.buffers[r.buffer].shape;
+  // Only shapes that hold on every rank are kept.
+  const std::pair<const void*, int> key{r.syntax.get(), r.buffer};
+  if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
   if (size_depends_on_rank(r)) return scratch_ = resolve(p, r, ctx).shape;
-  auto [it, fresh] = shapes_.try_emplace({r.syntax.get(), r.buffer});
-  if (fresh) it->second = resolve(p, r, ctx).shape;
-  return it->second;
+  return shapes_.emplace(key, resolve(p, r, ctx).shape).first->second;
 }
 
 Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache) {

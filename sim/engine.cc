@@ -1,6 +1,7 @@
 #include "sim/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -15,17 +16,28 @@
 
 namespace thunky::sim {
 
-double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w) {
+namespace {
+
+// The dtype whose peak rate bounds a command's flops: a GEMM's operands', f32 otherwise.
+DType flop_dtype(const Program& p, const Command& c) { return c.op == Op::gemm ? p.buffers[c.a->buffer].dtype : DType::f32; }
+
+// compute_seconds with the machine's peak for a dtype given by `peak`.
+template <typename Peak>
+double seconds_with(const Program& p, const Machine& m, const Command& c, const Work& w, Peak peak) {
   if (c.cost && c.cost->seconds) return *c.cost->seconds;
   double flops_time = 0;
   if (w.flops > 0) {
-    DType t = DType::f32;
-    if (c.op == Op::gemm) t = p.buffers[c.a->buffer].dtype;
     const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
     const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel;
-    if (flop_bound) flops_time = w.flops / (m.peak(t) * eff);
+    if (flop_bound) flops_time = w.flops / (peak(flop_dtype(p, c)) * eff);
   }
   return std::max(flops_time, static_cast<double>(w.bytes) / m.hbm_bandwidth) + m.launch_overhead_s;
+}
+
+}  // namespace
+
+double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w) {
+  return seconds_with(p, m, c, w, [&](DType t) { return m.peak(t); });
 }
 
 bool ranks_symmetric(const Program& p, const Machine& m, const Decisions* decisions) {
@@ -168,6 +180,7 @@ class Engine {
     std::vector<std::unordered_map<std::string, int>> scopes(1);
     number(p.program, scopes);
     fold_ = fold && n > 1 && ranks_symmetric(p, m, d);
+    for (size_t t = 0; t < peak_.size(); ++t) peak_[t] = m.peak(static_cast<DType>(t));
   }
 
   // Rank 0 stands for every rank (ranks_symmetric): only its streams run,
@@ -282,9 +295,10 @@ class Engine {
   double seconds(int info, int64_t rank) {
     CmdInfo& in = infos_[info];
     Work scratch;
-    if (in.per_rank) return compute_seconds(p_, m_, *in.cmd, work(info, rank, scratch));
+    auto peak = [&](DType t) { return peak_[static_cast<size_t>(t)]; };
+    if (in.per_rank) return seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
     if (!in.have_seconds) {
-      in.seconds = compute_seconds(p_, m_, *in.cmd, work(info, rank, scratch));
+      in.seconds = seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
       in.have_seconds = true;
     }
     return in.seconds;
@@ -1126,6 +1140,7 @@ class Engine {
   EventQueue queue_;
   double now_ = 0;
   bool fold_ = false;
+  std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype
 };
 
 }  // namespace

@@ -64,7 +64,7 @@ const AxisLinks* Machine::axis(std::string_view n) const {
 }
 
 double Machine::peak(DType t) const {
-  auto it = peak_flops.find(std::string(dtype_name(t)));
+  auto it = peak_flops.find(dtype_name(t));
   if (it != peak_flops.end()) return it->second;
   it = peak_flops.find("f32");
   if (it != peak_flops.end()) return it->second;

@@ -33,7 +33,7 @@ struct AxisLinks {
 struct Machine {
   std::string name;
   std::string source;
-  std::map<std::string, double> peak_flops;  // by dtype name
+  std::map<std::string, double, std::less<>> peak_flops;  // by dtype name
   double hbm_bandwidth = 0;
   double launch_overhead_s = 0;
   double gemm_efficiency = 1;
