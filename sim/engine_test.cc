@@ -391,6 +391,35 @@ TEST(SimFold, TwoAxesPredictsWhatEveryRankPredicts) {
   }
 }
 
+TEST(SimFold, LoopsAndBranchesPredictWhatEveryRankPredicts) {
+  // A hinted while of three trips, each overlapping a shift with a GEMM, and
+  // a hinted cond around an all_reduce: loop instances (#k) fold too.
+  const std::string s = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [4]},
+    "buffers": {"a": {"shape": [128, 128], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+                "b": {"shape": [128, 128], "dtype": "f32"}, "c": {"shape": [128, 128], "dtype": "f32"},
+                "go": {"shape": [], "dtype": "bool"}, "p": {"shape": [], "dtype": "bool"}},
+    "program": [
+      {"op": "while", "cond_buf": "go", "sim": {"trip_count": 3},
+       "cond": [{"op": "kernel", "writes": ["go"], "cost": {"seconds": 1e-6}}],
+       "body": [
+         {"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0}, "body": [
+           {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": -1}]},
+         {"op": "gemm", "a": "a", "b": "a", "c": "c"},
+         {"op": "async_done", "token": "t"}]},
+      {"op": "cond", "pred": "p", "sim": {"taken": true},
+       "then": [{"op": "all_reduce", "src": "c", "dst": "b", "axis": "x"}], "else": []}]})";
+  Program p = load_ok(s);
+  for (const char* name : {"tpu-v4", "h100-8gpu"}) {
+    const Machine m = model(name);
+    EXPECT_TRUE(ranks_symmetric(p, m, nullptr)) << name;
+    expect_same_prediction(p, m);
+    // 4 cond kernels, 3 x (shift, GEMM) and the all_reduce on each rank.
+    auto r = simulate(p, m, nullptr);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->report.ranks[3].ops.size(), 11u);
+  }
+}
+
 TEST(SimFold, EveryExamplePredictsWhatEveryRankPredicts) {
   // Whether or not an example folds, the prediction is the one of every rank.
   for (const char* name : {"sum_across_gpus.json", "grouped_exchange_and_reduce.json", "splice_jax_collective.json", "swap_halves.json",
