@@ -193,15 +193,14 @@ class Engine {
     return result();
   }
 
-  // The engine alone: the makespan and how many commands finished.
+  // The engine alone: the makespan and how many commands finished, counted
+  // as they finish rather than recorded.
   Expected<SimSummary> run_summary() {
+    keep_records_ = false;
     if (auto e = simulate_all(); !e.empty()) return e;
     SimSummary s;
-    for (const auto& recs : ops_) {
-      s.rank_commands += static_cast<int64_t>(recs.size());
-      for (const Rec& r : recs) s.makespan_s = std::max(s.makespan_s, r.end);
-    }
-    if (fold_) s.rank_commands *= p_.mesh.size();
+    s.rank_commands = finished_ * (fold_ ? p_.mesh.size() : 1);
+    s.makespan_s = last_end_;
     return s;
   }
 
@@ -826,6 +825,14 @@ class Engine {
         dirty.push_back(fl.activity);
       }
     }
+    if (keep_records_) sample_links(links);
+    std::sort(dirty.begin(), dirty.end());
+    dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
+    for (int a : dirty) reschedule_comm(a);
+  }
+
+  // The report's utilisation tracks: each link's share in use from now on.
+  void sample_links(const std::vector<int>& links) {
     for (int l : links) {
       double load = 0;
       for (int f : link_flows_[l]) load += flows_[f].rate;
@@ -836,9 +843,6 @@ class Engine {
         else s.emplace_back(now_, u);
       }
     }
-    std::sort(dirty.begin(), dirty.end());
-    dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
-    for (int a : dirty) reschedule_comm(a);
   }
 
   // A collective's next change: the earliest end of one of its flows.
@@ -934,9 +938,9 @@ class Engine {
       const CmdInfo& g = infos_[t.info];
       if (g.cmd->op == Op::collective_group) {
         for (int m = members_begin(t.info); m < members_end(t.info); ++m)
-          ops_[st.rank].push_back({act.since[k], now_, m, t.instance, si});
+          record(st.rank, {act.since[k], now_, m, t.instance, si});
       } else {
-        ops_[st.rank].push_back({act.since[k], now_, t.info, t.instance, si});
+        record(st.rank, {act.since[k], now_, t.info, t.instance, si});
       }
     }
     for (int s : act.stats)
@@ -949,11 +953,21 @@ class Engine {
     if (!seeds.empty()) solve_links(seeds, -1);
   }
 
+  // A finished command: kept for the report, or only counted.
+  void record(int64_t rank, const Rec& r) {
+    if (keep_records_) {
+      ops_[rank].push_back(r);
+      return;
+    }
+    ++finished_;
+    last_end_ = std::max(last_end_, r.end);
+  }
+
   void finish_compute(int a) {
     Compute& act = compute_[a];
     const int si = act.stream;
     const Stream& st = streams_[si];
-    ops_[st.rank].push_back({act.start, now_, st.tasks[st.pc].info, st.tasks[st.pc].instance, si});
+    record(st.rank, {act.start, now_, st.tasks[st.pc].info, st.tasks[st.pc].instance, si});
     auto& live = live_compute_[act.rank];
     *std::find(live.begin(), live.end(), a) = live.back();
     live.pop_back();
@@ -1006,7 +1020,7 @@ class Engine {
           e.waiter = si;
           return;
         }
-        edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});
+        if (keep_records_) edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});
         // One wait per event: its slot can be reused.
         e = Event{};
         free_events_.push_back(t.event);
@@ -1140,6 +1154,9 @@ class Engine {
   EventQueue queue_;
   double now_ = 0;
   bool fold_ = false;
+  bool keep_records_ = true;  // false: finished commands are only counted, links not sampled (run_summary)
+  int64_t finished_ = 0;
+  double last_end_ = 0;
   std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype
 };
 
