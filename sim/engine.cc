@@ -66,12 +66,12 @@ struct CmdInfo {
   const Command* cmd = nullptr;
   int subtree = 1;
   int blocks = -1;  // into Engine::block_starts_; -1: no sub-blocks
-  bool per_rank = false;  // work differs between ranks
+  int8_t per_rank = -1;  // work differs between ranks (1), or not (0); -1: not yet known
   bool have_work = false, have_seconds = false;
   Work work;
   double seconds = 0;
   int partner = -1;                  // async_done: its async_start
-  std::vector<int32_t> set_of_rank;  // collectives: the rendezvous member set of each rank
+  int32_t sets = -1;  // collectives: into Engine::set_of_rank_
 };
 
 struct Task {
@@ -241,7 +241,6 @@ class Engine {
       const int i = static_cast<int>(infos_.size());
       infos_.emplace_back();
       infos_[i].cmd = &c;
-      infos_[i].per_rank = work_depends_on_rank(c);
       if (c.op == Op::async_start) scopes.back()[c.token] = i;
       if (c.op == Op::async_done) {
         for (auto s = scopes.rbegin(); s != scopes.rend(); ++s)
@@ -281,9 +280,15 @@ class Engine {
   int members_begin(int info) const { return block(info, 0); }
   int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->body.size()); }
 
+  // Whether a command's work differs between ranks, found when first asked.
+  bool per_rank(CmdInfo& in) {
+    if (in.per_rank < 0) in.per_rank = work_depends_on_rank(*in.cmd) ? 1 : 0;
+    return in.per_rank == 1;
+  }
+
   const Work& work(int info, int64_t rank, Work& scratch) {
     CmdInfo& in = infos_[info];
-    if (in.per_rank) return scratch = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
+    if (per_rank(in)) return scratch = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
     if (!in.have_work) {
       in.work = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
       in.have_work = true;
@@ -295,7 +300,7 @@ class Engine {
     CmdInfo& in = infos_[info];
     Work scratch;
     auto peak = [&](DType t) { return peak_[static_cast<size_t>(t)]; };
-    if (in.per_rank) return seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
+    if (per_rank(in)) return seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
     if (!in.have_seconds) {
       in.seconds = seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
       in.have_seconds = true;
@@ -544,8 +549,12 @@ class Engine {
   // the same from each of its ranks, so one pass fills it for all of them.
   int member_set(int info, int64_t rank) {
     CmdInfo& in = infos_[info];
-    if (in.set_of_rank.empty()) in.set_of_rank.assign(static_cast<size_t>(p_.mesh.size()), -1);
-    if (in.set_of_rank[rank] >= 0) return in.set_of_rank[rank];
+    if (in.sets < 0) {
+      in.sets = static_cast<int32_t>(set_of_rank_.size());
+      set_of_rank_.emplace_back(static_cast<size_t>(p_.mesh.size()), -1);
+    }
+    std::vector<int32_t>& set_of_rank = set_of_rank_[in.sets];
+    if (set_of_rank[rank] >= 0) return set_of_rank[rank];
     std::vector<const Command*> members;
     if (in.cmd->op == Op::collective_group)
       for (int m = members_begin(info); m < members_end(info); ++m) members.push_back(infos_[m].cmd);
@@ -553,7 +562,7 @@ class Engine {
       members.push_back(in.cmd);
     std::vector<int> set = launch_members(p_.mesh, rank, members);
     const int id = intern(set);
-    for (int q : set) in.set_of_rank[q] = id;
+    for (int q : set) set_of_rank[q] = id;
     return id;
   }
 
@@ -1118,6 +1127,7 @@ class Engine {
   std::vector<int64_t> strides_;
   std::vector<CmdInfo> infos_;
   std::vector<int> block_starts_;
+  std::vector<std::vector<int32_t>> set_of_rank_;  // per collective: the member set each rank waits with
   ShapeCache shapes_;
   std::vector<Issuer> issuers_;  // per rank
   // streams and events
