@@ -178,6 +178,7 @@ class Engine {
     strides_.assign(p.mesh.shape.size(), 1);
     for (int i = static_cast<int>(p.mesh.shape.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * p.mesh.shape[i + 1];
     std::vector<std::unordered_map<std::string, int>> scopes(1);
+    infos_.reserve(static_cast<size_t>(count_commands(p.program)));
     number(p.program, scopes);
     fold_ = fold && n > 1 && ranks_symmetric(p, m, d);
     for (size_t t = 0; t < peak_.size(); ++t) peak_[t] = m.peak(static_cast<DType>(t));
@@ -235,6 +236,15 @@ class Engine {
   }
 
   // ---- the rank-independent facts ----
+  static int64_t count_commands(const Block& b) {
+    int64_t n = static_cast<int64_t>(b.size());
+    for (const auto& c : b) {
+      for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond}) n += count_commands(*sub);
+      for (const auto& br : c.branches) n += count_commands(br);
+    }
+    return n;
+  }
+
   int number(const Block& b, std::vector<std::unordered_map<std::string, int>>& scopes) {
     const int first = static_cast<int>(infos_.size());
     for (const auto& c : b) {
