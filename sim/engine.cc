@@ -633,13 +633,96 @@ class Engine {
     return f;
   }
 
+  // Adds the flows of one instance of collective `mi` (the one `rank` takes
+  // part in, with participants `part`) to activity `a`; raises `latency` to
+  // its latency; returns its payload bytes.
+  double member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency) {
+    const Command& c = *infos_[mi].cmd;
+    Work scratch;
+    const int64_t n = static_cast<int64_t>(part.ranks.size());
+    const double bytes = static_cast<double>(work(mi, rank, scratch).bytes);
+    std::vector<AxisSpan> spans;
+    for (const auto& ax : c.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
+    if (c.groups) spans = {{spans.front().links, n}};
+    const AxisLinks& first = *spans.front().links;
+    if (c.op == Op::collective_permute) {
+      std::vector<std::pair<int64_t, int64_t>> pairs;
+      if (c.pairs) pairs = *c.pairs;
+      else if (fold_) pairs.emplace_back(part.position, floor_mod(part.position + *c.shift, n));
+      else
+        for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, n));
+      const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups;
+      const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
+      for (auto [s, t] : pairs) {
+        // Folded, rank 0's flow stands for its translates.
+        if (s == t || (fold_ && s != part.position)) continue;
+        const int f = new_flow(a, bytes);
+        std::vector<int>& links = flows_[f].links;
+        const int64_t from = part.ranks[s], to = part.ranks[t];
+        int64_t hops = 1;
+        if (ring) {
+          const int64_t cw = floor_mod(t - s, n), ccw = floor_mod(s - t, n);
+          // Shortest way round (ties clockwise); a line has only the direct way.
+          const int dir = first.wraparound ? (cw <= ccw ? 1 : -1) : (t > s ? 1 : -1);
+          hops = dir > 0 ? (first.wraparound ? cw : t - s) : (first.wraparound ? ccw : s - t);
+          int64_t at = from;
+          for (int64_t h = 0; h < hops; ++h) {
+            links.push_back(ring_link(at, dim, dir, first));
+            at = neighbour(at, dim, dir);
+          }
+        } else {
+          const double egress = first.topology == AxisLinks::Topology::ring ? first.link_bandwidth : first.egress_bandwidth;
+          links.push_back(link(LinkKey::make(LinkKey::egress, from, 0), egress));
+          links.push_back(link(LinkKey::make(LinkKey::ingress, 0, to), egress));
+        }
+        latency = std::max(latency, permute_seconds(first, hops, 0, false));
+        act.flows.push_back(f);
+      }
+      return bytes;
+    }
+    const double lat_only = collective_seconds(c.op, spans, 0, false);
+    const double transfer = std::max(0.0, collective_seconds(c.op, spans, bytes, true) - lat_only);
+    latency = std::max(latency, lat_only);
+    // One flow over every link the collective drives, sized so that alone
+    // it takes the closed-form transfer time at the slowest link's rate.
+    const int f = new_flow(a, 0);
+    std::vector<int>& links = flows_[f].links;
+    double cap = std::numeric_limits<double>::infinity();
+    for (int r : part.ranks) {
+      // Folded, every rank's links fall in rank 0's classes.
+      if (fold_ && r != rank) continue;
+      if (first.topology == AxisLinks::Topology::ring) {
+        for (const auto& ax : c.axis) {
+          const int dim = *p_.mesh.axis(ax);
+          const AxisLinks& al = axis_links(ax);
+          const int64_t co = coord(r, dim);
+          if (al.wraparound || co + 1 < p_.mesh.shape[dim]) links.push_back(ring_link(r, dim, 1, al));
+          if (al.wraparound || co > 0) links.push_back(ring_link(r, dim, -1, al));
+          cap = std::min(cap, al.link_bandwidth);
+        }
+      } else {
+        links.push_back(link(LinkKey::make(LinkKey::egress, r, 0), first.egress_bandwidth));
+        cap = std::min(cap, first.egress_bandwidth);
+        if (first.topology == AxisLinks::Topology::hierarchical && n > first.group_size)
+          links.push_back(link(LinkKey::make(LinkKey::nic, r, 0), first.nic_bandwidth * static_cast<double>(first.group_size)));
+      }
+    }
+    std::sort(links.begin(), links.end());
+    links.erase(std::unique(links.begin(), links.end()), links.end());
+    // Alone, the flow runs at its slowest link's capacity.
+    for (int l : links) cap = std::min(cap, capacity_[l]);
+    flows_[f].remaining = transfer * cap;
+    if (flows_[f].remaining > 0 && !links.empty()) act.flows.push_back(f);
+    else free_flows_.push_back(f);
+    return bytes;
+  }
+
   void start_collective(Comm act) {
     const int a = static_cast<int>(comms_.size());
     act.start = now_;
     const Stream& s0 = streams_[act.streams[0]];
     const Task& t0 = s0.tasks[s0.pc];
-    const int64_t rank0 = s0.rank;
-    const bool rank0_in = rank0 == 0;
+    const bool rank0_in = s0.rank == 0;
     const CmdInfo& g = infos_[t0.info];
     std::vector<int> members;
     if (g.cmd->op == Op::collective_group)
@@ -647,86 +730,23 @@ class Engine {
     else
       members.push_back(t0.info);
     double latency = 0;
-    Work scratch;
+    if (rank_stamp_.size() < static_cast<size_t>(p_.mesh.size())) rank_stamp_.resize(static_cast<size_t>(p_.mesh.size()), 0);
     for (int mi : members) {
       const Command& c = *infos_[mi].cmd;
-      Participants part = participants(p_.mesh, rank0, c.axis, c.groups);
-      const int64_t n = static_cast<int64_t>(part.ranks.size());
-      const double bytes = static_cast<double>(work(mi, rank0, scratch).bytes);
-      std::vector<AxisSpan> spans;
-      for (const auto& ax : c.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
-      if (c.groups) spans = {{spans.front().links, n}};
-      const AxisLinks& first = *spans.front().links;
-      if (c.op == Op::collective_permute) {
-        std::vector<std::pair<int64_t, int64_t>> pairs;
-        if (c.pairs) pairs = *c.pairs;
-        else if (fold_) pairs.emplace_back(part.position, floor_mod(part.position + *c.shift, n));
-        else
-          for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, n));
-        const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups;
-        const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
-        for (auto [s, t] : pairs) {
-          // Folded, rank 0's flow stands for its translates.
-          if (s == t || (fold_ && s != part.position)) continue;
-          const int f = new_flow(a, bytes);
-          std::vector<int>& links = flows_[f].links;
-          const int64_t from = part.ranks[s], to = part.ranks[t];
-          int64_t hops = 1;
-          if (ring) {
-            const int64_t cw = floor_mod(t - s, n), ccw = floor_mod(s - t, n);
-            // Shortest way round (ties clockwise); a line has only the direct way.
-            const int dir = first.wraparound ? (cw <= ccw ? 1 : -1) : (t > s ? 1 : -1);
-            hops = dir > 0 ? (first.wraparound ? cw : t - s) : (first.wraparound ? ccw : s - t);
-            int64_t at = from;
-            for (int64_t h = 0; h < hops; ++h) {
-              links.push_back(ring_link(at, dim, dir, first));
-              at = neighbour(at, dim, dir);
-            }
-          } else {
-            const double egress = first.topology == AxisLinks::Topology::ring ? first.link_bandwidth : first.egress_bandwidth;
-            links.push_back(link(LinkKey::make(LinkKey::egress, from, 0), egress));
-            links.push_back(link(LinkKey::make(LinkKey::ingress, 0, to), egress));
-          }
-          latency = std::max(latency, permute_seconds(first, hops, 0, false));
-          act.flows.push_back(f);
-        }
-      } else {
-        const double lat_only = collective_seconds(c.op, spans, 0, false);
-        const double transfer = std::max(0.0, collective_seconds(c.op, spans, bytes, true) - lat_only);
-        latency = std::max(latency, lat_only);
-        // One flow over every link the collective drives, sized so that alone
-        // it takes the closed-form transfer time at the slowest link's rate.
-        const int f = new_flow(a, 0);
-        std::vector<int>& links = flows_[f].links;
-        double cap = std::numeric_limits<double>::infinity();
-        for (int rank : part.ranks) {
-          // Folded, every rank's links fall in rank 0's classes.
-          if (fold_ && rank != rank0) continue;
-          if (first.topology == AxisLinks::Topology::ring) {
-            for (const auto& ax : c.axis) {
-              const int dim = *p_.mesh.axis(ax);
-              const AxisLinks& al = axis_links(ax);
-              const int64_t co = coord(rank, dim);
-              if (al.wraparound || co + 1 < p_.mesh.shape[dim]) links.push_back(ring_link(rank, dim, 1, al));
-              if (al.wraparound || co > 0) links.push_back(ring_link(rank, dim, -1, al));
-              cap = std::min(cap, al.link_bandwidth);
-            }
-          } else {
-            links.push_back(link(LinkKey::make(LinkKey::egress, rank, 0), first.egress_bandwidth));
-            cap = std::min(cap, first.egress_bandwidth);
-            if (first.topology == AxisLinks::Topology::hierarchical && n > first.group_size)
-              links.push_back(link(LinkKey::make(LinkKey::nic, rank, 0), first.nic_bandwidth * static_cast<double>(first.group_size)));
-          }
-        }
-        std::sort(links.begin(), links.end());
-        links.erase(std::unique(links.begin(), links.end()), links.end());
-        // Alone, the flow runs at its slowest link's capacity.
-        for (int l : links) cap = std::min(cap, capacity_[l]);
-        flows_[f].remaining = transfer * cap;
-        if (flows_[f].remaining > 0 && !links.empty()) act.flows.push_back(f);
-        else free_flows_.push_back(f);
+      // Every instance of the member among the launched ranks moves data: a
+      // group whose members span several communicators (a row shift beside
+      // a column reduction) drives them all. Folded, rank 0's stands for all.
+      ++rank_stamp_now_;
+      for (int st : act.streams) {
+        const int64_t rank = streams_[st].rank;
+        if (rank_stamp_[rank] == rank_stamp_now_) continue;
+        const Participants part = participants(p_.mesh, rank, c.axis, c.groups);
+        for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
+        const double bytes = member_flows(act, a, mi, rank, part, latency);
+        // Ranks are in order, so rank 0's instance comes first.
+        if (rank0_in && rank == 0) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
+        if (fold_) break;
       }
-      if (rank0_in) add_stat(act, mi, t0.instance, n, bytes);
     }
     act.latency_end = now_ + latency;
     comms_.push_back(std::move(act));
@@ -1165,6 +1185,8 @@ class Engine {
   std::vector<uint32_t> link_stamp_, flow_stamp_;
   uint32_t stamp_ = 0;
   std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_;
+  std::vector<uint32_t> rank_stamp_;  // start_collective: ranks whose instance of a member is built
+  uint32_t rank_stamp_now_ = 0;
   std::vector<double> scratch_rates_;
   // what is reported
   std::vector<std::vector<Rec>> ops_;

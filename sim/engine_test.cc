@@ -288,6 +288,35 @@ TEST(SimControlFlow, HintsOrAnError) {
 }
 
 
+TEST(SimLinks, GroupAcrossCommunicatorsDrivesEveryInstance) {
+  // 2x2 mesh on a switch (1e9 B/s egress, no latency). A shift along x
+  // grouped with an all_reduce along y launches all four ranks at once, so
+  // both shifts (y = 0 and y = 1) and both reductions ({0,1} and {2,3}) move
+  // data. Each rank's egress carries its shift (1e6 bytes) and its
+  // reduction (alone V/B = 1 ms, so 1e6 bytes' worth): 0.5e9 B/s each, both
+  // done at 2 ms, and every egress link busy at 100 % until then.
+  const std::string s = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x", "y"], "shape": [2, 2]},
+    "buffers": {"a": {"shape": [250000], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+                "b": {"shape": [250000], "dtype": "f32"}, "c": {"shape": [250000], "dtype": "f32"}},
+    "program": [{"op": "collective_group", "body": [
+      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1},
+      {"op": "all_reduce", "src": "a", "dst": "c", "axis": "y"}]}]})";
+  Program p = load_ok(s);
+  for (bool fold : {false, true}) {
+    auto r = simulate(p, topology_machine("switch"), nullptr, SimOptions{fold});
+    ASSERT_TRUE(r.ok());
+    EXPECT_NEAR(r->report.makespan_s, 2e-3, 1e-12);
+    int egress = 0;
+    for (const auto& l : r->report.links) {
+      if (l.name.rfind("egress", 0) != 0) continue;
+      ++egress;
+      ASSERT_FALSE(l.samples.empty()) << l.name;
+      EXPECT_EQ(l.samples.front(), (std::pair<double, double>{0.0, 1.0})) << l.name;
+    }
+    EXPECT_EQ(egress, 4) << (fold ? "folded" : "every rank");
+  }
+}
+
 // ---- ranks folded by symmetry ----
 
 Machine model(const std::string& name) {
