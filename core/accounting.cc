@@ -8,13 +8,6 @@ int64_t count(const std::vector<int64_t>& shape) {
   for (auto d : shape) n *= d;
   return n;
 }
-bool mentions_names(const Expr* e) {
-  if (!e) return false;
-  if (e->kind == Expr::Kind::name) return true;
-  for (const auto& a : e->args)
-    if (mentions_names(a.get())) return true;
-  return false;
-}
 int64_t expr_ops(const Expr& e) {
   int64_t n = (e.kind == Expr::Kind::unary || e.kind == Expr::Kind::binary || e.kind == Expr::Kind::call) ? 1 : 0;
   for (const auto& a : e.args) n += expr_ops(*a);
@@ -22,21 +15,9 @@ int64_t expr_ops(const Expr& e) {
 }
 }  // namespace
 
-bool size_depends_on_rank(const Ref& r) {
-  for (const auto& g : r.syntax->groups)
-    for (const auto& it : g) {
-      if (it.kind == IndexItem::Kind::slice && (mentions_names(it.a.get()) || mentions_names(it.b.get()))) return true;
-      if (it.kind == IndexItem::Kind::ds && mentions_names(it.b.get())) return true;
-    }
-  return false;
-}
+bool size_depends_on_rank(const Ref& r) { return r.syntax->sized_by_rank; }
 
-bool ref_moves_with_rank(const Ref& r) {
-  for (const auto& g : r.syntax->groups)
-    for (const auto& it : g)
-      if (mentions_names(it.a.get()) || mentions_names(it.b.get()) || mentions_names(it.step.get())) return true;
-  return false;
-}
+bool ref_moves_with_rank(const Ref& r) { return r.syntax->moves_with_rank; }
 
 bool work_depends_on_rank(const Command& c) { return any_ref(c, size_depends_on_rank); }
 

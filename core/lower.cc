@@ -33,6 +33,7 @@ class Lowerer {
       const Ref& outer = it->second;
       auto composed = std::make_shared<RefSyntax>(*outer.syntax);
       composed->groups.insert(composed->groups.end(), r.syntax->groups.begin(), r.syntax->groups.end());
+      composed->classify();
       r.syntax = std::move(composed);
       r.buffer = outer.buffer;
       return;

@@ -80,7 +80,28 @@ RefSyntax parse_ref(std::string_view text) {
     }
     r.groups.push_back(std::move(g));
   }
+  r.classify();
   return r;
+}
+
+namespace {
+bool mentions_names(const Expr* e) {
+  if (!e) return false;
+  if (e->kind == Expr::Kind::name) return true;
+  for (const auto& a : e->args)
+    if (mentions_names(a.get())) return true;
+  return false;
+}
+}  // namespace
+
+void RefSyntax::classify() {
+  sized_by_rank = moves_with_rank = false;
+  for (const auto& g : groups)
+    for (const auto& it : g) {
+      if (it.kind == IndexItem::Kind::slice && (mentions_names(it.a.get()) || mentions_names(it.b.get()))) sized_by_rank = true;
+      if (it.kind == IndexItem::Kind::ds && mentions_names(it.b.get())) sized_by_rank = true;
+      if (mentions_names(it.a.get()) || mentions_names(it.b.get()) || mentions_names(it.step.get())) moves_with_rank = true;
+    }
 }
 
 std::string RefSyntax::text() const {

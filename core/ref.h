@@ -29,6 +29,11 @@ using IndexGroup = std::vector<IndexItem>;
 struct RefSyntax {
   std::string buffer;
   std::vector<IndexGroup> groups;
+  // Whether a mesh axis name sizes the view (a slice bound, a ds size) or
+  // places it at all; classify() sets both once `groups` is final (parse_ref
+  // does), so the validator and the simulator ask in O(1).
+  bool sized_by_rank = false, moves_with_rank = false;
+  void classify();
   std::string text() const;  // canonical text
 };
 

@@ -15,6 +15,19 @@ View view(const std::string& ref, std::vector<int64_t> shape, int64_t x = 0) {
   });
 }
 
+TEST(RefSyntax, ParsingClassifiesRankDependence) {
+  // ds(start, size): the start places the view, the size sizes it; slice
+  // bounds do both; an index only places it.
+  EXPECT_FALSE(parse_ref("a[3]").moves_with_rank);
+  EXPECT_TRUE(parse_ref("a[x]").moves_with_rank);
+  EXPECT_FALSE(parse_ref("a[x]").sized_by_rank);
+  EXPECT_TRUE(parse_ref("a[ds(x * 2, 2)]").moves_with_rank);
+  EXPECT_FALSE(parse_ref("a[ds(x * 2, 2)]").sized_by_rank);
+  EXPECT_TRUE(parse_ref("a[ds(0, x + 1)]").sized_by_rank);
+  EXPECT_TRUE(parse_ref("a[1][0:x]").sized_by_rank);
+  EXPECT_FALSE(parse_ref("a[1:3]").sized_by_rank);
+}
+
 TEST(Shape, InlineAndHeapDimensionsReadAlike) {
   // Up to 6 dimensions inline, more on the heap; both copy, compare, resize.
   const Shape small{2, 3, 4};

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/accounting.h"
 #include "core/validate.h"
 #include "tests/test_util.h"
 
@@ -51,6 +52,30 @@ TEST(Schedule, BadDtypeAndRole) {
   errs = testing::load_errors(R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [4], "dtype": "f32", "role": "input"}}, "program": []})");
   ASSERT_EQ(errs.size(), 1u);
   EXPECT_EQ(errs[0].pointer, "/buffers/a");  // an input needs an init
+}
+
+TEST(Schedule, ComposedViewsKnowWhetherTheRankSizesOrPlacesThem) {
+  // f's own ref names no axis; bound to a view placed by x it moves with
+  // the rank, and bound to one sized by x its size depends on it.
+  Program p = testing::load_ok(R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [2]},
+    "buffers": {"a": {"shape": [8], "dtype": "f32", "role": "inout", "init": {"kind": "zeros"}}},
+    "functions": {"f": {"params": ["v"], "program": [{"op": "memset", "dst": "v[0:1]", "value": 1}]},
+                  "g": {"params": ["v"], "program": [{"op": "memset", "dst": "v[0:x + 1]", "value": 1}]}},
+    "program": [{"op": "call", "fn": "f", "args": {"v": "a[ds(x * 4, 4)]"}},
+                {"op": "call", "fn": "f", "args": {"v": "a[0:x + 1]"}},
+                {"op": "call", "fn": "f", "args": {"v": "a[2:]"}},
+                {"op": "call", "fn": "g", "args": {"v": "a[2:]"}}]})");
+  const Ref& placed = *p.program[0].body[0].dst;
+  const Ref& sized = *p.program[1].body[0].dst;
+  const Ref& fixed = *p.program[2].body[0].dst;
+  EXPECT_TRUE(ref_moves_with_rank(placed));
+  EXPECT_FALSE(size_depends_on_rank(placed));
+  EXPECT_TRUE(ref_moves_with_rank(sized));
+  EXPECT_TRUE(size_depends_on_rank(sized));
+  EXPECT_FALSE(ref_moves_with_rank(fixed));
+  EXPECT_FALSE(size_depends_on_rank(fixed));
+  // g's own ref is sized by x, inside a fixed view.
+  EXPECT_TRUE(size_depends_on_rank(*p.program[3].body[0].dst));
 }
 
 TEST(Schedule, CallsInlineWithComposedViewsAndRenamedTokens) {

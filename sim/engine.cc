@@ -646,15 +646,14 @@ class Engine {
     if (c.groups) spans = {{spans.front().links, n}};
     const AxisLinks& first = *spans.front().links;
     if (c.op == Op::collective_permute) {
-      std::vector<std::pair<int64_t, int64_t>> pairs;
-      if (c.pairs) pairs = *c.pairs;
-      else if (fold_) pairs.emplace_back(part.position, floor_mod(part.position + *c.shift, n));
-      else
-        for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, n));
+      // The pairs: explicit, or every i to (i + shift) mod n; folded, rank
+      // 0's flow stands for its translates.
+      const size_t npairs = c.pairs ? c.pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
       const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups;
       const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
-      for (auto [s, t] : pairs) {
-        // Folded, rank 0's flow stands for its translates.
+      for (size_t k = 0; k < npairs; ++k) {
+        const int64_t s = c.pairs ? (*c.pairs)[k].first : fold_ ? part.position : static_cast<int64_t>(k);
+        const int64_t t = c.pairs ? (*c.pairs)[k].second : floor_mod(s + *c.shift, n);
         if (s == t || (fold_ && s != part.position)) continue;
         const int f = new_flow(a, bytes);
         std::vector<int>& links = flows_[f].links;
@@ -723,15 +722,12 @@ class Engine {
     const Stream& s0 = streams_[act.streams[0]];
     const Task& t0 = s0.tasks[s0.pc];
     const bool rank0_in = s0.rank == 0;
-    const CmdInfo& g = infos_[t0.info];
-    std::vector<int> members;
-    if (g.cmd->op == Op::collective_group)
-      for (int m = members_begin(t0.info); m < members_end(t0.info); ++m) members.push_back(m);
-    else
-      members.push_back(t0.info);
+    // The members: a group's body, or the collective itself.
+    const bool group = infos_[t0.info].cmd->op == Op::collective_group;
+    const int first_member = group ? members_begin(t0.info) : t0.info, end_member = group ? members_end(t0.info) : t0.info + 1;
     double latency = 0;
     if (rank_stamp_.size() < static_cast<size_t>(p_.mesh.size())) rank_stamp_.resize(static_cast<size_t>(p_.mesh.size()), 0);
-    for (int mi : members) {
+    for (int mi = first_member; mi < end_member; ++mi) {
       const Command& c = *infos_[mi].cmd;
       // Every instance of the member among the launched ranks moves data: a
       // group whose members span several communicators (a row shift beside
