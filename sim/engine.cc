@@ -13,6 +13,7 @@
 #include "sim/collective_cost.h"
 #include "sim/event_queue.h"
 #include "sim/maxmin.h"
+#include "sim/symmetry.h"
 
 namespace thunky::sim {
 
@@ -40,22 +41,6 @@ double compute_seconds(const Program& p, const Machine& m, const Command& c, con
   return seconds_with(p, m, c, w, [&](DType t) { return m.peak(t); });
 }
 
-bool ranks_symmetric(const Program& p, const Machine& m, const Decisions* decisions) {
-  for (const auto& name : p.mesh.axis_names) {
-    const AxisLinks* a = m.axis(name);
-    if (!a || (a->topology == AxisLinks::Topology::ring && !a->wraparound)) return false;
-  }
-  const bool asymmetric = any_command(p.program, [](const Command& c) {
-    if (work_depends_on_rank(c)) return true;
-    if ((is_collective(c.op)) && c.groups) return true;
-    return c.op == Op::collective_permute && (c.pairs || c.axis.size() != 1);
-  });
-  if (asymmetric) return false;
-  if (decisions)
-    for (const auto& per : *decisions)
-      if (per != decisions->front()) return false;
-  return true;
-}
 
 namespace {
 

@@ -54,14 +54,6 @@ struct SimSummary {
 };
 Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options = {});
 
-// Whether every rank of `p` has the same timeline on `m`, so that simulating
-// one rank predicts them all: every axis is a closed ring, a switch or a
-// hierarchy (translations along an axis map its links onto its links); no
-// command's work depends on the rank; collectives have no axis index groups
-// and shifts no explicit pairs or second axis; and the control-flow
-// decisions (if any) are the same on every rank.
-bool ranks_symmetric(const Program& p, const Machine& m, const Decisions* decisions);
-
 // Standalone seconds of a compute command (DESIGN.md 4.4), from its work on
 // the rank it runs on.
 double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w);

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "sim/symmetry.h"
 #include "tests/test_util.h"
 #include "tools/gen.h"
 
