@@ -57,17 +57,21 @@ TEST(SimLinks, TwoClockwiseShiftsShareAndOppositeShiftsDoNot) {
       {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "shift": -1}]}])"), ring_machine()), 1e-3, 1e-9);
 }
 
+// A 2x2 mesh (x, y) whose program is one collective_group: a shift of
+// 1e6 bytes along x from a into b, and `second` (writing c).
+std::string group_on_2x2(const std::string& second) {
+  return R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x", "y"], "shape": [2, 2]},
+    "buffers": {"a": {"shape": [250000], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+                "b": {"shape": [250000], "dtype": "f32"}, "c": {"shape": [250000], "dtype": "f32"}},
+    "program": [{"op": "collective_group", "body": [
+      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}, )" + second + "]}]}";
+}
+
 TEST(SimLinks, GroupOfShiftsOverTwoAxesLaunchesOnEveryConnectedRank) {
   // 2x2 mesh; a shift along x and one along y grouped. Their communicators
   // connect all four ranks, so they launch as one; x and y links are
   // distinct, so each 1e6-byte shift takes 1 ms and so does the group.
-  const std::string s = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x", "y"], "shape": [2, 2]},
-    "buffers": {"a": {"shape": [250000], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
-                "b": {"shape": [250000], "dtype": "f32"}, "c": {"shape": [250000], "dtype": "f32"}},
-    "program": [{"op": "collective_group", "body": [
-      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1},
-      {"op": "collective_permute", "src": "a", "dst": "c", "axis": "y", "shift": 1}]}]})";
-  EXPECT_NEAR(makespan(s, ring_machine()), 1e-3, 1e-9);
+  EXPECT_NEAR(makespan(group_on_2x2(R"({"op": "collective_permute", "src": "a", "dst": "c", "axis": "y", "shift": 1})"), ring_machine()), 1e-3, 1e-9);
 }
 
 TEST(SimLinks, SummaryAgreesWithTheReport) {
@@ -290,7 +294,6 @@ TEST(SimControlFlow, HintsOrAnError) {
   EXPECT_EQ(r.exit_code(), 2);
 }
 
-
 TEST(SimLinks, GroupAcrossCommunicatorsDrivesEveryInstance) {
   // 2x2 mesh on a switch (1e9 B/s egress, no latency). A shift along x
   // grouped with an all_reduce along y launches all four ranks at once, so
@@ -298,13 +301,7 @@ TEST(SimLinks, GroupAcrossCommunicatorsDrivesEveryInstance) {
   // data. Each rank's egress carries its shift (1e6 bytes) and its
   // reduction (alone V/B = 1 ms, so 1e6 bytes' worth): 0.5e9 B/s each, both
   // done at 2 ms, and every egress link busy at 100 % until then.
-  const std::string s = R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x", "y"], "shape": [2, 2]},
-    "buffers": {"a": {"shape": [250000], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
-                "b": {"shape": [250000], "dtype": "f32"}, "c": {"shape": [250000], "dtype": "f32"}},
-    "program": [{"op": "collective_group", "body": [
-      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1},
-      {"op": "all_reduce", "src": "a", "dst": "c", "axis": "y"}]}]})";
-  Program p = load_ok(s);
+  Program p = load_ok(group_on_2x2(R"({"op": "all_reduce", "src": "a", "dst": "c", "axis": "y"})"));
   for (bool fold : {false, true}) {
     auto r = simulate(p, topology_machine("switch"), nullptr, SimOptions{fold});
     ASSERT_TRUE(r.ok());
