@@ -22,6 +22,7 @@ class Lowerer {
     for (size_t i = 0; i < p_.buffers.size(); ++i) index[p_.buffers[i].name] = static_cast<int>(i);
     index_ = std::move(index);
     Scope top;
+    p_.command_count = 0;
     lower_block(p_.program, "/program", top);
     p_.functions.clear();
   }
@@ -51,6 +52,7 @@ class Lowerer {
   }
 
   void lower_command(Command& c, const std::string& id, const Scope& s) {
+    ++p_.command_count;
     c.id = id;
     for (auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf}) bind(*r, s);
     for (auto& [k, r] : c.in) bind(r, s);

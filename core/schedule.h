@@ -138,43 +138,47 @@ struct Command;
 using Block = std::vector<Command>;
 
 struct Command {
+  // What the validator and the simulator read for every command comes first
+  // (op, refs, sub-blocks, cost), so that a walk over a large program
+  // touches few cache lines per command; names and texts come last.
   Op op = Op::memzero;
-  std::string pointer;  // source JSON pointer (for messages)
-  std::string id;       // pointer in the lowered schedule (for reports)
-  std::string name;
+  bool transpose_a = false, transpose_b = false;
   Box<Cost> cost;
-  SimHints sim;
 
   // refs, by role
   OptRef src, dst, a, b, c, out, pred, index, cond_buf;
-  std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
-  std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
-  std::vector<Ref> refs2;                       // kernel writes, custom_call results
-  std::vector<bool> written;                    // ptx_kernel
-
-  double value = 0;  // memset
-  double alpha = 1, beta = 0;
-  bool transpose_a = false, transpose_b = false;
-  ExprPtr expr;  // map
-  std::string expr_text;
-  std::string fn;                // reduce fn, call fn
-  std::vector<int64_t> axes_i;   // reduce axes
-  std::vector<std::string> axis; // collective axes
-  std::string reduction = "sum";
-  std::optional<std::vector<std::vector<int64_t>>> groups;
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
-  std::optional<int64_t> shift;
-  std::string token;
-  StreamId stream;
-  Box<CustomCallSpec> custom;  // custom_call
-  Box<PtxLaunch> launch;       // ptx_kernel
-  std::shared_ptr<Command> cpu;  // ptx_kernel fallback, a map
-  std::vector<std::pair<std::string, Ref>> args_map;  // call args
 
   Block body;                   // async_start, collective_group, while body, call (lowered)
   Block then_, else_;           // cond
-  std::vector<Block> branches;  // switch
   Block cond;                   // while
+  std::vector<Block> branches;  // switch
+  std::shared_ptr<Command> cpu;  // ptx_kernel fallback, a map
+
+  std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
+  std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
+  std::vector<Ref> refs2;                       // kernel writes, custom_call results
+  double value = 0;  // memset
+  double alpha = 1, beta = 0;
+  SimHints sim;
+  StreamId stream;
+  std::optional<int64_t> shift;
+  std::vector<std::string> axis; // collective axes
+  std::optional<std::vector<std::vector<int64_t>>> groups;
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
+  std::string token;
+  ExprPtr expr;  // map
+
+  std::string pointer;  // source JSON pointer (for messages)
+  std::string id;       // pointer in the lowered schedule (for reports)
+  std::string name;
+  std::vector<bool> written;                    // ptx_kernel
+  std::string expr_text;
+  std::string fn;                // reduce fn, call fn
+  std::vector<int64_t> axes_i;   // reduce axes
+  std::string reduction = "sum";
+  Box<CustomCallSpec> custom;  // custom_call
+  Box<PtxLaunch> launch;       // ptx_kernel
+  std::vector<std::pair<std::string, Ref>> args_map;  // call args
 };
 
 struct Function {
@@ -209,6 +213,9 @@ struct Program {
   std::vector<Buffer> buffers;
   std::map<std::string, Function> functions;  // empty after lowering
   Block program;
+  // Commands of the lowered program, nested and inlined ones included (set
+  // by lower(); a capacity hint for whoever indexes every command).
+  int64_t command_count = 0;
 
   int find_buffer(std::string_view n) const {
     for (size_t i = 0; i < buffers.size(); ++i)

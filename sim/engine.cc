@@ -163,7 +163,7 @@ class Engine {
     strides_.assign(p.mesh.shape.size(), 1);
     for (int i = static_cast<int>(p.mesh.shape.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * p.mesh.shape[i + 1];
     std::vector<std::unordered_map<std::string, int>> scopes(1);
-    infos_.reserve(static_cast<size_t>(count_commands(p.program)));
+    infos_.reserve(static_cast<size_t>(p.command_count));
     number(p.program, scopes);
     fold_ = fold && n > 1 && ranks_symmetric(p, m, d);
     for (size_t t = 0; t < peak_.size(); ++t) peak_[t] = m.peak(static_cast<DType>(t));
@@ -221,15 +221,6 @@ class Engine {
   }
 
   // ---- the rank-independent facts ----
-  static int64_t count_commands(const Block& b) {
-    int64_t n = static_cast<int64_t>(b.size());
-    for (const auto& c : b) {
-      for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond}) n += count_commands(*sub);
-      for (const auto& br : c.branches) n += count_commands(br);
-    }
-    return n;
-  }
-
   int number(const Block& b, std::vector<std::unordered_map<std::string, int>>& scopes) {
     const int first = static_cast<int>(infos_.size());
     for (const auto& c : b) {
@@ -1048,6 +1039,14 @@ class Engine {
       } else if (const Op op = infos_[t.info].cmd->op; is_collective(op) || op == Op::collective_group) {
         arrive(si, t);
         return;
+      } else if (ready_.empty() && queue_.empty() && live_compute_[s.rank].empty()) {
+        // Alone on the machine (no other stream can move, nothing is in
+        // flight): the kernel runs at the full rate and nothing can happen
+        // before it ends, so time jumps to its end without the queue.
+        const double start = now_;
+        now_ += seconds(t.info, s.rank);
+        record(s.rank, {start, now_, t.info, t.instance, si});
+        ++s.pc;
       } else {
         int a;
         if (!free_compute_.empty()) {
