@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+
 #include "tests/test_util.h"
 #include "tools/gen.h"
 
@@ -196,6 +201,169 @@ TEST(Races, GuidesLiteralBidirectionalScheduleRacesAtFourRanks) {
     o.ranks = n;
     load_ok(gen::bidirectional_ring_matmul(o).dump());
   }
+}
+
+
+// ---- the race checker against a reference ----
+// Random single-rank schedules: copies, memzeros and maps over slices of
+// three buffers, on four streams forked and joined by (nested) tokens. The
+// reference orders commands by an explicit graph (stream order; a fork's
+// record before the target's wait; a body's end before the join) and
+// calls two commands a race when neither reaches the other, they are on
+// different streams, and their byte ranges on a buffer overlap with a
+// write. The checker must find a race exactly when the reference does, and
+// every pair it names must be one of the reference's.
+struct RandomRaceCase {
+  nlohmann::ordered_json schedule;
+  std::set<std::pair<std::string, std::string>> races;  // both orders
+};
+
+RandomRaceCase random_race_case(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+  struct Access {
+    int buffer;
+    int64_t lo, hi;  // elements
+    bool write;
+  };
+  struct Op {
+    std::string pointer, stream;
+    std::vector<Access> accesses;
+  };
+  std::vector<Op> ops;
+  // Per stream its items in order: an op (>= 0), or an event: record (-2 - 2e), wait (-3 - 2e).
+  std::map<std::string, std::vector<int64_t>> items;
+  int events = 0, tokens = 0;
+  std::vector<std::pair<std::string, int>> live;  // started, not yet awaited: token, its end event
+  auto slice = [&](int64_t& lo, int64_t& hi) {
+    lo = pick(13);
+    hi = lo + 1 + pick(static_cast<int>(16 - lo));
+  };
+  std::function<nlohmann::ordered_json(const std::string&, int, int, const std::string&)> block = [&](const std::string& stream, int depth, int count,
+                                                                                                       const std::string& ptr) {
+    nlohmann::ordered_json cmds = nlohmann::ordered_json::array();
+    for (int i = 0; i < count; ++i) {
+      const std::string at = ptr + "/" + std::to_string(cmds.size());
+      const int r = pick(20);
+      if (r < 5 && depth < 2) {
+        const char* targets[] = {"communication:0", "communication:1", "computation:1"};
+        const std::string target = targets[pick(3)], token = "t" + std::to_string(tokens++);
+        const int fork = events++;
+        items[stream].push_back(-2 - 2 * fork);
+        items[target].push_back(-3 - 2 * fork);
+        auto body = block(target, depth + 1, 1 + pick(3), at + "/body");
+        const int end = events++;
+        items[target].push_back(-2 - 2 * end);
+        const bool comm = target.rfind("communication", 0) == 0;
+        cmds.push_back({{"op", "async_start"}, {"token", token}, {"stream", {{"kind", comm ? "communication" : "computation"}, {"id", target.back() - '0'}}}, {"body", body}});
+        live.emplace_back(token, end);
+      } else if (r < 8 && !live.empty()) {
+        const int k = pick(static_cast<int>(live.size()));
+        items[stream].push_back(-3 - 2 * live[k].second);
+        cmds.push_back({{"op", "async_done"}, {"token", live[k].first}});
+        live.erase(live.begin() + k);
+      } else {
+        Op op{at, stream, {}};
+        const int kind = pick(3);
+        int64_t lo, hi;
+        slice(lo, hi);
+        const int b = pick(3), other = pick(3);
+        const int64_t n = hi - lo, olo = pick(static_cast<int>(17 - n));
+        auto ref = [](int buf, int64_t l, int64_t h) { return "b" + std::to_string(buf) + "[" + std::to_string(l) + ":" + std::to_string(h) + "]"; };
+        if (kind == 0) {
+          op.accesses = {{b, lo, hi, false}, {other, olo, olo + n, true}};
+          cmds.push_back({{"op", "copy"}, {"src", ref(b, lo, hi)}, {"dst", ref(other, olo, olo + n)}});
+        } else if (kind == 1) {
+          op.accesses = {{b, lo, hi, true}};
+          cmds.push_back({{"op", "memzero"}, {"dst", ref(b, lo, hi)}});
+        } else {
+          op.accesses = {{b, lo, hi, true}, {other, olo, olo + n, false}};
+          cmds.push_back({{"op", "map"}, {"out", ref(b, lo, hi)}, {"expr", "v + 1.0"}, {"in", {{"v", ref(other, olo, olo + n)}}}});
+        }
+        items[stream].push_back(static_cast<int64_t>(ops.size()));
+        ops.push_back(op);
+      }
+    }
+    return cmds;
+  };
+  auto program = block("computation:0", 0, 2 + pick(7), "/program");
+  for (const auto& [token, end] : live) {  // every token is awaited
+    items["computation:0"].push_back(-3 - 2 * end);
+    program.push_back({{"op", "async_done"}, {"token", token}});
+  }
+  RandomRaceCase out;
+  out.schedule = {{"format", "thunky.sched/1"},
+                  {"buffers", {{"b0", {{"shape", {16}}, {"dtype", "f32"}}}, {"b1", {{"shape", {16}}, {"dtype", "f32"}}}, {"b2", {{"shape", {16}}, {"dtype", "f32"}}}}},
+                  {"program", program}};
+  // The graph: nodes are (stream, position); edges along each stream and
+  // from each record to its waits.
+  std::map<std::pair<std::string, size_t>, std::vector<std::pair<std::string, size_t>>> next;
+  std::map<int, std::pair<std::string, size_t>> record_at;
+  std::map<int, std::vector<std::pair<std::string, size_t>>> waits_at;
+  std::map<int64_t, std::pair<std::string, size_t>> op_at;
+  for (const auto& [stream, list] : items)
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (k > 0) next[{stream, k - 1}].push_back({stream, k});
+      const int64_t it = list[k];
+      if (it >= 0) op_at[it] = {stream, k};
+      else if ((-it) % 2 == 0) record_at[static_cast<int>((-it - 2) / 2)] = {stream, k};
+      else waits_at[static_cast<int>((-it - 3) / 2)].push_back({stream, k});
+    }
+  for (const auto& [e, rec] : record_at)
+    for (const auto& w : waits_at[e]) next[rec].push_back(w);
+  auto reaches = [&](std::pair<std::string, size_t> from, std::pair<std::string, size_t> to) {
+    std::set<std::pair<std::string, size_t>> seen;
+    std::vector<std::pair<std::string, size_t>> stack{from};
+    while (!stack.empty()) {
+      auto x = stack.back();
+      stack.pop_back();
+      if (x == to) return true;
+      for (const auto& y : next[x])
+        if (seen.insert(y).second) stack.push_back(y);
+    }
+    return false;
+  };
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (size_t j = i + 1; j < ops.size(); ++j) {
+      if (ops[i].stream == ops[j].stream || reaches(op_at[i], op_at[j]) || reaches(op_at[j], op_at[i])) continue;
+      for (const auto& x : ops[i].accesses)
+        for (const auto& y : ops[j].accesses)
+          if (x.buffer == y.buffer && x.lo < y.hi && y.lo < x.hi && (x.write || y.write)) {
+            out.races.insert({ops[i].pointer, ops[j].pointer});
+            out.races.insert({ops[j].pointer, ops[i].pointer});
+          }
+    }
+  return out;
+}
+
+TEST(RaceChecker, AgreesWithAReferenceOnRandomSchedules) {
+  int with_races = 0, checked = 0;
+  for (uint32_t seed = 1; seed <= 150; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const RandomRaceCase c = random_race_case(seed);
+    auto p = load_schedule_text(c.schedule.dump(), "random.json");
+    ++checked;
+    if (c.races.empty()) {
+      EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.errors()[0].str());
+      continue;
+    }
+    ++with_races;
+    ASSERT_FALSE(p.ok());
+    EXPECT_EQ(p.exit_code(), 1);
+    for (const auto& e : p.errors()) {
+      // "... race on buffer 'b1' bytes [a, b): P1 (...) and P2 (...) are not ordered ..."
+      const std::string& m = e.message;
+      const size_t first = m.find("): /program"), and_at = m.find(") and /program", first + 1);
+      ASSERT_NE(first, std::string::npos) << m;
+      ASSERT_NE(and_at, std::string::npos) << m;
+      const std::string p1 = m.substr(first + 3, m.find(' ', first + 3) - first - 3);
+      const std::string p2 = m.substr(and_at + 6, m.find(' ', and_at + 6) - and_at - 6);
+      EXPECT_TRUE(c.races.count({p1, p2})) << "not a race by the reference: " << p1 << " and " << p2;
+    }
+  }
+  // Both outcomes occur often enough to mean something.
+  EXPECT_GT(with_races, 30);
+  EXPECT_GT(checked - with_races, 30);
 }
 
 }  // namespace
