@@ -697,7 +697,6 @@ class Engine {
     act.start = now_;
     const Stream& s0 = streams_[act.streams[0]];
     const Task& t0 = s0.tasks[s0.pc];
-    const bool rank0_in = s0.rank == 0;
     // The members: a group's body, or the collective itself.
     const bool group = infos_[t0.info].cmd->op == Op::collective_group;
     const int first_member = group ? members_begin(t0.info) : t0.info, end_member = group ? members_end(t0.info) : t0.info + 1;
@@ -716,7 +715,7 @@ class Engine {
         for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
         const double bytes = member_flows(act, a, mi, rank, part, latency);
         // Ranks are in order, so rank 0's instance comes first.
-        if (rank0_in && rank == 0) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
+        if (rank == 0) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
         if (fold_) break;
       }
     }
@@ -1039,9 +1038,9 @@ class Engine {
       } else if (const Op op = infos_[t.info].cmd->op; is_collective(op) || op == Op::collective_group) {
         arrive(si, t);
         return;
-      } else if (ready_.empty() && queue_.empty() && live_compute_[s.rank].empty()) {
+      } else if (ready_.empty() && queue_.empty()) {
         // Alone on the machine (no other stream can move, nothing is in
-        // flight): the kernel runs at the full rate and nothing can happen
+        // flight, so no kernel runs either): the kernel runs at the full rate and nothing can happen
         // before it ends, so time jumps to its end without the queue.
         const double start = now_;
         now_ += seconds(t.info, s.rank);
@@ -1208,21 +1207,17 @@ Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const 
 }
 
 Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options) {
-  try {
-    auto r = run_engine(p, m, decisions, options, [](Engine& e) { return e.run(); });
-    if (!r) return r;
-    for (auto& s : r->collectives) {
-      if (s.seconds <= 0) continue;
-      s.alg_bw = s.bytes / s.seconds;
-      Op op = Op::collective_permute;
-      for (Op o : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::all_to_all})
-        if (s.op == op_name(o)) op = o;
-      s.bus_bw = s.alg_bw * bus_factor(op, s.ranks);
-    }
-    return r;
-  } catch (const ThunkyError& e) {
-    return std::vector<Diagnostic>{{ErrorKind::input, p.file, e.pointer(), e.what()}};
+  auto r = run_engine(p, m, decisions, options, [](Engine& e) { return e.run(); });
+  if (!r) return r;
+  for (auto& s : r->collectives) {
+    if (s.seconds <= 0) continue;
+    s.alg_bw = s.bytes / s.seconds;
+    Op op = Op::collective_permute;
+    for (Op o : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::all_to_all})
+      if (s.op == op_name(o)) op = o;
+    s.bus_bw = s.alg_bw * bus_factor(op, s.ranks);
   }
+  return r;
 }
 
 }  // namespace thunky::sim
