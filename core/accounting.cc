@@ -31,11 +31,13 @@ const std::vector<int64_t>& ShapeCache::shape(const Program& p, const Ref& r, co
   return shapes_.emplace(key, resolve(p, r, ctx).shape).first->second;
 }
 
-Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache) {
+Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache, bool* sized_by_rank) {
   Work w;
   std::vector<int64_t> resolved;
+  if (sized_by_rank) *sized_by_rank = false;
   // The view's shape; a reference stays valid until the next call.
   auto S = [&](const Ref& r) -> const std::vector<int64_t>& {
+    if (sized_by_rank && size_depends_on_rank(r)) *sized_by_rank = true;
     if (cache) return cache->shape(p, r, ctx);
     return resolved = resolve(p, r, ctx).shape;
   };

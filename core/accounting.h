@@ -42,7 +42,11 @@ class ShapeCache {
   std::vector<int64_t> scratch_;
 };
 
-// `cache` may be null.
-Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache = nullptr);
+// `cache` may be null. `sized_by_rank`, when given, is set to whether a view
+// the work was computed from sizes by rank, so that the result may differ
+// on another rank (a cheaper and tighter test than work_depends_on_rank,
+// which looks at every ref the command has).
+Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache = nullptr,
+                  bool* sized_by_rank = nullptr);
 
 }  // namespace thunky

@@ -51,8 +51,8 @@ struct CmdInfo {
   const Command* cmd = nullptr;
   int subtree = 1;
   int blocks = -1;  // into Engine::block_starts_; -1: no sub-blocks
-  int8_t per_rank = -1;  // work differs between ranks (1), or not (0); -1: not yet known
-  bool have_work = false, have_seconds = false;
+  int8_t per_rank = -1;  // work differs between ranks (1), or not (0); -1: not yet computed
+  bool have_seconds = false;
   Work work;
   double seconds = 0;
   int partner = -1;                  // async_done: its async_start
@@ -266,32 +266,30 @@ class Engine {
   int members_begin(int info) const { return block(info, 0); }
   int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->body.size()); }
 
-  // Whether a command's work differs between ranks, found when first asked.
-  bool per_rank(CmdInfo& in) {
-    if (in.per_rank < 0) in.per_rank = work_depends_on_rank(*in.cmd) ? 1 : 0;
-    return in.per_rank == 1;
-  }
-
+  // A command's work, computed once when it holds on every rank: whether
+  // it does is found by the first computation (a view sized by rank).
   const Work& work(int info, int64_t rank, Work& scratch) {
     CmdInfo& in = infos_[info];
-    if (per_rank(in)) return scratch = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
-    if (!in.have_work) {
-      in.work = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
-      in.have_work = true;
+    if (in.per_rank == 1) return scratch = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
+    if (in.per_rank < 0) {
+      bool sized = false;
+      in.work = command_work(p_, *in.cmd, ctx_[rank], &shapes_, &sized);
+      in.per_rank = sized ? 1 : 0;
     }
     return in.work;
   }
 
   double seconds(int info, int64_t rank) {
     CmdInfo& in = infos_[info];
+    if (in.have_seconds) return in.seconds;
     Work scratch;
     auto peak = [&](DType t) { return peak_[static_cast<size_t>(t)]; };
-    if (per_rank(in)) return seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
-    if (!in.have_seconds) {
-      in.seconds = seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
+    const double s = seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
+    if (in.per_rank == 0) {
+      in.seconds = s;
       in.have_seconds = true;
     }
-    return in.seconds;
+    return s;
   }
 
   // ---- issuing: each rank's program is turned into per-stream tasks on
