@@ -615,9 +615,13 @@ class Engine {
     Work scratch;
     const int64_t n = static_cast<int64_t>(part.ranks.size());
     const double bytes = static_cast<double>(work(mi, rank, scratch).bytes);
-    std::vector<AxisSpan> spans;
+    std::vector<AxisSpan>& spans = scratch_spans_;
+    spans.clear();
     for (const auto& ax : c.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
-    if (c.groups) spans = {{spans.front().links, n}};
+    if (c.groups) {  // one axis of the group's size
+      spans.resize(1);
+      spans.front().ranks = n;
+    }
     const AxisLinks& first = *spans.front().links;
     if (c.op == Op::collective_permute) {
       // The pairs: explicit, or every i to (i + shift) mod n; folded, rank
@@ -735,17 +739,17 @@ class Engine {
   // The collective table: rank 0's collectives; seconds are filled in at the end.
   void add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes) {
     const Command& c = *infos_[info].cmd;
-    std::string id = inst >= 0 ? c.id + "#" + std::to_string(inst) : c.id;
-    auto [it, fresh] = stats_seen_.try_emplace(id, static_cast<int>(stats_.size()));
+    auto [it, fresh] = stats_seen_.try_emplace(std::pair{info, inst}, static_cast<int>(stats_.size()));
     if (!fresh) return;
-    stats_.push_back({std::move(id), std::string(op_name(c.op)), n, bytes, 0, 0, 0});
+    stats_.push_back({op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0});
     act.stats.push_back(it->second);
   }
 
   // ---- link shares ----
   // The flows of activity `a` start moving bytes.
   void activate(int a) {
-    std::vector<int> seeds;
+    std::vector<int>& seeds = scratch_seeds_;
+    seeds.clear();
     for (int f : comms_[a].flows) {
       Flow& fl = flows_[f];
       fl.active = true;
@@ -1161,7 +1165,8 @@ class Engine {
   std::vector<std::vector<std::pair<double, double>>> link_series_;
   std::vector<uint32_t> link_stamp_, flow_stamp_;
   uint32_t stamp_ = 0;
-  std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_;
+  std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_, scratch_seeds_;
+  std::vector<AxisSpan> scratch_spans_;  // member_flows
   std::vector<uint32_t> rank_stamp_;  // start_collective: ranks whose instance of a member is built
   uint32_t rank_stamp_now_ = 0;
   std::vector<double> scratch_rates_;
@@ -1169,7 +1174,8 @@ class Engine {
   std::vector<std::vector<Rec>> ops_;
   std::vector<std::vector<Edge>> edges_;
   std::vector<CollectiveStat> stats_;
-  std::unordered_map<std::string, int> stats_seen_;
+  // (command, instance) -> its row of stats_
+  std::map<std::pair<int, int32_t>, int> stats_seen_;
   EventQueue queue_;
   double now_ = 0;
   bool fold_ = false;
