@@ -56,6 +56,24 @@ TEST(Tokens, MayNotCrossACondBranch) {
   EXPECT_TRUE(has(errs, "/program/0/then/0/token", "not awaited there"));
 }
 
+// Documents of a megabyte or more release their JSON tree on a second
+// thread while the program is lowered and validated: the program must come
+// out whole, and errors found after parsing must still name their pointer.
+TEST(Loading, LargeDocumentsLoadWhole) {
+  // 24,000 memsets of 51 bytes each: about 1.2 MB, over the threshold.
+  std::string prog = "[";
+  for (int i = 0; i < 24000; ++i) prog += std::string(i ? "," : "") + R"({"op": "memset", "dst": "b[ds(0, 4)]", "value": 1})";
+  const std::string ok = sched(prog + "]");
+  ASSERT_GE(ok.size(), size_t{1} << 20);
+  auto p = load_schedule_text(ok, "big.json");
+  ASSERT_TRUE(p) << p.errors().front().str();
+  EXPECT_EQ(p->program.size(), 24000u);
+  EXPECT_EQ(p->program.back().pointer, "/program/23999");
+  // The last command writes an input: found by validation, after parsing.
+  auto errs = load_errors(sched(prog + R"(, {"op": "memzero", "dst": "in"}])"));
+  EXPECT_TRUE(has(errs, "/program/24000/dst", "role input"));
+}
+
 TEST(Validation, WriteToAnInputIsAnError) {
   EXPECT_TRUE(has(load_errors(sched(R"([{"op": "memzero", "dst": "in[2:]"}])")), "/program/0/dst", "role input"));
 }
