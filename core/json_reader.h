@@ -57,10 +57,14 @@ inline std::string type_name(const json& j) {
 // unknown keys are reported instead of silently ignored.
 class Obj {
  public:
-  Obj(const json& j, std::string ptr) : j_(j), ptr_(std::move(ptr)) {
-    if (!j.is_object()) fail(ptr_, "expected an object, got " + type_name(j));
-  }
-  const std::string& ptr() const { return ptr_; }
+  // The pointer is borrowed from an lvalue (which must outlive the Obj, as
+  // a caller's own pointer does) and owned when it is a temporary.
+  Obj(const json& j, const std::string& ptr) : j_(j), ptr_(&ptr) { check(); }
+  Obj(const json& j, std::string&& ptr) : j_(j), owned_(std::move(ptr)), ptr_(&owned_) { check(); }
+  Obj(const json& j, const char* ptr) : Obj(j, std::string(ptr)) {}
+  Obj(const Obj&) = delete;
+  Obj& operator=(const Obj&) = delete;
+  const std::string& ptr() const { return *ptr_; }
   bool has(std::string_view k) const { return j_.contains(std::string(k)); }
   const json* get(std::string_view k) {
     size_t i = 0;
@@ -74,15 +78,17 @@ class Obj {
   }
   const json& need(std::string_view k) {
     auto* v = get(k);
-    if (!v) fail(ptr_, "missing required field '" + std::string(k) + "'");
+    if (!v) fail(*ptr_, "missing required field '" + std::string(k) + "'");
     return *v;
   }
-  std::string at(std::string_view k) const { return child(ptr_, k); }
-  std::string str(std::string_view k) {
+  std::string at(std::string_view k) const { return child(*ptr_, k); }
+  // The string itself, in the document (valid as long as the document).
+  const std::string& str_ref(std::string_view k) {
     const json& v = need(k);
     if (!v.is_string()) fail(at(k), "expected a string, got " + type_name(v));
-    return v.get<std::string>();
+    return v.get_ref<const std::string&>();
   }
+  std::string str(std::string_view k) { return str_ref(k); }
   std::string str_or(std::string_view k, std::string def) {
     const json* v = get(k);
     if (!v) return def;
@@ -107,10 +113,13 @@ class Obj {
     if (found_ >= j_.size()) return;
     size_t i = 0;
     for (auto it = j_.begin(); it != j_.end(); ++it, ++i)
-      if (!marked(i)) fail(child(ptr_, it.key()), "unknown key '" + it.key() + "'");
+      if (!marked(i)) fail(child(*ptr_, it.key()), "unknown key '" + it.key() + "'");
   }
 
  private:
+  void check() const {
+    if (!j_.is_object()) fail(*ptr_, "expected an object, got " + type_name(j_));
+  }
   // Which members (by position) have been asked for: a bit mask for the
   // first 64, a list beyond (objects that large are rare).
   void mark(size_t i) {
@@ -124,7 +133,8 @@ class Obj {
     return std::find(high_.begin(), high_.end(), i) != high_.end();
   }
   const json& j_;
-  std::string ptr_;
+  std::string owned_;
+  const std::string* ptr_;
   uint64_t low_ = 0;
   std::vector<size_t> high_;
   size_t found_ = 0;

@@ -210,7 +210,7 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
   const std::string& ptr = c.pointer;
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
-  const std::string op_text = o.str("op");
+  const std::string& op_text = o.str_ref("op");
   const std::string_view op = op_text;  // compared by length first, no strlen
   c.name = o.str_or("name", "");
   if (auto* cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
