@@ -1,6 +1,8 @@
 #include "core/validate.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -698,6 +700,57 @@ std::string rank_list(const std::vector<int64_t>& ranks) {
 
 }  // namespace
 
+namespace {
+
+// Replays below this many rank-steps run on the calling thread alone.
+constexpr size_t kParallelReplay = 200000;
+
+// Replays rank 0's tape on every other rank's walker. The walkers are split
+// into contiguous chunks, one per thread when the work is large (they share
+// only the program and the tape, which they read); within a chunk the tape
+// runs step by step across its ranks, so each rank-dependent ref is
+// evaluated for every rank while it is in cache. Throws the error that a
+// single thread going step by step across all ranks would meet first: the
+// earliest step, and at that step the lowest rank.
+void replay_all(const Tape& tape, std::vector<std::unique_ptr<RankWalker>>& walkers) {
+  const size_t n = walkers.size(), steps = tape.steps.size();
+  size_t chunks = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), n, 8});
+  if (n * steps < kParallelReplay) chunks = 1;
+  struct Failure {
+    size_t step = SIZE_MAX, walker = SIZE_MAX;
+    std::exception_ptr error;
+  };
+  std::vector<Failure> failures(chunks);
+  auto run_chunk = [&](size_t k) {
+    const size_t lo = n * k / chunks, hi = n * (k + 1) / chunks;
+    for (size_t s = 0; s < steps; ++s)
+      for (size_t w = lo; w < hi; ++w) {
+        try {
+          walkers[w]->replay(tape, tape.steps[s]);
+        } catch (...) {  // a later step of this chunk cannot fail first
+          failures[k] = {s, w, std::current_exception()};
+          return;
+        }
+      }
+  };
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < chunks; ++k) {
+    try {
+      pool.emplace_back(run_chunk, k);
+    } catch (const std::system_error&) {  // no thread to spare: run it here
+      run_chunk(k);
+    }
+  }
+  run_chunk(0);
+  for (auto& t : pool) t.join();
+  const Failure* first = nullptr;
+  for (const auto& f : failures)
+    if (f.error && (!first || std::pair{f.step, f.walker} < std::pair{first->step, first->walker})) first = &f;
+  if (first) std::rethrow_exception(first->error);
+}
+
+}  // namespace
+
 std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) {
   std::vector<Diagnostic> out;
   auto input_error = [&](const ThunkyError& e) { out.push_back({e.kind(), p.file, e.pointer(), e.what()}); };
@@ -782,8 +835,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
     for (const auto& e : w.unawaited) input_error(e);
   };
   // Walks (rank 0, or every rank when replay is off) run one by one; the
-  // replays run step by step across all ranks, so each rank-dependent ref
-  // is evaluated for every rank while it is in cache.
+  // replays run step by step across ranks (replay_all).
   std::vector<std::unique_ptr<RankWalker>> replays;
   for (int64_t r = 0; r < ranks; ++r) {
     const bool full = r == 0 || dependent;
@@ -801,8 +853,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
         w->share_branches(first->branch_nodes());
         replays.push_back(std::move(w));
         if (r + 1 < ranks) continue;
-        for (const auto& st : tape.steps)
-          for (auto& rw : replays) rw->replay(tape, st);
+        replay_all(tape, replays);
       }
     } catch (const ThunkyError& e) {
       input_error(e);

@@ -74,6 +74,31 @@ TEST(Loading, LargeDocumentsLoadWhole) {
   EXPECT_TRUE(has(errs, "/program/24000/dst", "role input"));
 }
 
+// Ranks other than 0 replay rank 0's walk, split across threads when the
+// schedule is large. The error reported must be the one a single thread
+// going step by step across the ranks meets first: the earliest command,
+// and there the lowest rank, whichever thread found it.
+TEST(Loading, ParallelReplayReportsTheFirstError) {
+  // Mesh x of 16; 20,000 memsets of b[ds(x % 2, 4)] (a ref that moves with
+  // the rank, so every rank replays it): 15 replaying ranks x 20,000 steps,
+  // over the threshold for threads.
+  std::string prog = "[";
+  for (int i = 0; i < 20000; ++i) {
+    std::string dst = "b[ds(x % 2, 4)]";
+    // Command 15000 is out of bounds on ranks 7..15 (x + 2 > 8), command
+    // 5000 only on ranks 12..15 (offset 8 of 8 elements). Split in two
+    // chunks, ranks 1..7 fail first at 15000, ranks 8..15 at 5000.
+    if (i == 15000) dst = "a[ds(x, 2)]";
+    if (i == 5000) dst = "a[ds(x // 12 * 8, 1)]";
+    prog += std::string(i ? "," : "") + R"({"op": "memset", "dst": ")" + dst + R"(", "value": 1})";
+  }
+  auto errs = load_errors(sched(prog + "]", 16));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/program/5000/dst") << errs[0].str();
+  // x = 12 is the lowest rank out of bounds there.
+  EXPECT_NE(errs[0].message.find("rank 12"), std::string::npos) << errs[0].str();
+}
+
 TEST(Validation, WriteToAnInputIsAnError) {
   EXPECT_TRUE(has(load_errors(sched(R"([{"op": "memzero", "dst": "in[2:]"}])")), "/program/0/dst", "role input"));
 }
