@@ -48,7 +48,7 @@ void BM_LoadValidate(benchmark::State& state) {
   state.counters["commands/s"] = benchmark::Counter(static_cast<double>(counted * state.iterations()), benchmark::Counter::kIsRate);
   state.counters["rank-commands/s"] = benchmark::Counter(static_cast<double>(counted * ranks * state.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_LoadValidate)->Args({100000, 8})->Args({100000, 1})->Args({10000, 8})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoadValidate)->Args({100000, 8})->Args({100000, 1})->Args({10000, 8})->Args({100000, 64})->Unit(benchmark::kMillisecond);
 
 // Parsing JSON alone, for reference.
 void BM_JsonParseOnly(benchmark::State& state) {
