@@ -236,7 +236,11 @@ class Engine {
           }
         if (infos_[i].partner < 0) throw ThunkyError(c.pointer, "async_done of unknown token '" + c.token + "'");
       }
-      const bool leaf = c.body.empty() && c.then_.empty() && c.else_.empty() && c.branches.empty() && c.cond.empty();
+      // Only these ops have sub-blocks: testing the op first spares a leaf
+      // the cache misses of reading its five block vectors.
+      const bool nests = c.op == Op::async_start || c.op == Op::collective_group || c.op == Op::cond || c.op == Op::switch_ ||
+                         c.op == Op::while_ || c.op == Op::call;
+      const bool leaf = !nests || (c.body.empty() && c.then_.empty() && c.else_.empty() && c.branches.empty() && c.cond.empty());
       if (!leaf) {
         const int at = static_cast<int>(block_starts_.size());
         block_starts_.resize(block_starts_.size() + 4 + c.branches.size());
