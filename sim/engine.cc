@@ -1100,7 +1100,8 @@ class Engine {
       const int64_t from = fold_ ? 0 : rank;
       const bool last = !fold_ || rank == n - 1;
       auto& recs = ops_[from];
-      if (from == rank) std::stable_sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) { return a.start < b.start; });
+      auto by_start = [](const Rec& a, const Rec& b) { return a.start < b.start; };
+      if (from == rank && !std::is_sorted(recs.begin(), recs.end(), by_start)) std::stable_sort(recs.begin(), recs.end(), by_start);
       rr.ops.reserve(recs.size());
       for (const Rec& rec : recs) {
         const Command& c = *infos_[rec.info].cmd;

@@ -20,7 +20,8 @@ namespace {
 using Interval = std::pair<double, double>;
 
 std::vector<Interval> merged(std::vector<Interval> v) {
-  std::sort(v.begin(), v.end());
+  // One stream's ops come in order already: checking is linear, sorting is not.
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
   std::vector<Interval> out;
   for (const auto& iv : v) {
     if (iv.second <= iv.first) continue;
@@ -94,8 +95,11 @@ void summarize(Report& r) {
   if (!cur) return;
   // The rank's ops sorted by end time: each step back is a binary search.
   std::vector<const OpRecord*> by_end;
+  by_end.reserve(best->ops.size());
   for (const auto& op : best->ops) by_end.push_back(&op);
-  std::sort(by_end.begin(), by_end.end(), [](const OpRecord* a, const OpRecord* b) { return a->end_s < b->end_s; });
+  auto by_end_s = [](const OpRecord* a, const OpRecord* b) { return a->end_s < b->end_s; };
+  // Stable, so that ops ending together keep their order either way.
+  if (!std::is_sorted(by_end.begin(), by_end.end(), by_end_s)) std::stable_sort(by_end.begin(), by_end.end(), by_end_s);
   const double eps = 1e-12;
   while (cur && r.critical_path.size() < by_end.size()) {
     r.critical_path.push_back(cur->id);
