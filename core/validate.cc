@@ -733,16 +733,18 @@ void replay_all(const Tape& tape, std::vector<std::unique_ptr<RankWalker>>& walk
         }
       }
   };
-  std::vector<std::thread> pool;
-  for (size_t k = 1; k < chunks; ++k) {
-    try {
-      pool.emplace_back(run_chunk, k);
-    } catch (const std::system_error&) {  // no thread to spare: run it here
-      run_chunk(k);
+  {
+    std::vector<std::jthread> pool;  // joined at the end of this block
+    pool.reserve(chunks - 1);
+    for (size_t k = 1; k < chunks; ++k) {
+      try {
+        pool.emplace_back(run_chunk, k);
+      } catch (const std::system_error&) {  // no thread to spare: run it here
+        run_chunk(k);
+      }
     }
+    run_chunk(0);
   }
-  run_chunk(0);
-  for (auto& t : pool) t.join();
   const Failure* first = nullptr;
   for (const auto& f : failures)
     if (f.error && (!first || std::pair{f.step, f.walker} < std::pair{first->step, first->walker})) first = &f;
@@ -939,18 +941,12 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
   // A large document's tree is released on a second thread while the
   // program is lowered and validated: freeing millions of nodes costs a
   // tenth of the load, and nothing reads the tree after parse_program.
-  std::thread release;
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();
-    }
-  } join{release};
+  std::jthread release;  // joined when the load returns
   try {
     p = parse_program(doc, file);
     if (text.size() >= kReleaseAside) {
       try {
-        release = std::thread([d = std::move(doc)]() mutable { json().swap(d); });
+        release = std::jthread([d = std::move(doc)]() mutable { json().swap(d); });
       } catch (const std::system_error&) {  // no thread to spare: the tree was freed here
       }
     }
