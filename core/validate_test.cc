@@ -74,6 +74,32 @@ TEST(Loading, LargeDocumentsLoadWhole) {
   EXPECT_TRUE(has(errs, "/program/24000/dst", "role input"));
 }
 
+// Nesting is bounded before parsing; brackets inside strings (after
+// escaped quotes and backslashes) do not count.
+TEST(Loading, NestingDeeperThan256IsRefusedOutsideStrings) {
+  const std::string deep = std::string(300, '[') + "1" + std::string(300, ']');
+  auto errs = load_errors(sched(R"([{"op": "memzero", "dst": "b", "name": )" + deep + "}]"));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].message.find("nested more than 256 levels"), std::string::npos) << errs[0].str();
+  // 256 levels in all are allowed: the document, the program, the command
+  // and its value make 3 (a value that is not a string is then refused by
+  // the loader, not by the bound).
+  errs = load_errors(sched(R"([{"op": "memzero", "dst": "b", "name": )" + std::string(253, '[') + "1" + std::string(253, ']') + "}]"));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].message.find("nested more than"), std::string::npos) << errs[0].str();
+  EXPECT_EQ(errs[0].pointer, "/program/0/name");
+  // Escaped quotes and backslashes, the last one just before the closing
+  // quote: were it taken for escaping that quote, the next command's name
+  // (300 brackets) would be counted as nesting.
+  const std::string name = std::string(300, '{') + R"(\" \\ \"\\)";
+  auto p = load_schedule_text(sched(R"([{"op": "memzero", "dst": "b", "name": ")" + name + R"("}, )" +
+                                    R"({"op": "memzero", "dst": "b", "name": ")" + std::string(300, '[') + R"("}])"),
+                              "t.json");
+  ASSERT_TRUE(p) << p.errors().front().str();
+  EXPECT_EQ(p->program[0].name, std::string(300, '{') + R"(" \ "\)");
+  EXPECT_EQ(p->program[1].name, std::string(300, '['));
+}
+
 // Ranks other than 0 replay rank 0's walk, split across threads when the
 // schedule is large. The error reported must be the one a single thread
 // going step by step across the ranks meets first: the earliest command,
