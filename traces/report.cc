@@ -12,6 +12,8 @@ namespace thunky {
 using ojson = nlohmann::ordered_json;
 
 bool is_collective_op(const std::string& op) {
+  // Most ops are not collectives: their first letter says so at once.
+  if (op.empty() || (op[0] != 'a' && op[0] != 'r' && op[0] != 'c')) return false;
   return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "all_to_all" || op == "collective_permute";
 }
 
