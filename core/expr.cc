@@ -1,6 +1,5 @@
 #include "core/expr.h"
 
-#include <cctype>
 #include <charconv>
 #include <cstdlib>
 
@@ -17,7 +16,13 @@ class Parser {
   ExprPtr parse() { return parse_or(); }
   size_t pos() const { return pos_; }
   void skip_ws() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    while (pos_ < s_.size() && space(s_[pos_])) ++pos_;
+  }
+  // The next character after blanks, or '\0' at the end: operators are
+  // tested against it before any text is compared.
+  char peek() {
+    skip_ws();
+    return pos_ < s_.size() ? s_[pos_] : '\0';
   }
   bool at_end() {
     skip_ws();
@@ -28,6 +33,11 @@ class Parser {
   }
 
  private:
+  // The C locale's classes, without a call into the C library.
+  static bool space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+  static bool digit(char c) { return c >= '0' && c <= '9'; }
+  static bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+  static bool alnum(char c) { return alpha(c) || digit(c); }
   static ExprPtr make(Expr::Kind k, std::string text, std::vector<ExprPtr> args = {}) {
     auto e = std::make_shared<Expr>();
     e->kind = k;
@@ -36,16 +46,14 @@ class Parser {
     return e;
   }
   bool eat_word(std::string_view w) {
-    skip_ws();
-    if (s_.substr(pos_, w.size()) != w) return false;
+    if (peek() != w[0] || s_.substr(pos_, w.size()) != w) return false;
     size_t end = pos_ + w.size();
-    if (end < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[end])) || s_[end] == '_')) return false;
+    if (end < s_.size() && (alnum(s_[end]) || s_[end] == '_')) return false;
     pos_ = end;
     return true;
   }
   bool eat(std::string_view op) {
-    skip_ws();
-    if (s_.substr(pos_, op.size()) != op) return false;
+    if (peek() != op[0] || s_.substr(pos_, op.size()) != op) return false;
     pos_ += op.size();
     return true;
   }
@@ -65,6 +73,8 @@ class Parser {
   }
   ExprPtr parse_cmp() {
     auto l = parse_arith();
+    const char c = peek();
+    if (c != '<' && c != '>' && c != '=' && c != '!') return l;
     for (std::string_view op : {"<=", ">=", "==", "!=", "<", ">"}) {
       if (eat(op)) return make(Expr::Kind::binary, std::string(op), {l, parse_arith()});
     }
@@ -73,6 +83,8 @@ class Parser {
   ExprPtr parse_arith() {
     auto l = parse_term();
     for (;;) {
+      const char c = peek();
+      if (c != '+' && c != '-') return l;
       if (eat("+")) l = make(Expr::Kind::binary, "+", {l, parse_term()});
       else if (eat("-")) l = make(Expr::Kind::binary, "-", {l, parse_term()});
       else return l;
@@ -81,7 +93,8 @@ class Parser {
   ExprPtr parse_term() {
     auto l = parse_unary();
     for (;;) {
-      skip_ws();
+      const char c = peek();
+      if (c != '*' && c != '/' && c != '%') return l;
       if (s_.substr(pos_, 2) == "**") return l;
       if (eat("//")) l = make(Expr::Kind::binary, "//", {l, parse_unary()});
       else if (eat("*")) l = make(Expr::Kind::binary, "*", {l, parse_unary()});
@@ -117,10 +130,10 @@ class Parser {
       if (!eat(")")) fail("expected ')'");
       return e;
     }
-    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') return parse_number();
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+    if (digit(c) || c == '.') return parse_number();
+    if (alpha(c) || c == '_') {
       size_t start = pos_;
-      while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) ++pos_;
+      while (pos_ < s_.size() && (alnum(s_[pos_]) || s_[pos_] == '_')) ++pos_;
       std::string name(s_.substr(start, pos_ - start));
       if (name == "True" || name == "False") {
         auto e = make(Expr::Kind::bool_lit, name);
@@ -147,19 +160,19 @@ class Parser {
   ExprPtr parse_number() {
     size_t start = pos_;
     bool is_float = false;
-    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    while (pos_ < s_.size() && digit(s_[pos_])) ++pos_;
     if (pos_ < s_.size() && s_[pos_] == '.') {
       is_float = true;
       ++pos_;
-      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+      while (pos_ < s_.size() && digit(s_[pos_])) ++pos_;
     }
     if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
       size_t save = pos_;
       ++pos_;
       if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      if (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+      if (pos_ < s_.size() && digit(s_[pos_])) {
         is_float = true;
-        while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+        while (pos_ < s_.size() && digit(s_[pos_])) ++pos_;
       } else {
         pos_ = save;
       }
