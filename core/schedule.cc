@@ -39,16 +39,17 @@ struct ParseCache {
 };
 thread_local ParseCache* t_cache = nullptr;
 
-Ref ref_of(const json& j, const std::string& ptr) {
+// `ptr` is taken by value: every caller builds it for this ref alone.
+Ref ref_of(const json& j, std::string ptr) {
   if (!j.is_string()) fail(ptr, "expected a ref string such as \"a[2:4]\", got " + type_name(j));
   try {
     const std::string& text = j.get_ref<const std::string&>();
     if (t_cache) {
       auto it = t_cache->refs.find(text);
       if (it == t_cache->refs.end()) it = t_cache->refs.emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
-      return Ref{it->second, -1, ptr};
+      return Ref{it->second, -1, std::move(ptr)};
     }
-    return Ref{std::make_shared<const RefSyntax>(parse_ref(text)), -1, ptr};
+    return Ref{std::make_shared<const RefSyntax>(parse_ref(text)), -1, std::move(ptr)};
   } catch (const ThunkyError& e) {
     fail(ptr, e.what());
   }
