@@ -715,6 +715,7 @@ constexpr size_t kParallelReplay = 200000;
 // earliest step, and at that step the lowest rank.
 void replay_all(const Tape& tape, std::vector<std::unique_ptr<RankWalker>>& walkers) {
   const size_t n = walkers.size(), steps = tape.steps.size();
+  if (n == 0) return;
   size_t chunks = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), n, 8});
   if (n * steps < kParallelReplay) chunks = 1;
   struct Failure {
