@@ -4,35 +4,13 @@
 
 #include <sstream>
 
+#include "traces/test_reports.h"
+
 namespace thunky {
 namespace {
 
-Report report(const std::string& source, std::vector<std::vector<OpRecord>> ranks) {
-  Report r;
-  r.source = source;
-  r.schedule = "s";
-  r.axis_names = {"x"};
-  r.mesh_shape = {static_cast<int64_t>(ranks.size())};
-  for (size_t k = 0; k < ranks.size(); ++k) {
-    RankReport rr;
-    rr.rank = static_cast<int64_t>(k);
-    rr.coords = {static_cast<int64_t>(k)};
-    rr.ops = std::move(ranks[k]);
-    r.ranks.push_back(std::move(rr));
-  }
-  summarize(r);
-  return r;
-}
-
-OpRecord op(const std::string& id, const std::string& kind, double start, double end) {
-  OpRecord o;
-  o.id = id;
-  o.op = kind;
-  o.stream = kind == "gemm" ? "computation:0" : "communication:0";
-  o.start_s = start;
-  o.end_s = end;
-  return o;
-}
+using testing::op;
+using testing::report;
 
 TEST(Compare, MatchesCommandsByRankAndIdAndMeasuresTheError) {
   // Predicted: a 2 us GEMM beside a 1 us shift (hidden), makespan 2 us.

@@ -1,0 +1,61 @@
+#include "traces/report.h"
+
+#include <gtest/gtest.h>
+
+#include "traces/test_reports.h"
+
+namespace thunky {
+namespace {
+
+using testing::op;
+using testing::report;
+
+using Path = std::vector<std::string>;
+
+// One rank. Computation: A [0, 1], B [1, 3], D [3, 4]; communication: C
+// [0, 2.5] beside them. D ends last; the op that ended last no later than D
+// started (3) is B (C ended at 2.5); before B's start (1) only A ended.
+TEST(Summary, CriticalPathStepsBackToTheOpThatEndedLastBeforeEachStart) {
+  Report r = report("sim", {{op("A", "gemm", 0, 1), op("B", "gemm", 1, 3), op("C", "all_gather", 0, 2.5), op("D", "gemm", 3, 4)}});
+  EXPECT_EQ(r.critical_path, (Path{"A", "B", "D"}));
+  // Compute is busy over [0, 4] and the all_gather over [0, 2.5], all of it
+  // hidden: exposed 0, overlap 1.
+  EXPECT_DOUBLE_EQ(r.summary.compute_s, 4.0);
+  EXPECT_DOUBLE_EQ(r.summary.comm_s, 2.5);
+  EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 0.0);
+  EXPECT_DOUBLE_EQ(r.summary.overlap_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(r.makespan_s, 4.0);
+}
+
+// The same ops listed out of time order give the same path and statistics.
+TEST(Summary, OpsOutOfOrderGiveTheSameSummary) {
+  Report r = report("exec", {{op("D", "gemm", 3, 4), op("C", "all_gather", 0, 2.5), op("B", "gemm", 1, 3), op("A", "gemm", 0, 1)}});
+  EXPECT_EQ(r.critical_path, (Path{"A", "B", "D"}));
+  EXPECT_DOUBLE_EQ(r.summary.compute_s, 4.0);
+  EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 0.0);
+}
+
+// Ops that end together: the one listed later is taken, whether the ops
+// come sorted by end time or not. X and Y both end at 2, Z starts at 2.
+TEST(Summary, OfOpsEndingTogetherTheLaterListedIsOnThePath) {
+  Report sorted = report("sim", {{op("X", "gemm", 0, 2), op("Y", "all_gather", 1, 2), op("Z", "gemm", 2, 3)}});
+  EXPECT_EQ(sorted.critical_path, (Path{"Y", "Z"}));
+  // Not sorted by end (Z first): the later listed of X and Y is now X.
+  Report unsorted = report("sim", {{op("Z", "gemm", 2, 3), op("Y", "all_gather", 1, 2), op("X", "gemm", 0, 2)}});
+  EXPECT_EQ(unsorted.critical_path, (Path{"X", "Z"}));
+  // The all_gather [1, 2] lies inside the compute [0, 3]: nothing exposed.
+  EXPECT_DOUBLE_EQ(unsorted.summary.exposed_comm_s, 0.0);
+}
+
+// Communication that runs past the compute is exposed for that long.
+TEST(Summary, CommunicationPastTheComputeIsExposed) {
+  // GEMM [0, 1], all_reduce [0.5, 3]: exposed over [1, 3] = 2 of 2.5.
+  Report r = report("sim", {{op("G", "gemm", 0, 1), op("R", "all_reduce", 0.5, 3)}});
+  EXPECT_DOUBLE_EQ(r.summary.comm_s, 2.5);
+  EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 2.0);
+  EXPECT_DOUBLE_EQ(r.summary.overlap_fraction, 1.0 - 2.0 / 2.5);
+  EXPECT_EQ(r.critical_path, (Path{"R"}));
+}
+
+}  // namespace
+}  // namespace thunky

@@ -1,0 +1,40 @@
+// Hand-built reports for the traces tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "traces/report.h"
+
+namespace thunky::testing {
+
+// A report of one rank per entry of `ranks`, on mesh x, summarized.
+inline Report report(const std::string& source, std::vector<std::vector<OpRecord>> ranks) {
+  Report r;
+  r.source = source;
+  r.schedule = "s";
+  r.axis_names = {"x"};
+  r.mesh_shape = {static_cast<int64_t>(ranks.size())};
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    RankReport rr;
+    rr.rank = static_cast<int64_t>(k);
+    rr.coords = {static_cast<int64_t>(k)};
+    rr.ops = std::move(ranks[k]);
+    r.ranks.push_back(std::move(rr));
+  }
+  summarize(r);
+  return r;
+}
+
+// An op on computation:0 when it is a GEMM, else on communication:0.
+inline OpRecord op(const std::string& id, const std::string& kind, double start, double end) {
+  OpRecord o;
+  o.id = id;
+  o.op = kind;
+  o.stream = kind == "gemm" ? "computation:0" : "communication:0";
+  o.start_s = start;
+  o.end_s = end;
+  return o;
+}
+
+}  // namespace thunky::testing
