@@ -1,6 +1,7 @@
 #include "core/mesh.h"
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 namespace thunky {
@@ -31,30 +32,42 @@ std::string rank_label(const Mesh& m, int64_t rank) {
 
 Participants participants(const Mesh& m, int64_t rank, const std::vector<std::string>& axes,
                           const std::optional<std::vector<std::vector<int64_t>>>& groups) {
-  std::vector<int> dims;
+  // The collective's dimensions, each with its size, its stride in the
+  // rank numbering and this rank's coordinate. Held on the stack for up to
+  // eight axes: this runs for every collective the simulator starts.
+  struct Dim {
+    int axis;
+    int64_t size, stride, coord;
+  };
+  std::array<Dim, 8> local;
+  std::vector<Dim> spill;
+  if (axes.size() > local.size()) spill.resize(axes.size());
+  Dim* const dims = axes.size() > local.size() ? spill.data() : local.data();
+  size_t nd = 0;
   for (const auto& a : axes) {
     auto d = m.axis(a);
     if (!d) throw ThunkyError("", "unknown mesh axis '" + a + "'");
-    for (int prev : dims)
-      if (prev == *d) throw ThunkyError("", "axis '" + a + "' listed twice");
-    dims.push_back(*d);
+    for (size_t k = 0; k < nd; ++k)
+      if (dims[k].axis == *d) throw ThunkyError("", "axis '" + a + "' listed twice");
+    int64_t stride = 1;
+    for (size_t i = static_cast<size_t>(*d) + 1; i < m.shape.size(); ++i) stride *= m.shape[i];
+    const int64_t size = m.shape[*d];
+    dims[nd++] = {*d, size, stride, rank / stride % size};
   }
-  const auto me = rank_coords(m, rank);
-  int64_t n = 1;
-  for (int d : dims) n *= m.shape[d];
-  int64_t my_index = 0;
-  for (int d : dims) my_index = my_index * m.shape[d] + me[d];
+  int64_t n = 1, my_index = 0;
   // Global rank of combined index k (other coordinates as this rank's):
   // this rank with its coordinates along `dims` replaced, by strides.
-  std::vector<int64_t> stride(m.shape.size(), 1);
-  for (int i = static_cast<int>(m.shape.size()) - 2; i >= 0; --i) stride[i] = stride[i + 1] * m.shape[i + 1];
   int64_t base = rank;
-  for (int d : dims) base -= me[d] * stride[d];
+  for (size_t k = 0; k < nd; ++k) {
+    n *= dims[k].size;
+    my_index = my_index * dims[k].size + dims[k].coord;
+    base -= dims[k].coord * dims[k].stride;
+  }
   auto rank_at = [&](int64_t k) {
     int64_t r = base;
-    for (int i = static_cast<int>(dims.size()) - 1; i >= 0; --i) {
-      r += (k % m.shape[dims[i]]) * stride[dims[i]];
-      k /= m.shape[dims[i]];
+    for (size_t i = nd; i-- > 0;) {
+      r += (k % dims[i].size) * dims[i].stride;
+      k /= dims[i].size;
     }
     return static_cast<int>(r);
   };
