@@ -1,8 +1,8 @@
 #include "core/validate.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <map>
@@ -699,10 +699,6 @@ std::string rank_list(const std::vector<int64_t>& ranks) {
   return s;
 }
 
-}  // namespace
-
-namespace {
-
 // Replays below this many rank-steps run on the calling thread alone.
 constexpr size_t kParallelReplay = 200000;
 
@@ -939,10 +935,10 @@ bool nests_deeper_than(std::string_view text, int limit) {
   return false;
 }
 
-}  // namespace
-
 // Documents at least this large are released on a second thread.
 constexpr size_t kReleaseAside = size_t{1} << 20;
+
+}  // namespace
 
 Expected<Program> load_schedule_text(const std::string& text, const std::string& file, const ValidateOptions& opts) {
   // Bound the nesting before parsing: deep documents would otherwise cost

@@ -41,7 +41,6 @@ double compute_seconds(const Program& p, const Machine& m, const Command& c, con
   return seconds_with(p, m, c, w, [&](DType t) { return m.peak(t); });
 }
 
-
 namespace {
 
 // Facts about one lowered command that hold on every rank, computed once.
@@ -1046,8 +1045,9 @@ class Engine {
         return;
       } else if (ready_.empty() && queue_.empty()) {
         // Alone on the machine (no other stream can move, nothing is in
-        // flight, so no kernel runs either): the kernel runs at the full rate and nothing can happen
-        // before it ends, so time jumps to its end without the queue.
+        // flight, so no kernel runs either): the kernel runs at the full
+        // rate and nothing can happen before it ends, so time jumps to its
+        // end without the queue.
         const double start = now_;
         now_ += seconds(t.info, s.rank);
         record(s.rank, {start, now_, t.info, t.instance, si});
