@@ -23,8 +23,7 @@
 // Live and peak heap bytes allocated through operator new.
 std::atomic<int64_t> g_live{0}, g_peak{0};
 
-void* counted(size_t n) {
-  void* p = std::malloc(n == 0 ? 1 : n);
+void* count_block(void* p) {
   if (!p) throw std::bad_alloc();
   const int64_t live = g_live += static_cast<int64_t>(malloc_usable_size(p));
   int64_t peak = g_peak.load();
@@ -32,13 +31,27 @@ void* counted(size_t n) {
   }
   return p;
 }
+void* counted(size_t n) { return count_block(std::malloc(n == 0 ? 1 : n)); }
 void release(void* p) {
   if (!p) return;
   g_live -= static_cast<int64_t>(malloc_usable_size(p));
   std::free(p);
 }
 
+// Over-aligned requests (std::pmr's new_delete_resource makes them) are
+// counted alike; aligned_alloc's blocks are freed with free.
+void* counted_aligned(size_t n, std::align_val_t a) {
+  const size_t align = static_cast<size_t>(a);
+  return count_block(std::aligned_alloc(align, (n + align - 1) / align * align + (n == 0 ? align : 0)));
+}
+
 void* operator new(size_t n) { return counted(n); }
+void* operator new(size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void* operator new[](size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void operator delete(void* p, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { release(p); }
 void* operator new[](size_t n) { return counted(n); }
 void operator delete(void* p) noexcept { release(p); }
 void operator delete[](void* p) noexcept { release(p); }

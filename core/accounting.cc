@@ -3,7 +3,7 @@
 namespace thunky {
 
 namespace {
-int64_t count(const std::vector<int64_t>& shape) {
+int64_t count(std::span<const int64_t> shape) {
   int64_t n = 1;
   for (auto d : shape) n *= d;
   return n;
@@ -21,14 +21,15 @@ bool ref_moves_with_rank(const Ref& r) { return r.syntax->moves_with_rank; }
 
 bool work_depends_on_rank(const Command& c) { return any_ref(c, size_depends_on_rank); }
 
-const std::vector<int64_t>& ShapeCache::shape(const Program& p, const Ref& r, const RankCtx& ctx) {
+std::span<const int64_t> ShapeCache::shape(const Program& p, const Ref& r, const RankCtx& ctx) {
   // The whole buffer (resolving checks nothing a loaded schedule can fail).
   if (r.syntax->groups.empty()) return p.buffers[r.buffer].shape;
   // Only shapes that hold on every rank are kept.
   const std::pair<const void*, int> key{r.syntax.get(), r.buffer};
   if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
   if (size_depends_on_rank(r)) return scratch_ = resolve(p, r, ctx).shape;
-  return shapes_.emplace(key, resolve(p, r, ctx).shape).first->second;
+  const std::vector<int64_t> s = resolve(p, r, ctx).shape;
+  return shapes_.try_emplace(key, s.begin(), s.end()).first->second;
 }
 
 Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache, bool* sized_by_rank) {
@@ -36,7 +37,7 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
   std::vector<int64_t> resolved;
   if (sized_by_rank) *sized_by_rank = false;
   // The view's shape; a reference stays valid until the next call.
-  auto S = [&](const Ref& r) -> const std::vector<int64_t>& {
+  auto S = [&](const Ref& r) -> std::span<const int64_t> {
     if (sized_by_rank && size_depends_on_rank(r)) *sized_by_rank = true;
     if (cache) return cache->shape(p, r, ctx);
     return resolved = resolve(p, r, ctx).shape;
@@ -48,7 +49,7 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
     case Op::memset: w.bytes = B(*c.dst); break;
     case Op::copy: w.bytes = B(*c.src) + B(*c.dst); break;
     case Op::gemm: {
-      const std::vector<int64_t>& a = S(*c.a);
+      const std::span<const int64_t> a = S(*c.a);
       const size_t r = a.size();
       const int64_t k = c.transpose_a ? a[r - 2] : a[r - 1];
       const int64_t a_bytes = count(a) * elem(*c.a);
@@ -76,7 +77,7 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
       for (const auto& r : c.refs) w.bytes += B(r);
       for (const auto& r : c.refs2) w.bytes += B(r);
       if (c.op == Op::custom_call && !c.refs.empty()) {
-        const std::vector<int64_t>& a = S(c.refs[0]);
+        const std::span<const int64_t> a = S(c.refs[0]);
         const double n = static_cast<double>(a.back());
         w.flops = n * n * n / 3.0 * static_cast<double>(count(a)) / (n * n > 0 ? n * n : 1);
       }

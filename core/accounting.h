@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory_resource>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,7 +32,9 @@ bool work_depends_on_rank(const Command& c);
 // distinct ref once.
 class ShapeCache {
  public:
-  const std::vector<int64_t>& shape(const Program& p, const Ref& r, const RankCtx& ctx);
+  explicit ShapeCache(std::pmr::memory_resource* m = std::pmr::get_default_resource()) : shapes_(m) {}
+  // Valid until the next call.
+  std::span<const int64_t> shape(const Program& p, const Ref& r, const RankCtx& ctx);
 
  private:
   struct Hash {
@@ -38,7 +42,7 @@ class ShapeCache {
       return std::hash<const void*>()(k.first) ^ (static_cast<size_t>(k.second) * 0x9e3779b97f4a7c15ull);
     }
   };
-  std::unordered_map<std::pair<const void*, int>, std::vector<int64_t>, Hash> shapes_;
+  std::pmr::unordered_map<std::pair<const void*, int>, std::pmr::vector<int64_t>, Hash> shapes_;
   std::vector<int64_t> scratch_;
 };
 

@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory_resource>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
@@ -110,8 +112,9 @@ struct Compute {
 };
 
 struct Flow {
+  explicit Flow(std::pmr::memory_resource* m) : links(m) {}
   int activity = -1;
-  std::vector<int> links;
+  std::pmr::vector<int> links;
   double remaining = 0;  // bytes
   double rate = 0;
   double last = 0;
@@ -121,10 +124,11 @@ struct Flow {
 
 // A running collective (or collective_group) on all its ranks.
 struct Comm {
-  std::vector<int> streams;  // in rank order
-  std::vector<double> since;  // when each stream reached it (it holds the stream from then)
-  std::vector<int> flows;
-  std::vector<int> stats;  // rows of the collective table it fills
+  explicit Comm(std::pmr::memory_resource* m) : streams(m), since(m), flows(m), stats(m) {}
+  std::pmr::vector<int> streams;  // in rank order
+  std::pmr::vector<double> since;  // when each stream reached it (it holds the stream from then)
+  std::pmr::vector<int> flows;
+  std::pmr::vector<int> stats;  // rows of the collective table it fills
   double start = 0, latency_end = 0;
   uint32_t version = 0;
   bool finished = false;
@@ -154,6 +158,9 @@ struct LinkKey {
 };
 
 class Engine {
+  // The arena's first chunk: what a small schedule's engine needs in all.
+  static constexpr size_t kArenaChunk = 16 * 1024;
+
  public:
   Engine(const Program& p, const Machine& m, const Decisions* d, bool fold) : p_(p), m_(m), decisions_(d) {
     const int64_t n = p.mesh.size();
@@ -161,7 +168,8 @@ class Engine {
     for (int64_t r = 0; r < n; ++r) ctx_.push_back(rank_ctx(p.mesh, r));
     strides_.assign(p.mesh.shape.size(), 1);
     for (int i = static_cast<int>(p.mesh.shape.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * p.mesh.shape[i + 1];
-    std::vector<std::unordered_map<std::string, int>> scopes(1);
+    std::pmr::vector<Scope> scopes(&arena_);
+    scopes.emplace_back();
     infos_.reserve(static_cast<size_t>(p.command_count));
     number(p.program, scopes);
     fold_ = fold && n > 1 && ranks_symmetric(p, m, d);
@@ -220,7 +228,10 @@ class Engine {
   }
 
   // ---- the rank-independent facts ----
-  int number(const Block& b, std::vector<std::unordered_map<std::string, int>>& scopes) {
+  // The tokens live in a region of control flow: async_start number by name.
+  using Scope = std::pmr::unordered_map<std::string_view, int>;
+
+  int number(const Block& b, std::pmr::vector<Scope>& scopes) {
     const int first = static_cast<int>(infos_.size());
     for (const auto& c : b) {
       const int i = static_cast<int>(infos_.size());
@@ -310,11 +321,12 @@ class Engine {
   };
 
   struct Issuer {
-    std::vector<Frame> stack;
-    std::vector<std::pair<StreamId, int>> streams;
-    std::vector<std::pair<int, int>> tokens;  // live tokens: async_start number -> its done event
-    std::unordered_map<const Command*, size_t> cursors;
-    std::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
+    explicit Issuer(std::pmr::memory_resource* m) : stack(m), streams(m), tokens(m), cursors(m), instances(m) {}
+    std::pmr::vector<Frame> stack;
+    std::pmr::vector<std::pair<StreamId, int>> streams;
+    std::pmr::vector<std::pair<int, int>> tokens;  // live tokens: async_start number -> its done event
+    std::pmr::unordered_map<const Command*, size_t> cursors;
+    std::pmr::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
   };
 
   int stream_index(int64_t rank, const StreamId& sid) {
@@ -450,7 +462,8 @@ class Engine {
     ops_.resize(static_cast<size_t>(n));
     edges_.resize(static_cast<size_t>(n));
     live_compute_.resize(static_cast<size_t>(n));
-    issuers_.resize(static_cast<size_t>(n));
+    issuers_.reserve(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) issuers_.emplace_back(&arena_);
     for (int64_t r = 0; r < (fold_ ? 1 : n); ++r) {
       const int main = stream_index(r, StreamId{});
       enter(r, p_.program, 0, main, false);
@@ -540,7 +553,7 @@ class Engine {
       in.sets = static_cast<int32_t>(set_of_rank_.size());
       set_of_rank_.emplace_back(static_cast<size_t>(p_.mesh.size()), -1);
     }
-    std::vector<int32_t>& set_of_rank = set_of_rank_[in.sets];
+    std::pmr::vector<int32_t>& set_of_rank = set_of_rank_[in.sets];
     if (set_of_rank[rank] >= 0) return set_of_rank[rank];
     std::vector<const Command*> members;
     if (in.cmd->op == Op::collective_group)
@@ -558,7 +571,7 @@ class Engine {
     if (fold_) {
       // Every rank reaches it now.
       s.state = Stream::State::running;
-      Comm act;
+      Comm act = new_comm();
       act.streams.push_back(si);
       act.since.push_back(now_);
       start_collective(std::move(act));
@@ -580,7 +593,7 @@ class Engine {
     std::vector<size_t> order(rv.arrived.size());
     for (size_t k = 0; k < order.size(); ++k) order[k] = k;
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rv.arrived[a].first < rv.arrived[b].first; });
-    Comm act;
+    Comm act = new_comm();
     for (size_t k : order) {
       act.streams.push_back(rv.arrived[k].second);
       act.since.push_back(rv.since[k]);
@@ -599,7 +612,7 @@ class Engine {
       flows_[f].links.clear();
     } else {
       f = static_cast<int>(flows_.size());
-      flows_.emplace_back();
+      flows_.emplace_back(&arena_);
     }
     Flow& fl = flows_[f];
     fl.activity = activity;
@@ -637,7 +650,7 @@ class Engine {
         const int64_t t = c.pairs ? (*c.pairs)[k].second : floor_mod(s + *c.shift, n);
         if (s == t || (fold_ && s != part.position)) continue;
         const int f = new_flow(a, bytes);
-        std::vector<int>& links = flows_[f].links;
+        std::pmr::vector<int>& links = flows_[f].links;
         const int64_t from = part.ranks[s], to = part.ranks[t];
         int64_t hops = 1;
         if (ring) {
@@ -666,7 +679,7 @@ class Engine {
     // One flow over every link the collective drives, sized so that alone
     // it takes the closed-form transfer time at the slowest link's rate.
     const int f = new_flow(a, 0);
-    std::vector<int>& links = flows_[f].links;
+    std::pmr::vector<int>& links = flows_[f].links;
     double cap = std::numeric_limits<double>::infinity();
     for (int r : part.ranks) {
       // Folded, every rank's links fall in rank 0's classes.
@@ -697,6 +710,21 @@ class Engine {
     return bytes;
   }
 
+  // A collective's vectors come from one that finished: collectives come
+  // and go all through a run, and the arena takes no memory back.
+  Comm new_comm() {
+    if (spare_comms_.empty()) return Comm(&arena_);
+    Comm c = std::move(spare_comms_.back());
+    spare_comms_.pop_back();
+    c.streams.clear();
+    c.since.clear();
+    c.flows.clear();
+    c.stats.clear();
+    c.version = 0;
+    c.finished = false;
+    return c;
+  }
+
   void start_collective(Comm act) {
     const int a = static_cast<int>(comms_.size());
     act.start = now_;
@@ -720,7 +748,7 @@ class Engine {
         for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
         const double bytes = member_flows(act, a, mi, rank, part, latency);
         // Ranks are in order, so rank 0's instance comes first.
-        if (rank == 0) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
+        if (rank == 0 && keep_records_) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
         if (fold_) break;
       }
     }
@@ -923,15 +951,15 @@ class Engine {
     }
     if (act.version != version) return;  // a stale prediction
     // Flows with nothing left are done.
-    std::vector<int> seeds;
+    retired_.clear();
     for (int f : act.flows) {
       Flow& fl = flows_[f];
       if (!fl.active || fl.done) continue;
       const double left = fl.remaining - fl.rate * (now_ - fl.last);
-      if (left <= 1e-9 * std::max(1.0, fl.rate)) retire_flow(f, seeds);
+      if (left <= 1e-9 * std::max(1.0, fl.rate)) retire_flow(f, retired_);
     }
-    if (flows_done(act) && now_ >= act.latency_end) finish_comm(a, std::move(seeds));
-    else solve_links(seeds, a);
+    if (flows_done(act) && now_ >= act.latency_end) finish_comm(a, false);
+    else solve_links(retired_, a);
   }
 
   void release(int stream) {
@@ -941,9 +969,13 @@ class Engine {
     ready_.push_back(stream);
   }
 
-  void finish_comm(int a, std::vector<int> seeds = {}) {
+  // The links its flows leave are re-solved: with those in retired_ already
+  // unless `fresh`.
+  void finish_comm(int a, bool fresh = true) {
     Comm& act = comms_[a];
     act.finished = true;
+    std::vector<int>& seeds = retired_;
+    if (fresh) seeds.clear();
     for (int f : act.flows) retire_flow(f, seeds);
     // Each stream of the collective reports each member.
     for (size_t k = 0; k < act.streams.size(); ++k) {
@@ -962,9 +994,9 @@ class Engine {
       if (stats_[s].seconds == 0) stats_[s].seconds = now_ - act.start;
     for (int s : act.streams) release(s);
     for (int f : act.flows) free_flows_.push_back(f);
-    std::vector<int>().swap(act.flows);
-    std::vector<int>().swap(act.streams);
-    std::vector<double>().swap(act.since);
+    // Its vectors go to the next collective; what stays (finished, version)
+    // is what late events are checked against.
+    spare_comms_.push_back(std::move(act));
     if (!seeds.empty()) solve_links(seeds, -1);
   }
 
@@ -1129,7 +1161,7 @@ class Engine {
       LinkSeries ls;
       ls.rank = static_cast<int64_t>((key >> 60) == LinkKey::ingress ? key & 0x3fffffff : (key >> 30) & 0x3fffffff);
       ls.name = std::move(name);
-      ls.samples = link_series_[id];
+      ls.samples.assign(link_series_[id].begin(), link_series_[id].end());
       r.report.links.push_back(std::move(ls));
     }
     r.collectives = std::move(stats_);
@@ -1139,38 +1171,49 @@ class Engine {
   const Program& p_;
   const Machine& m_;
   const Decisions* decisions_;
+  // The engine's many small containers (maps, per-link and per-flow lists,
+  // the issuers' stacks) come from one arena, given back all at once when
+  // the engine goes; the arrays that grow with the schedule (the commands'
+  // facts, the tasks, the records, the collectives) stay on the heap, which
+  // reuses a grown array's old storage. Its first chunk is part of the
+  // engine, so that a small schedule's engine asks the heap for no large
+  // block (glibc tidies its free lists on each one). Declared before what
+  // it serves.
+  alignas(std::max_align_t) std::array<std::byte, kArenaChunk> first_chunk_;
+  std::pmr::monotonic_buffer_resource arena_{first_chunk_.data(), first_chunk_.size()};
   std::vector<RankCtx> ctx_;
-  std::vector<int64_t> strides_;
-  std::vector<CmdInfo> infos_;
-  std::vector<int> block_starts_;
-  std::vector<std::vector<int32_t>> set_of_rank_;  // per collective: the member set each rank waits with
-  ShapeCache shapes_;
-  std::vector<Issuer> issuers_;  // per rank
+  std::pmr::vector<int64_t> strides_{&arena_};
+  std::pmr::vector<CmdInfo> infos_{&arena_};  // reserved whole: no regrowth
+  std::pmr::vector<int> block_starts_{&arena_};
+  std::pmr::vector<std::pmr::vector<int32_t>> set_of_rank_{&arena_};  // per collective: the member set each rank waits with
+  ShapeCache shapes_{&arena_};
+  std::pmr::vector<Issuer> issuers_{&arena_};  // per rank
   // streams and events
-  std::vector<Stream> streams_;
-  std::vector<Event> events_;
-  std::vector<int> free_events_;
-  std::vector<int> ready_;
+  std::pmr::vector<Stream> streams_{&arena_};
+  std::pmr::vector<Event> events_{&arena_};
+  std::pmr::vector<int> free_events_{&arena_};
+  std::pmr::vector<int> ready_{&arena_};
   // compute
-  std::vector<Compute> compute_;
-  std::vector<int> free_compute_;
-  std::vector<std::vector<int>> live_compute_;  // per rank
+  std::pmr::vector<Compute> compute_{&arena_};
+  std::pmr::vector<int> free_compute_{&arena_};
+  std::pmr::vector<std::pmr::vector<int>> live_compute_{&arena_};  // per rank
   // collectives and links
   std::map<std::vector<int>, int> sets_;
   std::vector<size_t> set_sizes_;
-  std::unordered_map<uint64_t, uint64_t> seq_;
-  std::unordered_map<uint64_t, Rendezvous> rendezvous_;
+  std::pmr::unordered_map<uint64_t, uint64_t> seq_{&arena_};
+  std::unordered_map<uint64_t, Rendezvous> rendezvous_;  // on the heap: each is erased once complete
   std::vector<Comm> comms_;
+  std::vector<Comm> spare_comms_;  // finished ones' storage (new_comm)
   std::vector<Flow> flows_;
-  std::vector<int> free_flows_;
-  std::unordered_map<uint64_t, int> link_ids_;
-  std::vector<uint64_t> link_keys_;
-  std::vector<double> capacity_;
-  std::vector<std::vector<int>> link_flows_;  // live flows on each link
+  std::pmr::vector<int> free_flows_{&arena_};
+  std::pmr::unordered_map<uint64_t, int> link_ids_{&arena_};
+  std::pmr::vector<uint64_t> link_keys_{&arena_};
+  std::pmr::vector<double> capacity_{&arena_};
+  std::pmr::vector<std::pmr::vector<int>> link_flows_{&arena_};  // live flows on each link
   std::vector<std::vector<std::pair<double, double>>> link_series_;
-  std::vector<uint32_t> link_stamp_, flow_stamp_;
+  std::pmr::vector<uint32_t> link_stamp_{&arena_}, flow_stamp_{&arena_};
   uint32_t stamp_ = 0;
-  std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_, scratch_seeds_;
+  std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_, scratch_seeds_, retired_;
   std::vector<AxisSpan> scratch_spans_;  // member_flows
   std::vector<uint32_t> rank_stamp_;  // start_collective: ranks whose instance of a member is built
   uint32_t rank_stamp_now_ = 0;
@@ -1180,7 +1223,7 @@ class Engine {
   std::vector<std::vector<Edge>> edges_;
   std::vector<CollectiveStat> stats_;
   // (command, instance) -> its row of stats_
-  std::map<std::pair<int, int32_t>, int> stats_seen_;
+  std::pmr::map<std::pair<int, int32_t>, int> stats_seen_{&arena_};
   EventQueue queue_;
   double now_ = 0;
   bool fold_ = false;
