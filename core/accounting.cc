@@ -21,9 +21,7 @@ bool ref_moves_with_rank(const Ref& r) { return r.syntax->moves_with_rank; }
 
 bool work_depends_on_rank(const Command& c) { return any_ref(c, size_depends_on_rank); }
 
-std::span<const int64_t> ShapeCache::shape(const Program& p, const Ref& r, const RankCtx& ctx) {
-  // The whole buffer (resolving checks nothing a loaded schedule can fail).
-  if (r.syntax->groups.empty()) return p.buffers[r.buffer].shape;
+std::span<const int64_t> ShapeCache::view_shape(const Program& p, const Ref& r, const RankCtx& ctx) {
   // Only shapes that hold on every rank are kept.
   const std::pair<const void*, int> key{r.syntax.get(), r.buffer};
   if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;

@@ -34,9 +34,15 @@ class ShapeCache {
  public:
   explicit ShapeCache(std::pmr::memory_resource* m = std::pmr::get_default_resource()) : shapes_(m) {}
   // Valid until the next call.
-  std::span<const int64_t> shape(const Program& p, const Ref& r, const RankCtx& ctx);
+  std::span<const int64_t> shape(const Program& p, const Ref& r, const RankCtx& ctx) {
+    // The whole buffer (resolving checks nothing a loaded schedule can fail).
+    if (r.syntax->groups.empty()) return p.buffers[r.buffer].shape;
+    return view_shape(p, r, ctx);
+  }
 
  private:
+  std::span<const int64_t> view_shape(const Program& p, const Ref& r, const RankCtx& ctx);
+
   struct Hash {
     size_t operator()(const std::pair<const void*, int>& k) const {
       return std::hash<const void*>()(k.first) ^ (static_cast<size_t>(k.second) * 0x9e3779b97f4a7c15ull);

@@ -13,21 +13,20 @@ namespace {
 struct Entry {
   std::string_view name;
   DType type;
-  size_t size;
 };
-constexpr std::array<Entry, 13> kTypes{{{"f64", DType::f64, 8},
-                                        {"f32", DType::f32, 4},
-                                        {"f16", DType::f16, 2},
-                                        {"bf16", DType::bf16, 2},
-                                        {"f8e4m3", DType::f8e4m3, 1},
-                                        {"f8e5m2", DType::f8e5m2, 1},
-                                        {"s64", DType::s64, 8},
-                                        {"s32", DType::s32, 4},
-                                        {"s16", DType::s16, 2},
-                                        {"s8", DType::s8, 1},
-                                        {"u32", DType::u32, 4},
-                                        {"u8", DType::u8, 1},
-                                        {"bool", DType::boolean, 1}}};
+constexpr std::array<Entry, 13> kTypes{{{"f64", DType::f64},
+                                        {"f32", DType::f32},
+                                        {"f16", DType::f16},
+                                        {"bf16", DType::bf16},
+                                        {"f8e4m3", DType::f8e4m3},
+                                        {"f8e5m2", DType::f8e5m2},
+                                        {"s64", DType::s64},
+                                        {"s32", DType::s32},
+                                        {"s16", DType::s16},
+                                        {"s8", DType::s8},
+                                        {"u32", DType::u32},
+                                        {"u8", DType::u8},
+                                        {"bool", DType::boolean}}};
 
 // A small float format: exponent bits, mantissa bits, and whether the top
 // exponent is reserved for inf/NaN (IEEE) or only the all-ones pattern is NaN (fn).
@@ -114,7 +113,6 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 std::string_view dtype_name(DType t) { return kTypes[static_cast<size_t>(t)].name; }
-size_t dtype_size(DType t) { return kTypes[static_cast<size_t>(t)].size; }
 bool is_float(DType t) { return t <= DType::f8e5m2; }
 bool is_integer(DType t) { return t >= DType::s64 && t <= DType::u8; }
 

@@ -13,7 +13,13 @@ enum class DType : uint8_t { f64, f32, f16, bf16, f8e4m3, f8e5m2, s64, s32, s16,
 
 std::optional<DType> parse_dtype(std::string_view name);
 std::string_view dtype_name(DType t);
-size_t dtype_size(DType t);
+// Bytes per element. Inline: cost accounting asks it of every view.
+constexpr size_t dtype_size(DType t) {
+  constexpr uint8_t kSizes[] = {8, 4, 2, 2, 1, 1, 8, 4, 2, 1, 4, 1, 1};  // in DType's order
+  static_assert(sizeof(kSizes) == static_cast<size_t>(DType::boolean) + 1);
+  return kSizes[static_cast<size_t>(t)];
+}
+static_assert(dtype_size(DType::f16) == 2 && dtype_size(DType::s64) == 8 && dtype_size(DType::boolean) == 1);
 bool is_float(DType t);
 bool is_integer(DType t);  // signed or unsigned integer, not bool
 
