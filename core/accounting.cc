@@ -15,30 +15,28 @@ int64_t expr_ops(const Expr& e) {
 }
 }  // namespace
 
-bool size_depends_on_rank(const Ref& r) { return r.syntax->sized_by_rank; }
-
-bool ref_moves_with_rank(const Ref& r) { return r.syntax->moves_with_rank; }
-
-bool work_depends_on_rank(const Command& c) { return any_ref(c, size_depends_on_rank); }
-
 std::span<const int64_t> ShapeCache::view_shape(const Program& p, const Ref& r, const RankCtx& ctx) {
   // Only shapes that hold on every rank are kept.
   const std::pair<const void*, int> key{r.syntax.get(), r.buffer};
   if (auto it = shapes_.find(key); it != shapes_.end()) return it->second;
-  if (size_depends_on_rank(r)) return scratch_ = resolve(p, r, ctx).shape;
-  const std::vector<int64_t> s = resolve(p, r, ctx).shape;
-  return shapes_.try_emplace(key, s.begin(), s.end()).first->second;
+  const View v = resolve(p, r, ctx);
+  if (size_depends_on_rank(r)) {
+    scratch_ = v.shape;
+    return {scratch_.begin(), scratch_.end()};
+  }
+  return shapes_.try_emplace(key, v.shape.begin(), v.shape.end()).first->second;
 }
 
 Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeCache* cache, bool* sized_by_rank) {
   Work w;
-  std::vector<int64_t> resolved;
+  Shape resolved;
   if (sized_by_rank) *sized_by_rank = false;
   // The view's shape; a reference stays valid until the next call.
   auto S = [&](const Ref& r) -> std::span<const int64_t> {
     if (sized_by_rank && size_depends_on_rank(r)) *sized_by_rank = true;
     if (cache) return cache->shape(p, r, ctx);
-    return resolved = resolve(p, r, ctx).shape;
+    resolved = resolve(p, r, ctx).shape;
+    return std::span<const int64_t>(resolved.begin(), resolved.end());
   };
   auto elem = [&](const Ref& r) { return static_cast<int64_t>(dtype_size(p.buffers[r.buffer].dtype)); };
   auto B = [&](const Ref& r) { return count(S(r)) * elem(r); };

@@ -20,12 +20,12 @@ struct Work {
 
 // Whether a ref's view can differ between ranks: an index expression names
 // a mesh axis (the only names index expressions may use).
-bool ref_moves_with_rank(const Ref& r);
+inline bool ref_moves_with_rank(const Ref& r) { return r.syntax->moves_with_rank; }
 // Whether the element count of a ref's view can differ between ranks: an
 // index or a ds start only moves a view; slice bounds and ds sizes size it.
-bool size_depends_on_rank(const Ref& r);
+inline bool size_depends_on_rank(const Ref& r) { return r.syntax->sized_by_rank; }
 // Whether any ref of the command (not of its sub-blocks) sizes by rank.
-bool work_depends_on_rank(const Command& c);
+inline bool work_depends_on_rank(const Command& c) { return any_ref(c, size_depends_on_rank); }
 
 // Remembers the view shapes of refs sized alike on every rank (keyed by
 // the shared ref syntax and buffer), so a long schedule resolves each
@@ -49,7 +49,7 @@ class ShapeCache {
     }
   };
   std::pmr::unordered_map<std::pair<const void*, int>, std::pmr::vector<int64_t>, Hash> shapes_;
-  std::vector<int64_t> scratch_;
+  Shape scratch_;
 };
 
 // `cache` may be null. `sized_by_rank`, when given, is set to whether a view

@@ -63,7 +63,8 @@ enum class Op {
   async_start, async_done, cond, switch_, while_, call
 };
 std::string_view op_name(Op op);
-bool is_collective(Op op);  // the five NCCL-style collectives (not the group)
+// The five NCCL-style collectives (not the group).
+constexpr bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
 
 struct Ref {
   std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs

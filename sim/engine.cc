@@ -164,8 +164,8 @@ class Engine {
  public:
   Engine(const Program& p, const Machine& m, const Decisions* d, bool fold) : p_(p), m_(m), decisions_(d) {
     const int64_t n = p.mesh.size();
-    ctx_.reserve(static_cast<size_t>(n));
-    for (int64_t r = 0; r < n; ++r) ctx_.push_back(rank_ctx(p.mesh, r));
+    ctx_.resize(static_cast<size_t>(n));  // filled as ranks are met (ctx)
+    for (const auto& name : p.mesh.axis_names) links_by_dim_.push_back(m.axis(name));
     strides_.assign(p.mesh.shape.size(), 1);
     for (int i = static_cast<int>(p.mesh.shape.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * p.mesh.shape[i + 1];
     std::pmr::vector<Scope> scopes(&arena_);
@@ -173,7 +173,7 @@ class Engine {
     infos_.reserve(static_cast<size_t>(p.command_count));
     number(p.program, scopes);
     fold_ = fold && n > 1 && ranks_symmetric(p, m, d);
-    for (size_t t = 0; t < peak_.size(); ++t) peak_[t] = m.peak(static_cast<DType>(t));
+    peak_.fill(-1);  // looked up on first use
   }
 
   // Rank 0 stands for every rank (ranks_symmetric): only its streams run,
@@ -280,14 +280,22 @@ class Engine {
   int members_begin(int info) const { return block(info, 0); }
   int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->body.size()); }
 
+  // A rank's coordinates, worked out when first asked for: folded, the
+  // simulation asks only for rank 0's.
+  const RankCtx& ctx(int64_t rank) {
+    RankCtx& c = ctx_[rank];
+    if (c.coords.size() != p_.mesh.shape.size()) c = rank_ctx(p_.mesh, rank);
+    return c;
+  }
+
   // A command's work, computed once when it holds on every rank: whether
   // it does is found by the first computation (a view sized by rank).
   const Work& work(int info, int64_t rank, Work& scratch) {
     CmdInfo& in = infos_[info];
-    if (in.per_rank == 1) return scratch = command_work(p_, *in.cmd, ctx_[rank], &shapes_);
+    if (in.per_rank == 1) return scratch = command_work(p_, *in.cmd, ctx(rank), &shapes_);
     if (in.per_rank < 0) {
       bool sized = false;
-      in.work = command_work(p_, *in.cmd, ctx_[rank], &shapes_, &sized);
+      in.work = command_work(p_, *in.cmd, ctx(rank), &shapes_, &sized);
       in.per_rank = sized ? 1 : 0;
     }
     return in.work;
@@ -297,7 +305,11 @@ class Engine {
     CmdInfo& in = infos_[info];
     if (in.have_seconds) return in.seconds;
     Work scratch;
-    auto peak = [&](DType t) { return peak_[static_cast<size_t>(t)]; };
+    auto peak = [&](DType t) {
+      double& v = peak_[static_cast<size_t>(t)];
+      if (v < 0) v = m_.peak(t);
+      return v;
+    };
     const double s = seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
     if (in.per_rank == 0) {
       in.seconds = s;
@@ -458,13 +470,14 @@ class Engine {
   }
 
   void start_issuing() {
-    const int64_t n = p_.mesh.size();
+    // Folded, only rank 0 runs.
+    const int64_t n = fold_ ? 1 : p_.mesh.size();
     ops_.resize(static_cast<size_t>(n));
     edges_.resize(static_cast<size_t>(n));
     live_compute_.resize(static_cast<size_t>(n));
     issuers_.reserve(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) issuers_.emplace_back(&arena_);
-    for (int64_t r = 0; r < (fold_ ? 1 : n); ++r) {
+    for (int64_t r = 0; r < n; ++r) {
       const int main = stream_index(r, StreamId{});
       enter(r, p_.program, 0, main, false);
     }
@@ -495,7 +508,8 @@ class Engine {
   }
 
   const AxisLinks& axis_links(const std::string& axis) const {
-    const AxisLinks* a = m_.axis(axis);
+    const auto dim = p_.mesh.axis(axis);
+    const AxisLinks* a = dim ? links_by_dim_[*dim] : m_.axis(axis);
     if (!a) throw ThunkyError("", "machine '" + m_.name + "' models no axis '" + axis + "' (and has no \"*\" entry)");
     return *a;
   }
@@ -1127,7 +1141,7 @@ class Engine {
     for (int64_t rank = 0; rank < n; ++rank) {
       RankReport rr;
       rr.rank = rank;
-      rr.coords = ctx_[rank].coords;
+      rr.coords = ctx(rank).coords;
       // Folded, rank 0's records are every rank's.
       const int64_t from = fold_ ? 0 : rank;
       const bool last = !fold_ || rank == n - 1;
@@ -1183,6 +1197,7 @@ class Engine {
   std::pmr::monotonic_buffer_resource arena_{first_chunk_.data(), first_chunk_.size()};
   std::vector<RankCtx> ctx_;
   std::pmr::vector<int64_t> strides_{&arena_};
+  std::pmr::vector<const AxisLinks*> links_by_dim_{&arena_};  // the machine's model of each mesh axis, or null
   std::pmr::vector<CmdInfo> infos_{&arena_};  // reserved whole: no regrowth
   std::pmr::vector<int> block_starts_{&arena_};
   std::pmr::vector<std::pmr::vector<int32_t>> set_of_rank_{&arena_};  // per collective: the member set each rank waits with
@@ -1230,7 +1245,7 @@ class Engine {
   bool keep_records_ = true;  // false: finished commands are only counted, links not sampled (run_summary)
   int64_t finished_ = 0;
   double last_end_ = 0;
-  std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype
+  std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype; -1: not yet asked
 };
 
 }  // namespace
