@@ -145,6 +145,7 @@ struct Command {
   Op op = Op::memzero;
   bool transpose_a = false, transpose_b = false;
   Box<Cost> cost;
+  double alpha = 1, beta = 0;  // gemm
 
   // refs, by role
   OptRef src, dst, a, b, c, out, pred, index, cond_buf;
@@ -159,7 +160,6 @@ struct Command {
   std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
   std::vector<Ref> refs2;                       // kernel writes, custom_call results
   double value = 0;  // memset
-  double alpha = 1, beta = 0;
   SimHints sim;
   StreamId stream;
   std::optional<int64_t> shift;
