@@ -1066,6 +1066,8 @@ class Engine {
     }
   }
 
+  static constexpr size_t kCompactAfter = 64;  // tasks run before a queue is compacted
+
   void step(int si) {
     Stream* sp = &streams_[si];
     while (sp->state == Stream::State::ready) {
@@ -1079,6 +1081,12 @@ class Engine {
           sp->state = Stream::State::done;
           return;
         }
+      } else if (sp->pc >= kCompactAfter && 2 * sp->pc >= sp->tasks.size()) {
+        // A stream the issuer keeps ahead of never runs dry: once what it
+        // has run is half its queue, that half goes, so it holds only what
+        // is pending.
+        sp->tasks.erase(sp->tasks.begin(), sp->tasks.begin() + static_cast<std::ptrdiff_t>(sp->pc));
+        sp->pc = 0;
       }
       Stream& s = *sp;
       const Task& t = s.tasks[s.pc];

@@ -242,6 +242,37 @@ TEST(SimCompute, TwoKernelsOnTwoStreamsTakeTheSum) {
   EXPECT_EQ(kernels, 2);
 }
 
+TEST(SimStreams, AStreamTheIssuerStaysAheadOfRunsEveryTaskInOrder) {
+  // 200 async_starts onto communication:0, each a 10 us kernel, then their
+  // 200 async_dones. The main stream only records their forks, so the
+  // issuer pushes all 600 tasks (wait, kernel, record) onto the
+  // communication stream before it has run its first: its queue never runs
+  // dry, and it is compacted as it goes. The kernels must still run one
+  // after another, kernel k over [10k, 10k + 10] us, and the makespan is
+  // 200 x 10 us = 2 ms.
+  constexpr int kStarts = 200;
+  std::string prog = "[";
+  for (int k = 0; k < kStarts; ++k)
+    prog += R"({"op": "async_start", "token": "t)" + std::to_string(k) + R"(", "stream": {"kind": "communication", "id": 0}, "body": [
+      {"op": "kernel", "name": "k)" + std::to_string(k) + R"(", "writes": ["o1"], "cost": {"seconds": 1e-5}}]}, )";
+  for (int k = 0; k < kStarts; ++k) prog += R"({"op": "async_done", "token": "t)" + std::to_string(k) + R"("})" + (k + 1 < kStarts ? ", " : "]");
+  Program p = load_ok(mesh4(prog));
+  auto r = simulate(p, ring_machine(), nullptr);
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_NEAR(r->report.makespan_s, kStarts * 1e-5, 1e-12);
+  std::vector<double> start(kStarts, -1), end(kStarts, -1);
+  for (const auto& op : r->report.ranks[0].ops) {
+    if (op.op != "kernel") continue;
+    const int k = std::stoi(op.name.substr(1));
+    start[k] = op.start_s;
+    end[k] = op.end_s;
+  }
+  for (int k = 0; k < kStarts; ++k) {
+    EXPECT_NEAR(start[k], k * 1e-5, 1e-12) << "kernel " << k;
+    EXPECT_NEAR(end[k], (k + 1) * 1e-5, 1e-12) << "kernel " << k;
+  }
+}
+
 TEST(SimCompute, KernelBesideACollectiveTakesTheMax) {
   // A 1 ms shift on communication:0 beside a 1.5 ms kernel: 1.5 ms.
   EXPECT_NEAR(makespan(mesh4(R"([{"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0},
