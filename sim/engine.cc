@@ -1007,8 +1007,9 @@ class Engine {
     ready_.push_back(stream);
   }
 
-  // The links its flows leave are re-solved: with those in retired_ already
-  // unless `fresh`.
+  // Ends collective `a`: its flows retire and the links they leave are
+  // re-solved, with the links already in retired_ unless `fresh` (handle()
+  // retires the flows that ran out before it calls this).
   void finish_comm(int a, bool fresh = true) {
     Comm& act = comms_[a];
     act.finished = true;
@@ -1218,10 +1219,11 @@ class Engine {
   const Machine& m_;
   const Decisions* decisions_;
   // The engine's many small containers (maps, per-link and per-flow lists,
-  // the issuers' stacks) come from one arena, given back all at once when
-  // the engine goes; the arrays that grow with the schedule (the commands'
-  // facts, the tasks, the records, the collectives) stay on the heap, which
-  // reuses a grown array's old storage. Its first chunk is part of the
+  // the issuers' stacks) and the commands' facts (reserved whole) come from
+  // one arena, given back all at once when the engine goes; the arrays that
+  // grow with the run or churn (the tasks, the records, the collectives,
+  // link samples, rendezvous) stay on the heap, which reuses the storage a
+  // grown or freed array leaves. Its first chunk is part of the
   // engine, so that a small schedule's engine asks the heap for no large
   // block (glibc tidies its free lists on each one). Declared before what
   // it serves.
