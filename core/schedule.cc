@@ -476,7 +476,6 @@ std::string_view op_name(Op op) {
   return names[static_cast<size_t>(op)];
 }
 
-
 Program parse_program(const json& doc, const std::string& file) {
   ParseCache cache;
   struct Scope {
