@@ -1,23 +1,26 @@
 // Strict reading of JSON documents: every error names its JSON pointer and
-// unknown keys are errors. Shared by the schedule and machine-model loaders.
+// unknown or repeated keys are errors. Shared by the schedule and
+// machine-model loaders. Documents are parsed with simdjson into one flat
+// tape (no node per value), and read through the Value view below.
 #pragma once
 
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "core/status.h"
 
 namespace thunky {
 
 namespace json_reader {
-using json = nlohmann::ordered_json;
-
 inline std::string child(const std::string& ptr, std::string_view key) {
   std::string out;
   out.reserve(ptr.size() + 1 + key.size());
@@ -44,7 +47,71 @@ inline std::string child(const std::string& ptr, size_t i) {
 
 [[noreturn]] inline void fail(const std::string& ptr, const std::string& msg) { throw ThunkyError(ptr, msg); }
 
-inline std::string type_name(const json& j) {
+// One value of a parsed Document, valid while the Document lives.
+class Value {
+ public:
+  explicit Value(simdjson::dom::element e) : e_(e) {}
+  bool is_null() const { return e_.is_null(); }
+  bool is_boolean() const { return e_.is_bool(); }
+  bool is_number() const { return e_.is_number(); }
+  bool is_number_integer() const { return e_.is_int64() || e_.is_uint64(); }
+  bool is_string() const { return e_.is_string(); }
+  bool is_array() const { return e_.is_array(); }
+  bool is_object() const { return e_.is_object(); }
+  // These three expect the type they name (asked for with is_...).
+  double number() const {
+    double d = 0;
+    if (e_.get_double().get(d) != simdjson::SUCCESS) return d;
+    return d;
+  }
+  bool boolean() const {
+    bool b = false;
+    if (e_.get_bool().get(b) != simdjson::SUCCESS) return b;
+    return b;
+  }
+  std::string_view str() const {
+    std::string_view s;
+    if (e_.get_string().get(s) != simdjson::SUCCESS) return s;
+    return s;
+  }
+  // The array or object itself; an empty one for any other value.
+  simdjson::dom::array array() const {
+    simdjson::dom::array a;
+    if (e_.get_array().get(a) != simdjson::SUCCESS) return a;
+    return a;
+  }
+  simdjson::dom::object object() const {
+    simdjson::dom::object o;
+    if (e_.get_object().get(o) != simdjson::SUCCESS) return o;
+    return o;
+  }
+  // Elements of an array or members of an object; 0 for anything else.
+  size_t size() const {
+    if (e_.is_array()) return array().size();
+    if (e_.is_object()) return object().size();
+    return 0;
+  }
+  bool empty() const { return size() == 0; }
+  // Calls f(index, element) for each element of an array, in order.
+  template <class F>
+  void each_element(F&& f) const {
+    size_t i = 0;
+    for (simdjson::dom::element e : array()) f(i++, Value(e));
+  }
+  // Calls f(key, value) for each member of an object, in document order.
+  template <class F>
+  void each_member(F&& f) const {
+    for (auto field : object()) f(field.key, Value(field.value));
+  }
+  std::string dump() const { return simdjson::minify(e_); }
+  nlohmann::ordered_json to_nlohmann() const { return nlohmann::ordered_json::parse(dump()); }
+  simdjson::dom::element raw() const { return e_; }
+
+ private:
+  simdjson::dom::element e_;
+};
+
+inline std::string type_name(Value j) {
   if (j.is_null()) return "null";
   if (j.is_boolean()) return "a boolean";
   if (j.is_number()) return "a number";
@@ -53,72 +120,145 @@ inline std::string type_name(const json& j) {
   return "an object";
 }
 
+// A parsed document; its Values borrow its memory. Malformed text throws a
+// ThunkyError for the whole document ("malformed JSON: ...").
+class Document {
+ public:
+  // `padded`: the caller's buffer holds SIMDJSON_PADDING readable bytes
+  // past the text (a std::string with that much spare capacity does), so
+  // the parser needs no padded copy of it.
+  explicit Document(std::string_view text, bool padded = false) {
+    if (text.size() > parser_.max_capacity()) fail("", "the document is larger than the parser's 4 GiB limit");
+    if (auto err = parser_.parse(text.data(), text.size(), !padded).get(root_)) fail("", "malformed JSON: " + malformed(text, err));
+  }
+  explicit Document(const std::string& text) : Document(std::string_view(text), text.capacity() - text.size() >= simdjson::SIMDJSON_PADDING) {}
+  Document(const Document&) = delete;
+  Document& operator=(const Document&) = delete;
+  Value root() const { return Value(root_); }
+
+ private:
+  // The message of a stricter reader where it has one (it gives the line
+  // and column), else simdjson's own.
+  static std::string malformed(std::string_view text, simdjson::error_code err) {
+    try {
+      const auto parsed = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      std::string what = e.what();
+      auto pos = what.find("parse error");
+      return pos == std::string::npos ? what : what.substr(pos);
+    }
+    return simdjson::error_message(err);
+  }
+  simdjson::dom::parser parser_;
+  simdjson::dom::element root_;
+};
+
 // A JSON object being read: remembers which keys were consumed so that
-// unknown keys are reported instead of silently ignored.
+// unknown keys are reported instead of silently ignored, and reports a key
+// given twice.
 class Obj {
  public:
   // The pointer is borrowed from an lvalue (which must outlive the Obj, as
   // a caller's own pointer does) and owned when it is a temporary.
-  Obj(const json& j, const std::string& ptr) : j_(j), ptr_(&ptr) { check(); }
-  Obj(const json& j, std::string&& ptr) : j_(j), owned_(std::move(ptr)), ptr_(&owned_) { check(); }
-  Obj(const json& j, const char* ptr) : Obj(j, std::string(ptr)) {}
+  Obj(Value j, const std::string& ptr) : j_(j), ptr_(&ptr) { check(); }
+  Obj(Value j, std::string&& ptr) : j_(j), owned_(std::move(ptr)), ptr_(&owned_) { check(); }
+  Obj(Value j, const char* ptr) : Obj(j, std::string(ptr)) {}
   Obj(const Obj&) = delete;
   Obj& operator=(const Obj&) = delete;
   const std::string& ptr() const { return *ptr_; }
-  bool has(std::string_view k) const { return j_.contains(std::string(k)); }
-  const json* get(std::string_view k) {
-    size_t i = 0;
-    for (auto it = j_.begin(); it != j_.end(); ++it, ++i) {
-      if (it.key() == k) {
-        mark(i);
-        return &*it;
-      }
-    }
-    return nullptr;
+  bool has(std::string_view k) const {
+    for (auto field : object())
+      if (field.key == k) return true;
+    return false;
   }
-  const json& need(std::string_view k) {
-    auto* v = get(k);
+  std::optional<Value> get(std::string_view k) {
+    size_t i = 0;
+    for (auto field : object()) {
+      if (field.key == k) {
+        mark(i);
+        return Value(field.value);
+      }
+      ++i;
+    }
+    return std::nullopt;
+  }
+  Value need(std::string_view k) {
+    auto v = get(k);
     if (!v) fail(*ptr_, "missing required field '" + std::string(k) + "'");
     return *v;
   }
   std::string at(std::string_view k) const { return child(*ptr_, k); }
   // The string itself, in the document (valid as long as the document).
-  const std::string& str_ref(std::string_view k) {
-    const json& v = need(k);
+  std::string_view str_ref(std::string_view k) {
+    Value v = need(k);
     if (!v.is_string()) fail(at(k), "expected a string, got " + type_name(v));
-    return v.get_ref<const std::string&>();
+    return v.str();
   }
-  std::string str(std::string_view k) { return str_ref(k); }
+  std::string str(std::string_view k) { return std::string(str_ref(k)); }
   std::string str_or(std::string_view k, std::string def) {
-    const json* v = get(k);
+    auto v = get(k);
     if (!v) return def;
     if (!v->is_string()) fail(at(k), "expected a string, got " + type_name(*v));
-    return v->get<std::string>();
+    return std::string(v->str());
   }
   double num_or(std::string_view k, double def) {
-    const json* v = get(k);
+    auto v = get(k);
     if (!v) return def;
     if (!v->is_number()) fail(at(k), "expected a number, got " + type_name(*v));
-    return v->get<double>();
+    return v->number();
   }
   bool bool_or(std::string_view k, bool def) {
-    const json* v = get(k);
+    auto v = get(k);
     if (!v) return def;
     if (!v->is_boolean()) fail(at(k), "expected true or false, got " + type_name(*v));
-    return v->get<bool>();
+    return v->boolean();
   }
-  // Every key must have been asked for: keys are unique, so counting the
-  // found ones suffices, and only a failure looks for the culprit.
+  // Calls f(key, value, pointer) for every member in document order, all
+  // of them consumed; a key given twice is an error.
+  template <class F>
+  void each(F&& f) {
+    const size_t n = j_.size();
+    std::unordered_set<std::string_view> seen;
+    if (n > kScan) seen.reserve(n);
+    size_t i = 0;
+    for (auto field : object()) {
+      if (n > kScan ? !seen.insert(field.key).second : repeated(i, field.key)) duplicate(field.key);
+      ++i;
+      f(field.key, Value(field.value), child(*ptr_, field.key));
+    }
+    found_ = n;  // all consumed, without a mark each
+  }
+  // Every key must have been asked for. A key given twice is found once,
+  // so the second one is left unmarked and reported here too.
   void done() const {
     if (found_ >= j_.size()) return;
     size_t i = 0;
-    for (auto it = j_.begin(); it != j_.end(); ++it, ++i)
-      if (!marked(i)) fail(child(*ptr_, it.key()), "unknown key '" + it.key() + "'");
+    for (auto field : object()) {
+      if (!marked(i)) {
+        if (repeated(i, field.key)) duplicate(field.key);
+        fail(child(*ptr_, field.key), "unknown key '" + std::string(field.key) + "'");
+      }
+      ++i;
+    }
   }
 
  private:
+  static constexpr size_t kScan = 16;  // up to this many members, look back instead of hashing
+  simdjson::dom::object object() const { return j_.object(); }
   void check() const {
     if (!j_.is_object()) fail(*ptr_, "expected an object, got " + type_name(j_));
+  }
+  // Whether a member before position i has this key.
+  bool repeated(size_t i, std::string_view key) const {
+    size_t k = 0;
+    for (auto field : object()) {
+      if (k++ == i) return false;
+      if (field.key == key) return true;
+    }
+    return false;
+  }
+  [[noreturn]] void duplicate(std::string_view key) const {
+    fail(child(*ptr_, key), "key '" + std::string(key) + "' is given twice");
   }
   // Which members (by position) have been asked for: a bit mask for the
   // first 64, a list beyond (objects that large are rare).
@@ -132,7 +272,7 @@ class Obj {
     if (i < 64) return (low_ >> i) & 1;
     return std::find(high_.begin(), high_.end(), i) != high_.end();
   }
-  const json& j_;
+  Value j_;
   std::string owned_;
   const std::string* ptr_;
   uint64_t low_ = 0;
@@ -140,11 +280,14 @@ class Obj {
   size_t found_ = 0;
 };
 
-inline int64_t as_int(const json& j, const std::string& ptr) {
-  if (j.is_number_integer()) return j.get<int64_t>();
-  if (j.is_number_float()) {
-    double d = j.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+inline int64_t as_int(Value j, const std::string& ptr) {
+  auto e = j.raw();
+  int64_t i;
+  if (e.get_int64().get(i) == simdjson::SUCCESS) return i;
+  if (e.is_uint64()) fail(ptr, "integer " + j.dump() + " is out of range");
+  if (e.is_double()) {
+    double d = j.number();
+    if (d >= -9.2e18 && d <= 9.2e18 && d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
   }
   fail(ptr, "expected an integer, got " + (j.is_number() ? j.dump() : type_name(j)));
 }

@@ -12,14 +12,15 @@ namespace {
 
 using namespace json_reader;
 
-std::vector<int64_t> int_list(const json& j, const std::string& ptr) {
+std::vector<int64_t> int_list(Value j, const std::string& ptr) {
   if (!j.is_array()) fail(ptr, "expected a list of integers, got " + type_name(j));
   std::vector<int64_t> v;
-  for (size_t i = 0; i < j.size(); ++i) v.push_back(as_int(j[i], child(ptr, i)));
+  v.reserve(j.size());
+  j.each_element([&](size_t i, Value e) { v.push_back(as_int(e, child(ptr, i))); });
   return v;
 }
 
-std::vector<int64_t> shape_of(const json& j, const std::string& ptr) {
+std::vector<int64_t> shape_of(Value j, const std::string& ptr) {
   auto s = int_list(j, ptr);
   int64_t total = 1;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -33,17 +34,24 @@ std::vector<int64_t> shape_of(const json& j, const std::string& ptr) {
 // Schedules repeat the same ref strings many times; parse_program keeps a
 // cache of parsed refs for the duration of one parse (per thread).
 // Parsed refs and map expressions, shared by equal texts during one parse.
+// Looked up by the document's string_view, without a std::string for it.
+struct TextHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <class T>
+using TextMap = std::unordered_map<std::string, T, TextHash, std::equal_to<>>;
 struct ParseCache {
-  std::unordered_map<std::string, std::shared_ptr<const RefSyntax>> refs;
-  std::unordered_map<std::string, ExprPtr> exprs;
+  TextMap<std::shared_ptr<const RefSyntax>> refs;
+  TextMap<ExprPtr> exprs;
 };
 thread_local ParseCache* t_cache = nullptr;
 
 // `ptr` is taken by value: every caller builds it for this ref alone.
-Ref ref_of(const json& j, std::string ptr) {
+Ref ref_of(Value j, std::string ptr) {
   if (!j.is_string()) fail(ptr, "expected a ref string such as \"a[2:4]\", got " + type_name(j));
   try {
-    const std::string& text = j.get_ref<const std::string&>();
+    const std::string_view text = j.str();
     if (t_cache) {
       auto it = t_cache->refs.find(text);
       if (it == t_cache->refs.end()) it = t_cache->refs.emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
@@ -55,19 +63,19 @@ Ref ref_of(const json& j, std::string ptr) {
   }
 }
 
-void flatten_values(const json& j, const std::string& ptr, std::vector<double>& out) {
+void flatten_values(Value j, const std::string& ptr, std::vector<double>& out) {
   if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i) flatten_values(j[i], child(ptr, i), out);
+    j.each_element([&](size_t i, Value e) { flatten_values(e, child(ptr, i), out); });
   } else if (j.is_number()) {
-    out.push_back(j.get<double>());
+    out.push_back(j.number());
   } else if (j.is_boolean()) {
-    out.push_back(j.get<bool>() ? 1.0 : 0.0);
+    out.push_back(j.boolean() ? 1.0 : 0.0);
   } else {
     fail(ptr, "expected a number, got " + type_name(j));
   }
 }
 
-Init parse_init(const json& j, const std::string& ptr) {
+Init parse_init(Value j, const std::string& ptr) {
   Obj o(j, ptr);
   Init in;
   std::string kind = o.str("kind");
@@ -76,9 +84,9 @@ Init parse_init(const json& j, const std::string& ptr) {
   else if (kind == "iota") in.kind = Init::Kind::iota;
   else if (kind == "constant") {
     in.kind = Init::Kind::constant;
-    const json& v = o.need("value");
+    Value v = o.need("value");
     if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
-    in.value = v.is_boolean() ? (v.get<bool>() ? 1 : 0) : v.get<double>();
+    in.value = v.is_boolean() ? (v.boolean() ? 1 : 0) : v.number();
   } else if (kind == "values") {
     in.kind = Init::Kind::values;
     flatten_values(o.need("values"), o.at("values"), in.values);
@@ -86,10 +94,10 @@ Init parse_init(const json& j, const std::string& ptr) {
     in.kind = Init::Kind::uniform;
     in.low = o.num_or("low", 0.0);
     in.high = o.num_or("high", 1.0);
-    if (auto* s = o.get("seed")) in.seed = static_cast<uint64_t>(as_int(*s, o.at("seed")));
+    if (auto s = o.get("seed")) in.seed = static_cast<uint64_t>(as_int(*s, o.at("seed")));
   } else if (kind == "normal") {
     in.kind = Init::Kind::normal;
-    if (auto* s = o.get("seed")) in.seed = static_cast<uint64_t>(as_int(*s, o.at("seed")));
+    if (auto s = o.get("seed")) in.seed = static_cast<uint64_t>(as_int(*s, o.at("seed")));
   } else if (kind == "axis_index") {
     in.kind = Init::Kind::axis_index;
     in.axis = o.str("axis");
@@ -103,7 +111,7 @@ Init parse_init(const json& j, const std::string& ptr) {
   return in;
 }
 
-Buffer parse_buffer(const std::string& name, const json& j, const std::string& ptr) {
+Buffer parse_buffer(const std::string& name, Value j, const std::string& ptr) {
   Obj o(j, ptr);
   Buffer b;
   b.name = name;
@@ -119,36 +127,33 @@ Buffer parse_buffer(const std::string& name, const json& j, const std::string& p
   else if (role == "output") b.role = Role::output;
   else if (role == "scratch") b.role = Role::scratch;
   else fail(o.at("role"), "unknown role '" + role + "' (expected input, inout, output or scratch)");
-  if (auto* in = o.get("init")) {
+  if (auto in = o.get("init")) {
     if (b.role != Role::input && b.role != Role::inout)
       fail(o.at("init"), "init is only allowed on input and inout buffers (this one is " + role + ")");
     b.init = parse_init(*in, o.at("init"));
   } else if (b.role == Role::input || b.role == Role::inout) {
     fail(ptr, "an " + role + " buffer needs an 'init'");
   }
-  if (auto* g = o.get("global")) {
+  if (auto g = o.get("global")) {
     Obj go(*g, o.at("global"));
     GlobalLayout gl;
     gl.shape = shape_of(go.need("shape"), go.at("shape"));
-    const json& spec = go.need("spec");
+    Value spec = go.need("spec");
     if (!spec.is_array()) fail(go.at("spec"), "expected a PartitionSpec list such as [\"x\", null]");
     if (spec.size() > gl.shape.size())
       fail(go.at("spec"), "spec has " + std::to_string(spec.size()) + " entries for a global shape of rank " + std::to_string(gl.shape.size()));
-    for (size_t i = 0; i < gl.shape.size(); ++i) {
-      std::vector<std::string> axes;
-      if (i < spec.size()) {
-        const json& e = spec[i];
-        std::string ep = child(go.at("spec"), i);
-        if (e.is_string()) axes.push_back(e.get<std::string>());
-        else if (e.is_array()) {
-          for (size_t k = 0; k < e.size(); ++k) {
-            if (!e[k].is_string()) fail(child(ep, k), "expected an axis name");
-            axes.push_back(e[k].get<std::string>());
-          }
-        } else if (!e.is_null()) fail(ep, "expected an axis name, a list of axis names or null");
-      }
-      gl.spec.push_back(std::move(axes));
-    }
+    gl.spec.resize(gl.shape.size());
+    spec.each_element([&](size_t i, Value e) {
+      std::vector<std::string>& axes = gl.spec[i];
+      std::string ep = child(go.at("spec"), i);
+      if (e.is_string()) axes.emplace_back(e.str());
+      else if (e.is_array()) {
+        e.each_element([&](size_t k, Value a) {
+          if (!a.is_string()) fail(child(ep, k), "expected an axis name");
+          axes.emplace_back(a.str());
+        });
+      } else if (!e.is_null()) fail(ep, "expected an axis name, a list of axis names or null");
+    });
     go.done();
     b.global = std::move(gl);
   }
@@ -156,14 +161,14 @@ Buffer parse_buffer(const std::string& name, const json& j, const std::string& p
   return b;
 }
 
-StreamId parse_stream(const json& j, const std::string& ptr) {
+StreamId parse_stream(Value j, const std::string& ptr) {
   Obj o(j, ptr);
   StreamId s;
   std::string kind = o.str_or("kind", "computation");
   if (kind == "computation") s.kind = StreamId::Kind::computation;
   else if (kind == "communication") s.kind = StreamId::Kind::communication;
   else fail(o.at("kind"), "unknown stream kind '" + kind + "' (expected computation or communication)");
-  if (auto* id = o.get("id")) {
+  if (auto id = o.get("id")) {
     int64_t v = as_int(*id, o.at("id"));
     if (v < 0 || v > 1023) fail(o.at("id"), "stream id must be in 0..1023");
     s.id = static_cast<int>(v);
@@ -172,14 +177,14 @@ StreamId parse_stream(const json& j, const std::string& ptr) {
   return s;
 }
 
-Cost parse_cost(const json& j, const std::string& ptr) {
+Cost parse_cost(Value j, const std::string& ptr) {
   Obj o(j, ptr);
   Cost c;
   auto nonneg = [&](std::string_view k) -> std::optional<double> {
-    const json* v = o.get(k);
+    std::optional<Value> v = o.get(k);
     if (!v) return std::nullopt;
-    if (!v->is_number() || v->get<double>() < 0) fail(o.at(k), "expected a non-negative number");
-    return v->get<double>();
+    if (!v->is_number() || v->number() < 0) fail(o.at(k), "expected a non-negative number");
+    return v->number();
   };
   c.seconds = nonneg("seconds");
   c.flops = nonneg("flops");
@@ -189,50 +194,50 @@ Cost parse_cost(const json& j, const std::string& ptr) {
   return c;
 }
 
-std::vector<std::string> parse_axis(const json& j, const std::string& ptr) {
+std::vector<std::string> parse_axis(Value j, const std::string& ptr) {
   std::vector<std::string> axes;
-  if (j.is_string()) axes.push_back(j.get<std::string>());
+  if (j.is_string()) axes.emplace_back(j.str());
   else if (j.is_array() && !j.empty()) {
-    for (size_t i = 0; i < j.size(); ++i) {
-      if (!j[i].is_string()) fail(child(ptr, i), "expected an axis name");
-      axes.push_back(j[i].get<std::string>());
-    }
+    j.each_element([&](size_t i, Value e) {
+      if (!e.is_string()) fail(child(ptr, i), "expected an axis name");
+      axes.emplace_back(e.str());
+    });
   } else {
     fail(ptr, "expected an axis name or a non-empty list of axis names");
   }
   return axes;
 }
 
-Block parse_block(const json& j, const std::string& ptr, int depth);
+Block parse_block(Value j, const std::string& ptr, int depth);
 
 // Fills `c`, a fresh command already in its block (no copy of it is made).
-void parse_command(Command& c, const json& j, std::string where, int depth) {
+void parse_command(Command& c, Value j, std::string where, int depth) {
   c.pointer = std::move(where);
   const std::string& ptr = c.pointer;
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
-  const std::string& op_text = o.str_ref("op");
-  const std::string_view op = op_text;  // compared by length first, no strlen
+  const std::string_view op = o.str_ref("op");
   c.name = o.str_or("name", "");
-  if (auto* cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
+  if (auto cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
   auto ref = [&](std::string_view k) { return ref_of(o.need(k), o.at(k)); };
   auto ref_list = [&](std::string_view k, bool required) {
     std::vector<Ref> v;
-    const json* l = required ? &o.need(k) : o.get(k);
+    std::optional<Value> l = required ? o.need(k) : o.get(k);
     if (!l) return v;
     if (!l->is_array()) fail(o.at(k), "expected a list of refs");
-    for (size_t i = 0; i < l->size(); ++i) v.push_back(ref_of((*l)[i], child(o.at(k), i)));
+    v.reserve(l->size());
+    l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, child(o.at(k), i))); });
     return v;
   };
   auto block = [&](std::string_view k) { return parse_block(o.need(k), o.at(k), depth + 1); };
   auto sim = [&](std::string_view key) {
-    const json* s = o.get("sim");
+    std::optional<Value> s = o.get("sim");
     if (!s) return;
     Obj so(*s, o.at("sim"));
-    if (const json* v = so.get(key)) {
+    if (std::optional<Value> v = so.get(key)) {
       if (key == "taken") {
         if (!v->is_boolean()) fail(so.at(key), "expected true or false");
-        c.sim.taken = v->get<bool>();
+        c.sim.taken = v->boolean();
       } else {
         int64_t n = as_int(*v, so.at(key));
         if (n < 0) fail(so.at(key), "expected a non-negative integer");
@@ -245,10 +250,10 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
     c.src = ref("src");
     c.dst = ref("dst");
     c.axis = parse_axis(o.need("axis"), o.at("axis"));
-    if (auto* g = o.get("groups")) {
+    if (auto g = o.get("groups")) {
       if (!g->is_array()) fail(o.at("groups"), "expected a list of groups (lists of axis indices)");
       std::vector<std::vector<int64_t>> groups;
-      for (size_t i = 0; i < g->size(); ++i) groups.push_back(int_list((*g)[i], child(o.at("groups"), i)));
+      g->each_element([&](size_t i, Value e) { groups.push_back(int_list(e, child(o.at("groups"), i))); });
       c.groups = std::move(groups);
     }
   };
@@ -271,13 +276,9 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
     } catch (const ThunkyError& e) {
       fail(mo.at("expr"), e.what());
     }
-    if (const json* in = mo.get("in")) {
+    if (std::optional<Value> in = mo.get("in")) {
       Obj io(*in, mo.at("in"));
-      for (auto it = in->begin(); it != in->end(); ++it) {
-        io.get(it.key());
-        m.in.emplace_back(it.key(), ref_of(it.value(), io.at(it.key())));
-      }
-      io.done();
+      io.each([&](std::string_view key, Value v, std::string at) { m.in.emplace_back(std::string(key), ref_of(v, std::move(at))); });
     }
   };
 
@@ -287,9 +288,9 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
   } else if (op == "memset") {
     c.op = Op::memset;
     c.dst = ref("dst");
-    const json& v = o.need("value");
+    Value v = o.need("value");
     if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
-    c.value = v.is_boolean() ? (v.get<bool>() ? 1 : 0) : v.get<double>();
+    c.value = v.is_boolean() ? (v.boolean() ? 1 : 0) : v.number();
   } else if (op == "copy") {
     c.op = Op::copy;
     c.src = ref("src");
@@ -322,20 +323,20 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
   } else if (op == "ptx_kernel") {
     c.op = Op::ptx_kernel;
     c.refs = ref_list("args", true);
-    const json& w = o.need("written");
+    Value w = o.need("written");
     if (!w.is_array() || w.size() != c.refs.size())
       fail(o.at("written"), "expected a list of " + std::to_string(c.refs.size()) + " booleans, one per arg");
-    for (size_t i = 0; i < w.size(); ++i) {
-      if (!w[i].is_boolean()) fail(child(o.at("written"), i), "expected true or false");
-      c.written.push_back(w[i].get<bool>());
-    }
+    w.each_element([&](size_t i, Value e) {
+      if (!e.is_boolean()) fail(child(o.at("written"), i), "expected true or false");
+      c.written.push_back(e.boolean());
+    });
     PtxLaunch& l = *(c.launch = PtxLaunch{});
     l.kernel_name = o.str("kernel_name");
     l.ptx = o.str_or("ptx", "");
     l.ptx_file = o.str_or("ptx_file", "");
     if (l.ptx.empty() == l.ptx_file.empty()) fail(ptr, "a ptx_kernel needs exactly one of 'ptx' or 'ptx_file'");
     auto dims = [&](std::string_view k, std::vector<int64_t>& d) {
-      if (const json* v = o.get(k)) {
+      if (std::optional<Value> v = o.get(k)) {
         d = int_list(*v, o.at(k));
         if (d.empty() || d.size() > 3) fail(o.at(k), "expected 1 to 3 dimensions");
         for (auto x : d)
@@ -345,8 +346,8 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
     };
     dims("grid", l.grid);
     dims("block", l.block);
-    if (const json* s = o.get("shmem_bytes")) l.shmem_bytes = as_int(*s, o.at("shmem_bytes"));
-    if (const json* cpu = o.get("cpu")) {
+    if (std::optional<Value> s = o.get("shmem_bytes")) l.shmem_bytes = as_int(*s, o.at("shmem_bytes"));
+    if (std::optional<Value> cpu = o.get("cpu")) {
       Obj mo(*cpu, o.at("cpu"));
       auto m = std::make_shared<Command>();
       m->op = Op::map;
@@ -361,9 +362,9 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
     cc.target = o.str("target");
     c.refs = ref_list("operands", true);
     c.refs2 = ref_list("results", true);
-    if (const json* bc = o.get("backend_config")) {
+    if (std::optional<Value> bc = o.get("backend_config")) {
       if (!bc->is_object()) fail(o.at("backend_config"), "expected an object");
-      cc.backend_config = *bc;
+      cc.backend_config = bc->to_nlohmann();
     } else {
       cc.backend_config = json::object();
     }
@@ -384,17 +385,17 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
   } else if (op == "collective_permute") {
     c.op = Op::collective_permute;
     collective_common();
-    const json* pairs = o.get("pairs");
-    const json* shift = o.get("shift");
-    if ((pairs != nullptr) == (shift != nullptr)) fail(ptr, "a collective_permute needs exactly one of 'pairs' or 'shift'");
+    std::optional<Value> pairs = o.get("pairs");
+    std::optional<Value> shift = o.get("shift");
+    if (pairs.has_value() == shift.has_value()) fail(ptr, "a collective_permute needs exactly one of 'pairs' or 'shift'");
     if (pairs) {
       if (!pairs->is_array()) fail(o.at("pairs"), "expected [[source, target], ...]");
       std::vector<std::pair<int64_t, int64_t>> ps;
-      for (size_t i = 0; i < pairs->size(); ++i) {
-        auto p = int_list((*pairs)[i], child(o.at("pairs"), i));
+      pairs->each_element([&](size_t i, Value e) {
+        auto p = int_list(e, child(o.at("pairs"), i));
         if (p.size() != 2) fail(child(o.at("pairs"), i), "expected [source, target]");
         ps.emplace_back(p[0], p[1]);
-      }
+      });
       c.pairs = std::move(ps);
     } else {
       c.shift = as_int(*shift, o.at("shift"));
@@ -420,9 +421,9 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
   } else if (op == "switch") {
     c.op = Op::switch_;
     c.index = ref("index");
-    const json& br = o.need("branches");
+    Value br = o.need("branches");
     if (!br.is_array() || br.empty()) fail(o.at("branches"), "expected a non-empty list of command lists");
-    for (size_t i = 0; i < br.size(); ++i) c.branches.push_back(parse_block(br[i], child(o.at("branches"), i), depth + 1));
+    br.each_element([&](size_t i, Value e) { c.branches.push_back(parse_block(e, child(o.at("branches"), i), depth + 1)); });
     sim("branch");
   } else if (op == "while") {
     c.op = Op::while_;
@@ -433,26 +434,22 @@ void parse_command(Command& c, const json& j, std::string where, int depth) {
   } else if (op == "call") {
     c.op = Op::call;
     c.fn = o.str("fn");
-    if (const json* args = o.get("args")) {
+    if (std::optional<Value> args = o.get("args")) {
       Obj ao(*args, o.at("args"));
-      for (auto it = args->begin(); it != args->end(); ++it) {
-        ao.get(it.key());
-        c.args_map.emplace_back(it.key(), ref_of(it.value(), ao.at(it.key())));
-      }
-      ao.done();
+      ao.each([&](std::string_view key, Value v, std::string at) { c.args_map.emplace_back(std::string(key), ref_of(v, std::move(at))); });
     }
   } else {
-    fail(o.at("op"), "unknown op '" + op_text + "'");
+    fail(o.at("op"), "unknown op '" + std::string(op) + "'");
   }
   if (!o.has("sim")) o.get("sim");
   o.done();
 }
 
-Block parse_block(const json& j, const std::string& ptr, int depth) {
+Block parse_block(Value j, const std::string& ptr, int depth) {
   if (!j.is_array()) fail(ptr, "expected a list of commands, got " + type_name(j));
   Block b;
   b.reserve(j.size());
-  for (size_t i = 0; i < j.size(); ++i) parse_command(b.emplace_back(), j[i], child(ptr, i), depth);
+  j.each_element([&](size_t i, Value e) { parse_command(b.emplace_back(), e, child(ptr, i), depth); });
   return b;
 }
 
@@ -476,7 +473,8 @@ std::string_view op_name(Op op) {
   return names[static_cast<size_t>(op)];
 }
 
-Program parse_program(const json& doc, const std::string& file) {
+namespace {
+Program read_program(Value doc, const std::string& file) {
   ParseCache cache;
   struct Scope {
     explicit Scope(ParseCache* c) : saved(t_cache) { t_cache = c; }
@@ -491,17 +489,17 @@ Program parse_program(const json& doc, const std::string& file) {
   p.name = o.str_or("name", "");
   p.description = o.str_or("description", "");
   p.machine = o.str_or("machine", "");
-  if (const json* m = o.get("mesh")) {
+  if (std::optional<Value> m = o.get("mesh")) {
     Obj mo(*m, "/mesh");
-    const json& names = mo.need("axis_names");
+    Value names = mo.need("axis_names");
     if (!names.is_array()) fail("/mesh/axis_names", "expected a list of axis names");
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (!names[i].is_string() || names[i].get<std::string>().empty()) fail(child("/mesh/axis_names", i), "expected an axis name");
-      std::string n = names[i].get<std::string>();
+    names.each_element([&](size_t i, Value e) {
+      if (!e.is_string() || e.str().empty()) fail(child("/mesh/axis_names", i), "expected an axis name");
+      std::string n(e.str());
       for (const auto& prev : p.mesh.axis_names)
         if (prev == n) fail(child("/mesh/axis_names", i), "duplicate axis name '" + n + "'");
       p.mesh.axis_names.push_back(n);
-    }
+    });
     p.mesh.shape = int_list(mo.need("shape"), "/mesh/shape");
     if (p.mesh.shape.size() != p.mesh.axis_names.size())
       fail("/mesh/shape", "mesh shape has " + std::to_string(p.mesh.shape.size()) + " entries for " + std::to_string(p.mesh.axis_names.size()) + " axis names");
@@ -513,45 +511,49 @@ Program parse_program(const json& doc, const std::string& file) {
     }
     mo.done();
   }
-  const json& bufs = o.need("buffers");
+  Value bufs = o.need("buffers");
   Obj bo(bufs, "/buffers");
-  for (auto it = bufs.begin(); it != bufs.end(); ++it) {
-    bo.get(it.key());
-    p.buffers.push_back(parse_buffer(it.key(), it.value(), child("/buffers", it.key())));
-  }
-  if (const json* fns = o.get("functions")) {
+  p.buffers.reserve(bufs.size());
+  bo.each([&](std::string_view name, Value v, std::string at) { p.buffers.push_back(parse_buffer(std::string(name), v, at)); });
+  if (auto fns = o.get("functions")) {
     Obj fo(*fns, "/functions");
-    for (auto it = fns->begin(); it != fns->end(); ++it) {
-      fo.get(it.key());
-      std::string fp = child("/functions", it.key());
-      Obj f(it.value(), fp);
+    fo.each([&](std::string_view name, Value v, std::string fp) {
+      Obj f(v, fp);
       Function fn;
       fn.pointer = fp;
-      if (const json* params = f.get("params")) {
+      if (auto params = f.get("params")) {
         if (!params->is_array()) fail(f.at("params"), "expected a list of parameter names");
-        for (size_t i = 0; i < params->size(); ++i) {
-          if (!(*params)[i].is_string()) fail(child(f.at("params"), i), "expected a parameter name");
-          fn.params.push_back((*params)[i].get<std::string>());
-        }
+        params->each_element([&](size_t i, Value e) {
+          if (!e.is_string()) fail(child(f.at("params"), i), "expected a parameter name");
+          fn.params.emplace_back(e.str());
+        });
       }
-      if (const json* scratch = f.get("scratch")) {
+      if (auto scratch = f.get("scratch")) {
         Obj so(*scratch, f.at("scratch"));
-        for (auto s = scratch->begin(); s != scratch->end(); ++s) {
-          so.get(s.key());
-          Buffer b = parse_buffer(s.key(), s.value(), so.at(s.key()));
-          if (b.role != Role::scratch) fail(so.at(s.key()), "function scratch buffers have role scratch");
-          fn.scratch.emplace_back(s.key(), std::move(b));
-        }
+        so.each([&](std::string_view sname, Value sv, std::string sp) {
+          Buffer b = parse_buffer(std::string(sname), sv, sp);
+          if (b.role != Role::scratch) fail(sp, "function scratch buffers have role scratch");
+          fn.scratch.emplace_back(std::string(sname), std::move(b));
+        });
       }
       fn.program = parse_block(f.need("program"), f.at("program"), 1);
       f.done();
-      p.functions.emplace(it.key(), std::move(fn));
-    }
+      p.functions.emplace(std::string(name), std::move(fn));
+    });
   }
   p.program = parse_block(o.need("program"), "/program", 0);
   o.done();
   return p;
 }
+
+}  // namespace
+
+Program parse_program_text(const std::string& text, const std::string& file) {
+  Document doc(text);
+  return read_program(doc.root(), file);
+}
+
+Program parse_program(const json& doc, const std::string& file) { return parse_program_text(doc.dump(), file); }
 
 namespace {
 json ref_json(const OptRef& r) { return r ? json(r->syntax->text()) : json(); }

@@ -225,7 +225,11 @@ struct Program {
   }
 };
 
-// Parses a document (not yet lowered). Throws ThunkyError.
+// Reads a sched.json document from its text, not yet lowered; bad input
+// throws ThunkyError naming the JSON pointer ("", the whole document, for
+// malformed JSON).
+Program parse_program_text(const std::string& text, const std::string& file);
+// The same for a document held as a JSON tree (tests, generators).
 Program parse_program(const json& doc, const std::string& file);
 // Writes the program back as sched.json (functions and calls as parsed).
 json to_json(const Program& p);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -935,36 +936,15 @@ bool nests_deeper_than(std::string_view text, int limit) {
   return false;
 }
 
-// Documents at least this large are released on a second thread.
-constexpr size_t kReleaseAside = size_t{1} << 20;
-
 }  // namespace
 
 Expected<Program> load_schedule_text(const std::string& text, const std::string& file, const ValidateOptions& opts) {
   // Bound the nesting before parsing: deep documents would otherwise cost
   // deep recursion later.
   if (nests_deeper_than(text, 256)) return std::vector<Diagnostic>{{ErrorKind::input, file, "", "JSON nested more than 256 levels deep"}};
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
-    std::string what = e.what();
-    auto pos = what.find("parse error");
-    return std::vector<Diagnostic>{{ErrorKind::input, file, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos))}};
-  }
   Program p;
-  // A large document's tree is released on a second thread while the
-  // program is lowered and validated: freeing millions of nodes costs a
-  // tenth of the load, and nothing reads the tree after parse_program.
-  std::jthread release;  // joined when the load returns
   try {
-    p = parse_program(doc, file);
-    if (text.size() >= kReleaseAside) {
-      try {
-        release = std::jthread([d = std::move(doc)]() mutable { json().swap(d); });
-      } catch (const std::system_error&) {  // no thread to spare: the tree was freed here
-      }
-    }
+    p = parse_program_text(text, file);
     lower(p);
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{e.kind(), file, e.pointer(), e.what()}};
@@ -986,9 +966,23 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
 Expected<Program> load_schedule_file(const std::string& path, const ValidateOptions& opts) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return std::vector<Diagnostic>{{ErrorKind::input, path, "", "cannot open the schedule file"}};
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return load_schedule_text(ss.str(), path, opts);
+  // Read whole, with spare capacity past the text: the JSON parser reads
+  // up to 64 bytes beyond it and so needs no padded copy of the file.
+  std::string text;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec) {
+    text.reserve(static_cast<size_t>(size) + 64);
+    text.resize(static_cast<size_t>(size));
+    f.read(text.data(), static_cast<std::streamsize>(size));
+    text.resize(static_cast<size_t>(f.gcount()));
+  }
+  if (ec || f.peek() != std::ifstream::traits_type::eof()) {  // not a regular file, or it grew: read it as a stream
+    std::stringstream ss;
+    ss << text << f.rdbuf();
+    text = ss.str();
+  }
+  return load_schedule_text(text, path, opts);
 }
 
 }  // namespace thunky

@@ -60,7 +60,7 @@ TEST(Tokens, MayNotCrossACondBranch) {
 // thread while the program is lowered and validated: the program must come
 // out whole, and errors found after parsing must still name their pointer.
 TEST(Loading, LargeDocumentsLoadWhole) {
-  // 24,000 memsets of 51 bytes each: about 1.2 MB, over the threshold.
+  // 24,000 memsets of 51 bytes each: about 1.2 MB.
   std::string prog = "[";
   for (int i = 0; i < 24000; ++i) prog += std::string(i ? "," : "") + R"({"op": "memset", "dst": "b[ds(0, 4)]", "value": 1})";
   const std::string ok = sched(prog + "]");
@@ -72,6 +72,32 @@ TEST(Loading, LargeDocumentsLoadWhole) {
   // The last command writes an input: found by validation, after parsing.
   auto errs = load_errors(sched(prog + R"(, {"op": "memzero", "dst": "in"}])"));
   EXPECT_TRUE(has(errs, "/program/24000/dst", "role input"));
+}
+
+// A key given twice is an error wherever it is: in a command, in a map's
+// inputs, and among 20 buffers (past the 16 members that are looked back
+// over instead of hashed).
+TEST(Loading, KeysGivenTwiceAreErrors) {
+  auto errs = load_errors(sched(R"([{"op": "copy", "src": "a", "dst": "b", "src": "in"}])"));
+  EXPECT_TRUE(has(errs, "/program/0/src", "given twice"));
+  errs = load_errors(sched(R"([{"op": "map", "out": "b", "expr": "u + v", "in": {"u": "a", "v": "in", "u": "b"}}])"));
+  EXPECT_TRUE(has(errs, "/program/0/in/u", "given twice"));
+  std::string many;
+  for (int i = 0; i < 20; ++i) many += R"(, "s)" + std::to_string(i % 19) + R"(": {"shape": [2], "dtype": "f32"})";
+  errs = load_errors(sched("[]", 1, many));
+  // s0 .. s18, then s0 again: the 24th of 24 buffers.
+  EXPECT_TRUE(has(errs, "/buffers/s0", "given twice"));
+}
+
+// Malformed JSON keeps its line and column; integers past int64 are out of
+// range, not wrapped.
+TEST(Loading, MalformedJsonNamesLineAndColumn) {
+  auto errs = load_errors("{\n  \"format\": \"thunky.sched/1\",\n  \"buffers\": {,}\n}");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "");
+  EXPECT_NE(errs[0].message.find("line 3, column 15"), std::string::npos) << errs[0].message;
+  errs = load_errors(sched("[]", 1, R"(, "big": {"shape": [18446744073709551615], "dtype": "f32"})"));
+  EXPECT_TRUE(has(errs, "/buffers/big/shape/0", "out of range"));
 }
 
 // Nesting is bounded before parsing; brackets inside strings (after

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/json_reader.h"
 
@@ -12,10 +13,10 @@ using namespace json_reader;
 namespace {
 
 double positive(Obj& o, std::string_view key, bool required = true, double def = 0) {
-  const json* v = required ? &o.need(key) : o.get(key);
+  std::optional<Value> v = required ? o.need(key) : o.get(key);
   if (!v) return def;
-  if (!v->is_number() || v->get<double>() < 0) fail(o.at(key), "expected a non-negative number");
-  return v->get<double>();
+  if (!v->is_number() || v->number() < 0) fail(o.at(key), "expected a non-negative number");
+  return v->number();
 }
 
 void parse_switch(Obj& o, AxisLinks& a) {
@@ -24,7 +25,7 @@ void parse_switch(Obj& o, AxisLinks& a) {
   if (a.egress_bandwidth <= 0) fail(o.at("egress_bandwidth"), "must be positive");
 }
 
-AxisLinks parse_axis(const json& j, const std::string& ptr) {
+AxisLinks parse_axis(Value j, const std::string& ptr) {
   Obj o(j, ptr);
   AxisLinks a;
   std::string topo = o.str("topology");
@@ -73,19 +74,20 @@ double Machine::peak(DType t) const {
   return best;
 }
 
-Machine parse_machine(const json& j) {
+namespace {
+
+Machine read_machine(Value j) {
   Obj o(j, "");
   Machine m;
   if (o.str("format") != "thunky.machine/1") fail("/format", "expected \"thunky.machine/1\"");
   m.name = o.str("name");
   Obj chip(o.need("chip"), "/chip");
   Obj peaks(chip.need("peak_flops"), "/chip/peak_flops");
-  const json& pj = chip.need("peak_flops");
-  for (auto it = pj.begin(); it != pj.end(); ++it) {
-    if (!parse_dtype(it.key())) fail(peaks.at(it.key()), "unknown dtype '" + it.key() + "'");
-    m.peak_flops[it.key()] = positive(peaks, it.key());
-  }
-  peaks.done();
+  peaks.each([&](std::string_view key, Value v, std::string at) {
+    if (!parse_dtype(key)) fail(at, "unknown dtype '" + std::string(key) + "'");
+    if (!v.is_number() || v.number() < 0) fail(at, "expected a non-negative number");
+    m.peak_flops[std::string(key)] = v.number();
+  });
   if (m.peak_flops.empty()) fail("/chip/peak_flops", "needs at least one dtype");
   m.hbm_bandwidth = positive(chip, "hbm_bandwidth");
   if (m.hbm_bandwidth <= 0) fail("/chip/hbm_bandwidth", "must be positive");
@@ -97,16 +99,20 @@ Machine parse_machine(const json& j) {
   std::string lat = o.str_or("latency_model", "floor");
   if (lat != "floor" && lat != "additive") fail("/latency_model", "expected floor or additive");
   m.additive_latency = lat == "additive";
-  const json& axes = o.need("axes");
-  Obj ao(axes, "/axes");
-  for (auto it = axes.begin(); it != axes.end(); ++it) {
-    ao.get(it.key());
-    m.axes[it.key()] = parse_axis(it.value(), ao.at(it.key()));
-  }
-  ao.done();
+  Obj ao(o.need("axes"), "/axes");
+  ao.each([&](std::string_view key, Value v, std::string at) { m.axes[std::string(key)] = parse_axis(v, at); });
   o.done();
   return m;
 }
+
+}  // namespace
+
+Machine parse_machine_text(const std::string& text) {
+  Document doc(text);
+  return read_machine(doc.root());
+}
+
+Machine parse_machine(const nlohmann::ordered_json& j) { return parse_machine_text(j.dump()); }
 
 Expected<Machine> load_machine(const std::string& name_or_path, const std::string& models_dir) {
   namespace fs = std::filesystem;
@@ -117,12 +123,12 @@ Expected<Machine> load_machine(const std::string& name_or_path, const std::strin
   }
   std::ifstream f(path);
   if (!f) return std::vector<Diagnostic>{{ErrorKind::input, name_or_path, "", "no machine model file or name under " + models_dir}};
+  std::stringstream text;
+  text << f.rdbuf();
   try {
-    return parse_machine(json::parse(f));
+    return parse_machine_text(text.str());
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{ErrorKind::input, path.string(), e.pointer(), e.what()}};
-  } catch (const json::exception& e) {
-    return std::vector<Diagnostic>{{ErrorKind::input, path.string(), "", std::string("malformed JSON: ") + e.what()}};
   }
 }
 

@@ -46,7 +46,10 @@ struct Machine {
   double peak(DType t) const;
 };
 
-// Throws ThunkyError naming the JSON pointer.
+// Reads a thunky.machine/1 document from its text; throws ThunkyError
+// naming the JSON pointer.
+Machine parse_machine_text(const std::string& text);
+// The same for a document held as a JSON tree.
 Machine parse_machine(const nlohmann::ordered_json& j);
 // `name_or_path` is a file, or the name of one under `models_dir` (with or
 // without .json). Errors name the file.
