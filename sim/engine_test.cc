@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include "core/accounting.h"
+#include "core/mesh.h"
 #include "sim/symmetry.h"
 #include "tests/test_util.h"
 #include "tools/gen.h"
@@ -240,6 +242,44 @@ TEST(SimCompute, TwoKernelsOnTwoStreamsTakeTheSum) {
     EXPECT_NEAR(op.end_s, 2e-3, 1e-9) << op.id;
   }
   EXPECT_EQ(kernels, 2);
+}
+
+// Commands with the same inputs are priced once and remembered; the
+// remembered price must be the one a fresh pricing gives, and commands that
+// differ in beta or expression must not share one. On one stream nothing
+// overlaps, so each op lasts exactly its own time.
+TEST(SimCompute, RepeatedCommandsArePricedLikeFreshOnes) {
+  const std::string g = R"({"op": "gemm", "a": "w", "b": "v", "c": "o1")";
+  const std::string mp = R"({"op": "map", "out": "o1", "in": {"v": "m"}, "expr": )";
+  Program p = load_ok(mesh4("[" + g + "}, " + g + "}, " + g + R"(, "beta": 1.0}, )" + mp + R"("v * 2.0"}, )" + mp +
+                                R"("v * v + 1.0"}, )" + mp + R"("v * 2.0"}, {"op": "copy", "src": "m", "dst": "o2"}, )" + g + "}]",
+                            R"(, "w": {"shape": [64, 32], "dtype": "f32"}, "v": {"shape": [32, 64], "dtype": "f32"})"));
+  const Machine m = ring_machine();
+  auto r = simulate(p, m, nullptr);
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  const auto& ops = r->report.ranks[0].ops;
+  ASSERT_EQ(ops.size(), 8u);
+  const RankCtx ctx = rank_ctx(p.mesh, 0);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Command& c = p.program[i];
+    const Work w = command_work(p, c, ctx);
+    EXPECT_EQ(ops[i].bytes, w.bytes) << i;
+    EXPECT_EQ(ops[i].flops, w.flops) << i;
+    EXPECT_NEAR(ops[i].end_s - ops[i].start_s, compute_seconds(p, m, c, w), 1e-15) << i;
+  }
+  // By hand: the GEMM is 2*64*64*32 = 262,144 flops over 64*32*4 + 32*64*4
+  // + 64*64*4 = 32,768 bytes (49,152 with beta, which reads c too), so
+  // 262,144 / 1e12 s = 0.262144 us; the maps move 2 * 4096 * 4 = 32,768
+  // bytes and do one (v * 2) or two (v * v + 1) operations per element.
+  EXPECT_EQ(ops[0].bytes, 32768);
+  EXPECT_EQ(ops[1].bytes, 32768);
+  EXPECT_EQ(ops[2].bytes, 49152);
+  EXPECT_EQ(ops[7].bytes, 32768);
+  EXPECT_NEAR(ops[7].end_s - ops[7].start_s, 262144e-12, 1e-18);
+  EXPECT_EQ(ops[3].flops, 4096.0);
+  EXPECT_EQ(ops[4].flops, 8192.0);
+  EXPECT_EQ(ops[5].flops, 4096.0);
+  EXPECT_NEAR(ops[3].end_s - ops[3].start_s, 32768e-12, 1e-18);
 }
 
 TEST(SimStreams, AStreamTheIssuerStaysAheadOfRunsEveryTaskInOrder) {
