@@ -58,33 +58,13 @@ class Value {
   bool is_string() const { return e_.is_string(); }
   bool is_array() const { return e_.is_array(); }
   bool is_object() const { return e_.is_object(); }
-  // These three expect the type they name (asked for with is_...).
-  double number() const {
-    double d = 0;
-    if (e_.get_double().get(d) != simdjson::SUCCESS) return d;
-    return d;
-  }
-  bool boolean() const {
-    bool b = false;
-    if (e_.get_bool().get(b) != simdjson::SUCCESS) return b;
-    return b;
-  }
-  std::string_view str() const {
-    std::string_view s;
-    if (e_.get_string().get(s) != simdjson::SUCCESS) return s;
-    return s;
-  }
-  // The array or object itself; an empty one for any other value.
-  simdjson::dom::array array() const {
-    simdjson::dom::array a;
-    if (e_.get_array().get(a) != simdjson::SUCCESS) return a;
-    return a;
-  }
-  simdjson::dom::object object() const {
-    simdjson::dom::object o;
-    if (e_.get_object().get(o) != simdjson::SUCCESS) return o;
-    return o;
-  }
+  // These expect the type they name (asked for with is_...); another
+  // type reads as 0, false, "" or an empty array or object.
+  double number() const { return get_or(e_.get_double(), 0.0); }
+  bool boolean() const { return get_or(e_.get_bool(), false); }
+  std::string_view str() const { return get_or(e_.get_string(), std::string_view()); }
+  simdjson::dom::array array() const { return get_or(e_.get_array(), simdjson::dom::array()); }
+  simdjson::dom::object object() const { return get_or(e_.get_object(), simdjson::dom::object()); }
   // Elements of an array or members of an object; 0 for anything else.
   size_t size() const {
     if (e_.is_array()) return array().size();
@@ -98,16 +78,16 @@ class Value {
     size_t i = 0;
     for (simdjson::dom::element e : array()) f(i++, Value(e));
   }
-  // Calls f(key, value) for each member of an object, in document order.
-  template <class F>
-  void each_member(F&& f) const {
-    for (auto field : object()) f(field.key, Value(field.value));
-  }
   std::string dump() const { return simdjson::minify(e_); }
   nlohmann::ordered_json to_nlohmann() const { return nlohmann::ordered_json::parse(dump()); }
   simdjson::dom::element raw() const { return e_; }
 
  private:
+  template <class T, class Result>
+  static T get_or(Result&& r, T fallback) {
+    T v = fallback;
+    return std::forward<Result>(r).get(v) == simdjson::SUCCESS ? v : fallback;
+  }
   simdjson::dom::element e_;
 };
 
