@@ -194,16 +194,18 @@ Cost parse_cost(Value j, const std::string& ptr) {
   return c;
 }
 
-std::vector<std::string> parse_axis(Value j, const std::string& ptr) {
+// The pointer of `key` in `o` is built only for an error message.
+std::vector<std::string> parse_axis(Obj& o, std::string_view key) {
+  const Value j = o.need(key);
   std::vector<std::string> axes;
   if (j.is_string()) axes.emplace_back(j.str());
   else if (j.is_array() && !j.empty()) {
     j.each_element([&](size_t i, Value e) {
-      if (!e.is_string()) fail(child(ptr, i), "expected an axis name");
+      if (!e.is_string()) fail(child(o.at(key), i), "expected an axis name");
       axes.emplace_back(e.str());
     });
   } else {
-    fail(ptr, "expected an axis name or a non-empty list of axis names");
+    fail(o.at(key), "expected an axis name or a non-empty list of axis names");
   }
   return axes;
 }
@@ -226,7 +228,8 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     if (!l) return v;
     if (!l->is_array()) fail(o.at(k), "expected a list of refs");
     v.reserve(l->size());
-    l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, child(o.at(k), i))); });
+    const std::string at = o.at(k);
+    l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, child(at, i))); });
     return v;
   };
   auto block = [&](std::string_view k) { return parse_block(o.need(k), o.at(k), depth + 1); };
@@ -249,7 +252,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   auto collective_common = [&] {
     c.src = ref("src");
     c.dst = ref("dst");
-    c.axis = parse_axis(o.need("axis"), o.at("axis"));
+    c.axis = parse_axis(o, "axis");
     if (auto g = o.get("groups")) {
       if (!g->is_array()) fail(o.at("groups"), "expected a list of groups (lists of axis indices)");
       std::vector<std::vector<int64_t>> groups;

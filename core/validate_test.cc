@@ -89,6 +89,15 @@ TEST(Loading, KeysGivenTwiceAreErrors) {
   EXPECT_TRUE(has(errs, "/buffers/s0", "given twice"));
 }
 
+// A collective's axis is a name or a non-empty list of names; the error
+// names the entry or the field.
+TEST(Loading, CollectiveAxisMustBeNames) {
+  auto errs = load_errors(sched(R"([{"op": "all_gather", "src": "a", "dst": "b", "axis": ["x", 3]}])", 2));
+  EXPECT_TRUE(has(errs, "/program/0/axis/1", "expected an axis name"));
+  errs = load_errors(sched(R"([{"op": "all_gather", "src": "a", "dst": "b", "axis": []}])", 2));
+  EXPECT_TRUE(has(errs, "/program/0/axis", "non-empty list"));
+}
+
 // Malformed JSON keeps its line and column; integers past int64 are out of
 // range, not wrapped.
 TEST(Loading, MalformedJsonNamesLineAndColumn) {
