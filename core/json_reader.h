@@ -59,10 +59,11 @@ class Value {
   bool is_array() const { return e_.is_array(); }
   bool is_object() const { return e_.is_object(); }
   // These expect the type they name (asked for with is_...); another
-  // type reads as 0, false, "" or an empty array or object.
+  // type reads as 0, false or "".
   double number() const { return get_or(e_.get_double(), 0.0); }
   bool boolean() const { return get_or(e_.get_bool(), false); }
   std::string_view str() const { return get_or(e_.get_string(), std::string_view()); }
+  // The array or object itself; only for a value that is one.
   simdjson::dom::array array() const { return get_or(e_.get_array(), simdjson::dom::array()); }
   simdjson::dom::object object() const { return get_or(e_.get_object(), simdjson::dom::object()); }
   // Elements of an array or members of an object; 0 for anything else.
@@ -72,9 +73,11 @@ class Value {
     return 0;
   }
   bool empty() const { return size() == 0; }
-  // Calls f(index, element) for each element of an array, in order.
+  // Calls f(index, element) for each element of an array, in order (none
+  // for another value).
   template <class F>
   void each_element(F&& f) const {
+    if (!e_.is_array()) return;
     size_t i = 0;
     for (simdjson::dom::element e : array()) f(i++, Value(e));
   }
@@ -259,6 +262,11 @@ class Obj {
   std::vector<size_t> high_;
   size_t found_ = 0;
 };
+
+inline double non_negative(Value j, const std::string& ptr) {
+  if (!j.is_number() || j.number() < 0) fail(ptr, "expected a non-negative number");
+  return j.number();
+}
 
 inline int64_t as_int(Value j, const std::string& ptr) {
   auto e = j.raw();

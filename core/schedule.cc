@@ -183,8 +183,7 @@ Cost parse_cost(Value j, const std::string& ptr) {
   auto nonneg = [&](std::string_view k) -> std::optional<double> {
     std::optional<Value> v = o.get(k);
     if (!v) return std::nullopt;
-    if (!v->is_number() || v->number() < 0) fail(o.at(k), "expected a non-negative number");
-    return v->number();
+    return non_negative(*v, o.at(k));
   };
   c.seconds = nonneg("seconds");
   c.flops = nonneg("flops");

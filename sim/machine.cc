@@ -15,8 +15,7 @@ namespace {
 double positive(Obj& o, std::string_view key, bool required = true, double def = 0) {
   std::optional<Value> v = required ? o.need(key) : o.get(key);
   if (!v) return def;
-  if (!v->is_number() || v->number() < 0) fail(o.at(key), "expected a non-negative number");
-  return v->number();
+  return non_negative(*v, o.at(key));
 }
 
 void parse_switch(Obj& o, AxisLinks& a) {
@@ -85,8 +84,7 @@ Machine read_machine(Value j) {
   Obj peaks(chip.need("peak_flops"), "/chip/peak_flops");
   peaks.each([&](std::string_view key, Value v, std::string at) {
     if (!parse_dtype(key)) fail(at, "unknown dtype '" + std::string(key) + "'");
-    if (!v.is_number() || v.number() < 0) fail(at, "expected a non-negative number");
-    m.peak_flops[std::string(key)] = v.number();
+    m.peak_flops[std::string(key)] = non_negative(v, at);
   });
   if (m.peak_flops.empty()) fail("/chip/peak_flops", "needs at least one dtype");
   m.hbm_bandwidth = positive(chip, "hbm_bandwidth");
