@@ -58,44 +58,48 @@ class Lowerer {
     for (auto& [k, r] : c.in) bind(r, s);
     for (auto& r : c.refs) bind(r, s);
     for (auto& r : c.refs2) bind(r, s);
-    if (c.cpu) {
-      bind(c.cpu->out, s);
-      for (auto& [k, r] : c.cpu->in) bind(r, s);
-    }
     if (!c.token.empty()) c.token += s.token_suffix;
     // Ids of sub-blocks are built only where there are commands to name.
     if (!c.body.empty()) lower_block(c.body, id + "/body", s);
-    if (!c.then_.empty()) lower_block(c.then_, id + "/then", s);
-    if (!c.else_.empty()) lower_block(c.else_, id + "/else", s);
-    if (!c.cond.empty()) lower_block(c.cond, id + "/cond", s);
-    for (size_t k = 0; k < c.branches.size(); ++k) lower_block(c.branches[k], id + "/branches/" + std::to_string(k), s);
+    if (c.has_rare()) {
+      Command::Rare& x = c.set_rare();
+      if (x.cpu) {
+        bind(x.cpu->out, s);
+        for (auto& [k, r] : x.cpu->in) bind(r, s);
+      }
+      if (!x.then_.empty()) lower_block(x.then_, id + "/then", s);
+      if (!x.else_.empty()) lower_block(x.else_, id + "/else", s);
+      if (!x.cond.empty()) lower_block(x.cond, id + "/cond", s);
+      for (size_t k = 0; k < x.branches.size(); ++k) lower_block(x.branches[k], id + "/branches/" + std::to_string(k), s);
+    }
     if (c.op == Op::call) inline_call(c, id, s);
   }
 
   void inline_call(Command& c, const std::string& id, const Scope& outer) {
-    auto fit = p_.functions.find(c.fn);
-    if (fit == p_.functions.end()) throw ThunkyError(c.pointer + "/fn", "unknown function '" + c.fn + "'");
+    Command::Rare& x = c.set_rare();
+    auto fit = p_.functions.find(x.fn);
+    if (fit == p_.functions.end()) throw ThunkyError(c.pointer + "/fn", "unknown function '" + x.fn + "'");
     const Function& f = fit->second;
     for (const auto& name : outer.call_stack)
-      if (name == c.fn) throw ThunkyError(c.pointer + "/fn", "recursive call of function '" + c.fn + "'");
+      if (name == x.fn) throw ThunkyError(c.pointer + "/fn", "recursive call of function '" + x.fn + "'");
     if (outer.call_stack.size() > 32) throw ThunkyError(c.pointer, "calls nested more than 32 deep");
     Scope inner;
     inner.call_stack = outer.call_stack;
-    inner.call_stack.push_back(c.fn);
+    inner.call_stack.push_back(x.fn);
     const int instance = ++calls_;
     inner.token_suffix = outer.token_suffix + "$" + std::to_string(instance);
     std::set<std::string> params(f.params.begin(), f.params.end());
-    for (auto& [k, r] : c.args_map) {
-      if (!params.count(k)) throw ThunkyError(c.pointer + "/args/" + k, "function '" + c.fn + "' has no parameter '" + k + "'");
+    for (auto& [k, r] : x.args_map) {
+      if (!params.count(k)) throw ThunkyError(c.pointer + "/args/" + k, "function '" + x.fn + "' has no parameter '" + k + "'");
       bind(r, outer);
       inner.bindings[k] = r;
     }
     for (const auto& pname : f.params)
-      if (!inner.bindings.count(pname)) throw ThunkyError(c.pointer + "/args", "missing argument for parameter '" + pname + "' of function '" + c.fn + "'");
+      if (!inner.bindings.count(pname)) throw ThunkyError(c.pointer + "/args", "missing argument for parameter '" + pname + "' of function '" + x.fn + "'");
     for (const auto& [sname, sb] : f.scratch) {
       if (params.count(sname)) throw ThunkyError(sb.pointer, "scratch '" + sname + "' has the name of a parameter");
       Buffer b = sb;
-      b.name = c.fn + "." + sname + "$" + std::to_string(instance);
+      b.name = x.fn + "." + sname + "$" + std::to_string(instance);
       b.role = Role::scratch;
       int idx = static_cast<int>(p_.buffers.size());
       p_.buffers.push_back(b);

@@ -113,7 +113,7 @@ std::vector<int> launch_members(const Mesh& m, int64_t rank, const std::vector<c
     frontier.pop_back();
     for (size_t k = 0; k < members.size(); ++k) {
       if (covered[k][q]) continue;
-      for (int r : participants(m, q, members[k]->axis, members[k]->groups).ranks) {
+      for (int r : participants(m, q, members[k]->axis, members[k]->rare().groups).ranks) {
         covered[k][r] = 1;
         if (!in[r]) {
           in[r] = 1;

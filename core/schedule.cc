@@ -218,7 +218,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
   const std::string_view op = o.str_ref("op");
-  c.name = o.str_or("name", "");
+  if (std::string name = o.str_or("name", ""); !name.empty()) c.set_rare().name = std::move(name);
   if (auto cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
   auto ref = [&](std::string_view k) { return ref_of(o.need(k), o.at(k)); };
   auto ref_list = [&](std::string_view k, bool required) {
@@ -239,11 +239,11 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     if (std::optional<Value> v = so.get(key)) {
       if (key == "taken") {
         if (!v->is_boolean()) fail(so.at(key), "expected true or false");
-        c.sim.taken = v->boolean();
+        c.set_rare().sim.taken = v->boolean();
       } else {
         int64_t n = as_int(*v, so.at(key));
         if (n < 0) fail(so.at(key), "expected a non-negative integer");
-        if (key == "trip_count") c.sim.trip_count = n; else c.sim.branch = n;
+        if (key == "trip_count") c.set_rare().sim.trip_count = n; else c.set_rare().sim.branch = n;
       }
     }
     so.done();
@@ -256,13 +256,14 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
       if (!g->is_array()) fail(o.at("groups"), "expected a list of groups (lists of axis indices)");
       std::vector<std::vector<int64_t>> groups;
       g->each_element([&](size_t i, Value e) { groups.push_back(int_list(e, child(o.at("groups"), i))); });
-      c.groups = std::move(groups);
+      c.set_rare().groups = std::move(groups);
     }
   };
   auto reduction = [&] {
-    c.reduction = o.str_or("reduction", "sum");
-    if (c.reduction != "sum" && c.reduction != "prod" && c.reduction != "min" && c.reduction != "max")
-      fail(o.at("reduction"), "unknown reduction '" + c.reduction + "' (expected sum, prod, min or max)");
+    std::string r = o.str_or("reduction", "sum");
+    if (r != "sum" && r != "prod" && r != "min" && r != "max")
+      fail(o.at("reduction"), "unknown reduction '" + r + "' (expected sum, prod, min or max)");
+    if (r != "sum") c.set_rare().reduction = std::move(r);
   };
   auto map_body = [&](Obj& mo, Command& m) {
     m.out = ref_of(mo.need("out"), mo.at("out"));
@@ -292,7 +293,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     c.dst = ref("dst");
     Value v = o.need("value");
     if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
-    c.value = v.is_boolean() ? (v.boolean() ? 1 : 0) : v.number();
+    c.set_rare().value = v.is_boolean() ? (v.boolean() ? 1 : 0) : v.number();
   } else if (op == "copy") {
     c.op = Op::copy;
     c.src = ref("src");
@@ -313,10 +314,11 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     c.op = Op::reduce;
     c.out = ref("out");
     c.src = ref("in");
-    c.fn = o.str("fn");
-    if (c.fn != "sum" && c.fn != "max" && c.fn != "min" && c.fn != "prod")
-      fail(o.at("fn"), "unknown reduction '" + c.fn + "' (expected sum, max, min or prod)");
-    c.axes_i = int_list(o.need("axes"), o.at("axes"));
+    Command::Rare& x = c.set_rare();
+    x.fn = o.str("fn");
+    if (x.fn != "sum" && x.fn != "max" && x.fn != "min" && x.fn != "prod")
+      fail(o.at("fn"), "unknown reduction '" + x.fn + "' (expected sum, max, min or prod)");
+    x.axes_i = int_list(o.need("axes"), o.at("axes"));
   } else if (op == "kernel") {
     c.op = Op::kernel;
     c.refs = ref_list("reads", false);
@@ -324,15 +326,16 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     if (!c.cost) fail(ptr, "a kernel needs a 'cost' ({\"seconds\": s} or {\"flops\": f, \"bytes\": b})");
   } else if (op == "ptx_kernel") {
     c.op = Op::ptx_kernel;
+    Command::Rare& x = c.set_rare();
     c.refs = ref_list("args", true);
     Value w = o.need("written");
     if (!w.is_array() || w.size() != c.refs.size())
       fail(o.at("written"), "expected a list of " + std::to_string(c.refs.size()) + " booleans, one per arg");
     w.each_element([&](size_t i, Value e) {
       if (!e.is_boolean()) fail(child(o.at("written"), i), "expected true or false");
-      c.written.push_back(e.boolean());
+      x.written.push_back(e.boolean());
     });
-    PtxLaunch& l = *(c.launch = PtxLaunch{});
+    PtxLaunch& l = *(x.launch = PtxLaunch{});
     l.kernel_name = o.str("kernel_name");
     l.ptx = o.str_or("ptx", "");
     l.ptx_file = o.str_or("ptx_file", "");
@@ -356,11 +359,11 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
       m->pointer = o.at("cpu");
       map_body(mo, *m);
       mo.done();
-      c.cpu = std::move(m);
+      x.cpu = std::move(m);
     }
   } else if (op == "custom_call") {
     c.op = Op::custom_call;
-    CustomCallSpec& cc = *(c.custom = CustomCallSpec{});
+    CustomCallSpec& cc = *(c.set_rare().custom = CustomCallSpec{});
     cc.target = o.str("target");
     c.refs = ref_list("operands", true);
     c.refs2 = ref_list("results", true);
@@ -398,7 +401,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
         if (p.size() != 2) fail(child(o.at("pairs"), i), "expected [source, target]");
         ps.emplace_back(p[0], p[1]);
       });
-      c.pairs = std::move(ps);
+      c.set_rare().pairs = std::move(ps);
     } else {
       c.shift = as_int(*shift, o.at("shift"));
     }
@@ -416,8 +419,8 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   } else if (op == "cond") {
     c.op = Op::cond;
     c.pred = ref("pred");
-    c.then_ = block("then");
-    if (o.has("else")) c.else_ = block("else");
+    c.set_rare().then_ = block("then");
+    if (o.has("else")) c.set_rare().else_ = block("else");
     else o.get("else");
     sim("taken");
   } else if (op == "switch") {
@@ -425,20 +428,21 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     c.index = ref("index");
     Value br = o.need("branches");
     if (!br.is_array() || br.empty()) fail(o.at("branches"), "expected a non-empty list of command lists");
-    br.each_element([&](size_t i, Value e) { c.branches.push_back(parse_block(e, child(o.at("branches"), i), depth + 1)); });
+    br.each_element([&](size_t i, Value e) { c.set_rare().branches.push_back(parse_block(e, child(o.at("branches"), i), depth + 1)); });
     sim("branch");
   } else if (op == "while") {
     c.op = Op::while_;
     c.cond_buf = ref("cond_buf");
-    c.cond = block("cond");
+    c.set_rare().cond = block("cond");
     c.body = block("body");
     sim("trip_count");
   } else if (op == "call") {
     c.op = Op::call;
-    c.fn = o.str("fn");
+    Command::Rare& x = c.set_rare();
+    x.fn = o.str("fn");
     if (std::optional<Value> args = o.get("args")) {
       Obj ao(*args, o.at("args"));
-      ao.each([&](std::string_view key, Value v, std::string at) { c.args_map.emplace_back(std::string(key), ref_of(v, std::move(at))); });
+      ao.each([&](std::string_view key, Value v, std::string at) { x.args_map.emplace_back(std::string(key), ref_of(v, std::move(at))); });
     }
   } else {
     fail(o.at("op"), "unknown op '" + std::string(op) + "'");
@@ -612,9 +616,10 @@ json map_fields(const Command& c, json j) {
 }  // namespace
 
 json to_json(const Command& c) {
+  const Command::Rare& x = c.rare();
   json j;
   j["op"] = op_name(c.op);
-  if (!c.name.empty()) j["name"] = c.name;
+  if (!x.name.empty()) j["name"] = x.name;
   if (c.cost) {
     json cj = json::object();
     if (c.cost->seconds) cj["seconds"] = *c.cost->seconds;
@@ -626,11 +631,11 @@ json to_json(const Command& c) {
     j["src"] = ref_json(c.src);
     j["dst"] = ref_json(c.dst);
     j["axis"] = c.axis.size() == 1 ? json(c.axis[0]) : json(c.axis);
-    if (c.groups) j["groups"] = *c.groups;
+    if (x.groups) j["groups"] = *x.groups;
   };
   switch (c.op) {
     case Op::memzero: j["dst"] = ref_json(c.dst); break;
-    case Op::memset: j["dst"] = ref_json(c.dst); j["value"] = c.value; break;
+    case Op::memset: j["dst"] = ref_json(c.dst); j["value"] = x.value; break;
     case Op::copy: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); break;
     case Op::gemm:
       j["a"] = ref_json(c.a); j["b"] = ref_json(c.b); j["c"] = ref_json(c.c);
@@ -639,29 +644,29 @@ json to_json(const Command& c) {
       break;
     case Op::map: j = map_fields(c, j); break;
     case Op::reduce:
-      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = c.fn; j["axes"] = c.axes_i;
+      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = x.fn; j["axes"] = x.axes_i;
       break;
     case Op::kernel: j["reads"] = refs_json(c.refs); j["writes"] = refs_json(c.refs2); break;
     case Op::ptx_kernel:
       j["args"] = refs_json(c.refs);
-      j["written"] = c.written;
-      j["kernel_name"] = c.launch->kernel_name;
-      if (!c.launch->ptx.empty()) j["ptx"] = c.launch->ptx;
-      if (!c.launch->ptx_file.empty()) j["ptx_file"] = c.launch->ptx_file;
-      j["grid"] = c.launch->grid; j["block"] = c.launch->block; j["shmem_bytes"] = c.launch->shmem_bytes;
-      if (c.cpu) j["cpu"] = map_fields(*c.cpu, json::object());
+      j["written"] = x.written;
+      j["kernel_name"] = x.launch->kernel_name;
+      if (!x.launch->ptx.empty()) j["ptx"] = x.launch->ptx;
+      if (!x.launch->ptx_file.empty()) j["ptx_file"] = x.launch->ptx_file;
+      j["grid"] = x.launch->grid; j["block"] = x.launch->block; j["shmem_bytes"] = x.launch->shmem_bytes;
+      if (x.cpu) j["cpu"] = map_fields(*x.cpu, json::object());
       break;
     case Op::custom_call:
-      j["target"] = c.custom->target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
-      j["backend_config"] = c.custom->backend_config;
+      j["target"] = x.custom->target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
+      j["backend_config"] = x.custom->backend_config;
       break;
-    case Op::all_reduce: case Op::reduce_scatter: collective(); j["reduction"] = c.reduction; break;
+    case Op::all_reduce: case Op::reduce_scatter: collective(); j["reduction"] = x.reduction; break;
     case Op::all_gather: case Op::all_to_all: collective(); break;
     case Op::collective_permute:
       collective();
-      if (c.pairs) {
+      if (x.pairs) {
         json ps = json::array();
-        for (auto [s, t] : *c.pairs) ps.push_back({s, t});
+        for (auto [s, t] : *x.pairs) ps.push_back({s, t});
         j["pairs"] = ps;
       } else {
         j["shift"] = *c.shift;
@@ -675,25 +680,25 @@ json to_json(const Command& c) {
       break;
     case Op::async_done: j["token"] = c.token; break;
     case Op::cond:
-      j["pred"] = ref_json(c.pred); j["then"] = block_json(c.then_); j["else"] = block_json(c.else_);
-      if (c.sim.taken) j["sim"] = {{"taken", *c.sim.taken}};
+      j["pred"] = ref_json(c.pred); j["then"] = block_json(x.then_); j["else"] = block_json(x.else_);
+      if (x.sim.taken) j["sim"] = {{"taken", *x.sim.taken}};
       break;
     case Op::switch_: {
       j["index"] = ref_json(c.index);
       json br = json::array();
-      for (const auto& b : c.branches) br.push_back(block_json(b));
+      for (const auto& b : x.branches) br.push_back(block_json(b));
       j["branches"] = br;
-      if (c.sim.branch) j["sim"] = {{"branch", *c.sim.branch}};
+      if (x.sim.branch) j["sim"] = {{"branch", *x.sim.branch}};
       break;
     }
     case Op::while_:
-      j["cond_buf"] = ref_json(c.cond_buf); j["cond"] = block_json(c.cond); j["body"] = block_json(c.body);
-      if (c.sim.trip_count) j["sim"] = {{"trip_count", *c.sim.trip_count}};
+      j["cond_buf"] = ref_json(c.cond_buf); j["cond"] = block_json(x.cond); j["body"] = block_json(c.body);
+      if (x.sim.trip_count) j["sim"] = {{"trip_count", *x.sim.trip_count}};
       break;
     case Op::call: {
-      j["fn"] = c.fn;
+      j["fn"] = x.fn;
       json args = json::object();
-      for (const auto& [k, r] : c.args_map) args[k] = r.syntax->text();
+      for (const auto& [k, r] : x.args_map) args[k] = r.syntax->text();
       j["args"] = args;
       break;
     }

@@ -141,7 +141,10 @@ using Block = std::vector<Command>;
 struct Command {
   // What the validator and the simulator read for every command comes first
   // (op, refs, sub-blocks, cost), so that a walk over a large program
-  // touches few cache lines per command; names and texts come last.
+  // touches few cache lines per command; names and texts come last. The
+  // fields few commands have live apart, in Rare.
+  struct Rare;
+
   Op op = Op::memzero;
   bool transpose_a = false, transpose_b = false;
   Box<Cost> cost;
@@ -150,37 +153,62 @@ struct Command {
   // refs, by role
   OptRef src, dst, a, b, c, out, pred, index, cond_buf;
 
-  Block body;                   // async_start, collective_group, while body, call (lowered)
-  Block then_, else_;           // cond
-  Block cond;                   // while
-  std::vector<Block> branches;  // switch
-  std::shared_ptr<Command> cpu;  // ptx_kernel fallback, a map
+  Block body;  // async_start, collective_group, while body, call (lowered)
 
   std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
   std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
   std::vector<Ref> refs2;                       // kernel writes, custom_call results
-  double value = 0;  // memset
-  SimHints sim;
   StreamId stream;
-  std::optional<int64_t> shift;
-  std::vector<std::string> axis; // collective axes
-  std::optional<std::vector<std::vector<int64_t>>> groups;
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
+  std::optional<int64_t> shift;   // collective_permute
+  std::vector<std::string> axis;  // collective axes
   std::string token;
   ExprPtr expr;  // map
 
   std::string pointer;  // source JSON pointer (for messages)
   std::string id;       // pointer in the lowered schedule (for reports)
-  std::string name;
-  std::vector<bool> written;                    // ptx_kernel
   std::string expr_text;
-  std::string fn;                // reduce fn, call fn
-  std::vector<int64_t> axes_i;   // reduce axes
-  std::string reduction = "sum";
-  Box<CustomCallSpec> custom;  // custom_call
-  Box<PtxLaunch> launch;       // ptx_kernel
+
+  // The rare fields; a command without them reads their defaults.
+  const Rare& rare() const;
+  // The rare fields for writing (made on first use).
+  Rare& set_rare();
+  bool has_rare() const { return rare_.has_value(); }
+
+ private:
+  Box<Rare> rare_;
+};
+
+// The fields of a command that most commands leave at their defaults:
+// control flow's other blocks, sim hints, communicator groups and pairs, a
+// name, and what only one op uses (memset, reduce, ptx_kernel,
+// custom_call, call).
+struct Command::Rare {
+  Block then_, else_;           // cond
+  Block cond;                   // while
+  std::vector<Block> branches;  // switch
+  SimHints sim;
+  std::optional<std::vector<std::vector<int64_t>>> groups;
+  std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
+  std::string name;
+  std::string reduction = "sum";  // all_reduce, reduce_scatter
+  double value = 0;               // memset
+  std::string fn;                 // reduce fn, call fn
+  std::vector<int64_t> axes_i;    // reduce axes
+  std::vector<bool> written;      // ptx_kernel
+  std::shared_ptr<Command> cpu;   // ptx_kernel fallback, a map
+  Box<PtxLaunch> launch;          // ptx_kernel
+  Box<CustomCallSpec> custom;     // custom_call
   std::vector<std::pair<std::string, Ref>> args_map;  // call args
 };
+
+inline const Command::Rare& Command::rare() const {
+  static const Rare defaults;
+  return rare_ ? *rare_ : defaults;
+}
+inline Command::Rare& Command::set_rare() {
+  if (!rare_) rare_ = Rare{};
+  return *rare_;
+}
 
 struct Function {
   std::vector<std::string> params;
@@ -254,10 +282,11 @@ bool any_ref(const Command& c, F pred) {
 template <typename F>
 bool any_command(const Block& b, F pred) {
   for (const auto& c : b) {
-    if (pred(c) || (c.cpu && pred(*c.cpu))) return true;
-    for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond})
+    const Command::Rare& x = c.rare();
+    if (pred(c) || (x.cpu && pred(*x.cpu))) return true;
+    for (const Block* sub : {&c.body, &x.then_, &x.else_, &x.cond})
       if (any_command(*sub, pred)) return true;
-    for (const auto& br : c.branches)
+    for (const auto& br : x.branches)
       if (any_command(br, pred)) return true;
   }
   return false;

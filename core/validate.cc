@@ -81,10 +81,10 @@ std::string sig_text(const Program& p, const CollectiveSig& g) {
   const Command& c = *g.cmd;
   std::string s(op_name(c.op));
   s += " " + view_str(p, g.src) + "->" + view_str(p, g.dst);
-  if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) s += " " + c.reduction;
+  if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) s += " " + c.rare().reduction;
   if (c.op == Op::collective_permute) {
     std::vector<std::pair<int64_t, int64_t>> pairs;
-    if (c.pairs) pairs = *c.pairs;
+    if (c.rare().pairs) pairs = *c.rare().pairs;
     else
       for (int64_t i = 0; i < g.n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, g.n));
     std::sort(pairs.begin(), pairs.end());
@@ -337,13 +337,13 @@ class RankWalker {
     std::string key = c.axis.size() == 1 ? c.axis[0] : std::string();
     if (c.axis.size() > 1)
       for (const auto& a : c.axis) key += a + ",";
-    if (c.groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(&*c.groups));
+    if (c.rare().groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(&*c.rare().groups));
     auto cached = participants_.find(key);
     if (cached == participants_.end()) {
       try {
-        cached = participants_.emplace(key, participants(p_.mesh, ctx_.rank, c.axis, c.groups)).first;
+        cached = participants_.emplace(key, participants(p_.mesh, ctx_.rank, c.axis, c.rare().groups)).first;
       } catch (const ThunkyError& e) {
-        throw ThunkyError(c.pointer + (c.groups ? "/groups" : "/axis"), e.what());
+        throw ThunkyError(c.pointer + (c.rare().groups ? "/groups" : "/axis"), e.what());
       }
     }
     const Participants& part = cached->second;
@@ -374,10 +374,10 @@ class RankWalker {
       if (!ok)
         throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + ": src and dst overlap in buffer '" + sb.name + "' (elements [" + std::to_string(s0) + ", " + std::to_string(s1) + ") and [" + std::to_string(d0) + ", " + std::to_string(d1) + ")); they must be disjoint or in place as the op allows");
     }
-    if (c.op == Op::collective_permute && c.pairs) {
+    if (c.op == Op::collective_permute && c.rare().pairs) {
       std::set<int64_t> sources, targets;
-      for (size_t i = 0; i < c.pairs->size(); ++i) {
-        auto [s, t] = (*c.pairs)[i];
+      for (size_t i = 0; i < c.rare().pairs->size(); ++i) {
+        auto [s, t] = (*c.rare().pairs)[i];
         std::string ptr = c.pointer + "/pairs/" + std::to_string(i);
         if (s < 0 || s >= n || t < 0 || t >= n)
           throw ThunkyError(ptr, "pair [" + std::to_string(s) + ", " + std::to_string(t) + "] names an index outside the " + std::to_string(n) + " ranks of the collective");
@@ -461,11 +461,11 @@ class RankWalker {
         View in = R(*c.src), out = need_writable(*c.out);
         std::set<int64_t> axes;
         int64_t kept = 1;
-        for (size_t i = 0; i < c.axes_i.size(); ++i) {
-          int64_t ax = c.axes_i[i];
+        for (size_t i = 0; i < c.rare().axes_i.size(); ++i) {
+          int64_t ax = c.rare().axes_i[i];
           if (ax < 0) ax += static_cast<int64_t>(in.shape.size());
           if (ax < 0 || ax >= static_cast<int64_t>(in.shape.size()))
-            throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.axes_i[i]) + " is out of range for input " + view_str(p_, in));
+            throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(p_, in));
           if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
         }
         for (size_t d = 0; d < in.shape.size(); ++d)
@@ -485,11 +485,11 @@ class RankWalker {
           for (const auto& r : c.refs2) acc.push_back({&r, need_writable(r), true});
         } else if (c.op == Op::ptx_kernel) {
           for (size_t i = 0; i < c.refs.size(); ++i) {
-            acc.push_back({&c.refs[i], c.written[i] ? need_writable(c.refs[i]) : R(c.refs[i]), false});
-            if (c.written[i]) acc.push_back({&c.refs[i], acc.back().view, true});
+            acc.push_back({&c.refs[i], c.rare().written[i] ? need_writable(c.refs[i]) : R(c.refs[i]), false});
+            if (c.rare().written[i]) acc.push_back({&c.refs[i], acc.back().view, true});
           }
-          if (c.cpu) {
-            check_map(*c.cpu, true);
+          if (c.rare().cpu) {
+            check_map(*c.rare().cpu, true);
           }
         } else {
           custom_call_check(c);
@@ -572,11 +572,11 @@ class RankWalker {
         std::vector<const Block*> blocks;
         std::vector<std::string> names;
         if (c.op == Op::cond) {
-          blocks = {&c.then_, &c.else_};
+          blocks = {&c.rare().then_, &c.rare().else_};
           names = {c.id + "/then", c.id + "/else"};
         } else {
-          for (size_t k = 0; k < c.branches.size(); ++k) {
-            blocks.push_back(&c.branches[k]);
+          for (size_t k = 0; k < c.rare().branches.size(); ++k) {
+            blocks.push_back(&c.rare().branches[k]);
             names.push_back(c.id + "/branches/" + std::to_string(k));
           }
         }
@@ -600,7 +600,7 @@ class RankWalker {
       case Op::while_: {
         View v = scalar(*c.cond_buf, DType::boolean, "cond_buf");
         ns_stack_.push_back(&ns);
-        region(c.cond, c.id + "/cond", slot, branch);
+        region(c.rare().cond, c.id + "/cond", slot, branch);
         leaf({{&*c.cond_buf, v, false}});
         region(c.body, c.id + "/body", slot, branch);
         ns_stack_.pop_back();
@@ -639,7 +639,7 @@ class RankWalker {
   }
 
   void custom_call_check(const Command& c) {
-    const CustomCallSpec& spec = *c.custom;
+    const CustomCallSpec& spec = *c.rare().custom;
     if (spec.target != "cholesky" && spec.target != "cusolver_potrf_ffi")
       throw ThunkyError(c.pointer + "/target", "unknown custom_call target '" + spec.target + "' (registered: cholesky, cusolver_potrf_ffi)");
     for (auto it = spec.backend_config.begin(); it != spec.backend_config.end(); ++it) {
@@ -682,7 +682,7 @@ class RankWalker {
 // Whether some view or communicator differs between ranks.
 bool program_rank_dependent(const Block& b) {
   // Group membership differs by rank.
-  return any_command(b, [](const Command& c) { return c.groups || any_ref(c, ref_moves_with_rank); });
+  return any_command(b, [](const Command& c) { return c.rare().groups || any_ref(c, ref_moves_with_rank); });
 }
 
 // Whether some view's element count differs between ranks.
@@ -814,9 +814,9 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
       const std::string& tb = *names.command_token[rr.second.command];
       std::ostringstream msg;
       msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id << " (" << op_name(a.op)
-          << (a.name.empty() ? "" : " '" + a.name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
+          << (a.rare().name.empty() ? "" : " '" + a.rare().name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
           << names.slot_names_[rr.first.slot] << ") and " << b.id << " (" << op_name(b.op)
-          << (b.name.empty() ? "" : " '" + b.name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
+          << (b.rare().name.empty() ? "" : " '" + b.rare().name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
           << names.slot_names_[rr.second.slot] << ") are not ordered by stream order or any token; missing join: ";
       if (!ta.empty())
         msg << "an async_done of token '" << display_token(ta) << "' on " << names.slot_names_[rr.second.slot] << " before " << b.id;

@@ -131,8 +131,8 @@ TEST(Loading, NestingDeeperThan256IsRefusedOutsideStrings) {
                                     R"({"op": "memzero", "dst": "b", "name": ")" + std::string(300, '[') + R"("}])"),
                               "t.json");
   ASSERT_TRUE(p) << p.errors().front().str();
-  EXPECT_EQ(p->program[0].name, std::string(300, '{') + R"(" \ "\)");
-  EXPECT_EQ(p->program[1].name, std::string(300, '['));
+  EXPECT_EQ(p->program[0].rare().name, std::string(300, '{') + R"(" \ "\)");
+  EXPECT_EQ(p->program[1].rare().name, std::string(300, '['));
 }
 
 // Ranks other than 0 replay rank 0's walk, split across threads when the

@@ -346,10 +346,10 @@ class Engine {
       // the cache misses of reading its five block vectors.
       const bool nests = c.op == Op::async_start || c.op == Op::collective_group || c.op == Op::cond || c.op == Op::switch_ ||
                          c.op == Op::while_ || c.op == Op::call;
-      const bool leaf = !nests || (c.body.empty() && c.then_.empty() && c.else_.empty() && c.branches.empty() && c.cond.empty());
+      const bool leaf = !nests || (c.body.empty() && c.rare().then_.empty() && c.rare().else_.empty() && c.rare().branches.empty() && c.rare().cond.empty());
       if (!leaf) {
         const int at = static_cast<int>(block_starts_.size());
-        block_starts_.resize(block_starts_.size() + 4 + c.branches.size());
+        block_starts_.resize(block_starts_.size() + 4 + c.rare().branches.size());
         infos_[i].blocks = at;
         int k = 0;
         auto child = [&](const Block& sub, bool scope) {
@@ -360,10 +360,10 @@ class Engine {
         // An async_start's body and a call share their issuer's tokens; the
         // regions of control flow have their own.
         child(c.body, c.op == Op::while_);
-        child(c.then_, true);
-        child(c.else_, true);
-        for (const auto& br : c.branches) child(br, true);
-        child(c.cond, true);
+        child(c.rare().then_, true);
+        child(c.rare().else_, true);
+        for (const auto& br : c.rare().branches) child(br, true);
+        child(c.rare().cond, true);
       }
       infos_[i].subtree = static_cast<int>(infos_.size()) - i;
     }
@@ -474,9 +474,9 @@ class Engine {
       if (it != per.end() && cursor < it->second.size()) return it->second[cursor++];
       if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id + " fewer times than the timing model expands it");
     }
-    if (c.op == Op::cond && c.sim.taken) return *c.sim.taken ? 1 : 0;
-    if (c.op == Op::switch_ && c.sim.branch) return *c.sim.branch;
-    if (c.op == Op::while_ && c.sim.trip_count) return *c.sim.trip_count;
+    if (c.op == Op::cond && c.rare().sim.taken) return *c.rare().sim.taken ? 1 : 0;
+    if (c.op == Op::switch_ && c.rare().sim.branch) return *c.rare().sim.branch;
+    if (c.op == Op::while_ && c.rare().sim.trip_count) return *c.rare().sim.trip_count;
     if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id + " needs a sim hint (" +
                                                       (c.op == Op::cond ? "\"sim\": {\"taken\": true}" : c.op == Op::switch_ ? "\"sim\": {\"branch\": k}" : "\"sim\": {\"trip_count\": n}") +
                                                       ") or inputs for the functional model");
@@ -534,7 +534,7 @@ class Engine {
         const int i = f.info, cur = f.stream;
         if (!f.body_next) {
           f.body_next = true;
-          enter(rank, c.cond, block(i, 3 + c.branches.size()), cur, true);
+          enter(rank, c.rare().cond, block(i, 3 + c.rare().branches.size()), cur, true);
         } else if (f.trip < f.trips) {
           f.body_next = false;
           ++f.trip;
@@ -575,12 +575,12 @@ class Engine {
         case Op::call: enter(rank, c.body, block(i, 0), cur, in_loop); break;
         case Op::cond: {
           const bool taken = decision(rank, c) != 0;
-          enter(rank, taken ? c.then_ : c.else_, block(i, taken ? 1 : 2), cur, in_loop);
+          enter(rank, taken ? c.rare().then_ : c.rare().else_, block(i, taken ? 1 : 2), cur, in_loop);
           break;
         }
         case Op::switch_: {
-          const int64_t k = std::clamp<int64_t>(decision(rank, c), 0, static_cast<int64_t>(c.branches.size()) - 1);
-          enter(rank, c.branches[k], block(i, 3 + static_cast<size_t>(k)), cur, in_loop);
+          const int64_t k = std::clamp<int64_t>(decision(rank, c), 0, static_cast<int64_t>(c.rare().branches.size()) - 1);
+          enter(rank, c.rare().branches[k], block(i, 3 + static_cast<size_t>(k)), cur, in_loop);
           break;
         }
         case Op::while_: {
@@ -778,7 +778,7 @@ class Engine {
     std::vector<AxisSpan>& spans = scratch_spans_;
     spans.clear();
     for (const auto& ax : c.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
-    if (c.groups) {  // one axis of the group's size
+    if (c.rare().groups) {  // one axis of the group's size
       spans.resize(1);
       spans.front().ranks = n;
     }
@@ -786,12 +786,12 @@ class Engine {
     if (c.op == Op::collective_permute) {
       // The pairs: explicit, or every i to (i + shift) mod n; folded, rank
       // 0's flow stands for its translates.
-      const size_t npairs = c.pairs ? c.pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
-      const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.groups;
+      const size_t npairs = c.rare().pairs ? c.rare().pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
+      const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.rare().groups;
       const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
       for (size_t k = 0; k < npairs; ++k) {
-        const int64_t s = c.pairs ? (*c.pairs)[k].first : fold_ ? part.position : static_cast<int64_t>(k);
-        const int64_t t = c.pairs ? (*c.pairs)[k].second : floor_mod(s + *c.shift, n);
+        const int64_t s = c.rare().pairs ? (*c.rare().pairs)[k].first : fold_ ? part.position : static_cast<int64_t>(k);
+        const int64_t t = c.rare().pairs ? (*c.rare().pairs)[k].second : floor_mod(s + *c.shift, n);
         if (s == t || (fold_ && s != part.position)) continue;
         const int f = new_flow(a, bytes);
         std::pmr::vector<int>& links = flows_[f].links;
@@ -888,7 +888,7 @@ class Engine {
       for (int st : act.streams) {
         const int64_t rank = streams_[st].rank;
         if (rank_stamp_[rank] == rank_stamp_now_) continue;
-        const Participants part = participants(p_.mesh, rank, c.axis, c.groups);
+        const Participants part = participants(p_.mesh, rank, c.axis, c.rare().groups);
         for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
         const double bytes = member_flows(act, a, mi, rank, part, latency);
         // Ranks are in order, so rank 0's instance comes first.
@@ -1291,7 +1291,7 @@ class Engine {
       for (const Rec& rec : recs) {
         const Command& c = *infos_[rec.info].cmd;
         const Work& w = work(rec.info, rank, scratch);
-        rr.ops.push_back({op_id(rec.info, rec.instance), std::string(op_name(c.op)), c.name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
+        rr.ops.push_back({op_id(rec.info, rec.instance), std::string(op_name(c.op)), c.rare().name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
       }
       for (const Edge& e : edges_[from])
         rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, infos_[e.info].cmd->token, e.join});

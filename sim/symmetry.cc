@@ -11,8 +11,8 @@ bool ranks_symmetric(const Program& p, const Machine& m, const Decisions* decisi
   }
   const bool asymmetric = any_command(p.program, [](const Command& c) {
     if (work_depends_on_rank(c)) return true;
-    if (is_collective(c.op) && c.groups) return true;
-    return c.op == Op::collective_permute && (c.pairs || c.axis.size() != 1);
+    if (is_collective(c.op) && c.rare().groups) return true;
+    return c.op == Op::collective_permute && (c.rare().pairs || c.axis.size() != 1);
   });
   if (asymmetric) return false;
   if (decisions)

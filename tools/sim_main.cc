@@ -15,8 +15,8 @@ namespace {
 
 bool unhinted_control_flow(const thunky::Block& b) {
   return thunky::any_command(b, [](const thunky::Command& c) {
-    return (c.op == thunky::Op::cond && !c.sim.taken) || (c.op == thunky::Op::switch_ && !c.sim.branch) ||
-           (c.op == thunky::Op::while_ && !c.sim.trip_count);
+    return (c.op == thunky::Op::cond && !c.rare().sim.taken) || (c.op == thunky::Op::switch_ && !c.rare().sim.branch) ||
+           (c.op == thunky::Op::while_ && !c.rare().sim.trip_count);
   });
 }
 

@@ -222,7 +222,7 @@ class Run {
     std::lock_guard<std::mutex> l(s.mu);
     std::string id = c.id;
     if (in_loop) id += "#" + std::to_string(s.instances[c.id]++);
-    s.ops.push_back({id, std::string(op_name(c.op)), c.name, stream.str(), start, end, w.bytes, w.flops});
+    s.ops.push_back({id, std::string(op_name(c.op)), c.rare().name, stream.str(), start, end, w.bytes, w.flops});
   }
 
   void decide(RankState& s, const Command& c, int64_t value) {
@@ -233,25 +233,25 @@ class Run {
   CollectiveCall collective_call(RankState& s, const Command& c) {
     CollectiveCall call;
     call.op = c.op;
-    call.reduction = c.reduction;
+    call.reduction = c.rare().reduction;
     View sv = resolve(p_, *c.src, s.ctx), dv = resolve(p_, *c.dst, s.ctx);
     call.dtype = p_.buffers[sv.buffer].dtype;
     call.src = (*s.memory)[sv.buffer].data() + sv.offset * dtype_size(call.dtype);
     call.dst = (*s.memory)[dv.buffer].data() + dv.offset * dtype_size(call.dtype);
     call.src_count = sv.count();
     call.dst_count = dv.count();
-    Participants part = participants(p_.mesh, s.rank, c.axis, c.groups);
+    Participants part = participants(p_.mesh, s.rank, c.axis, c.rare().groups);
     call.ranks = part.ranks;
     call.position = part.position;
     const int64_t n = static_cast<int64_t>(part.ranks.size());
     if (c.op == Op::collective_permute) {
-      if (c.pairs) call.pairs = *c.pairs;
+      if (c.rare().pairs) call.pairs = *c.rare().pairs;
       else
         for (int64_t i = 0; i < n; ++i) call.pairs.emplace_back(i, floor_mod(i + *c.shift, n));
     }
     call.id = c.id;
     call.signature = std::string(op_name(c.op)) + " " + std::string(dtype_name(call.dtype)) + " x" + std::to_string(call.src_count) + "->" + std::to_string(call.dst_count);
-    if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) call.signature += " " + c.reduction;
+    if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) call.signature += " " + c.rare().reduction;
     return call;
   }
 
@@ -260,19 +260,19 @@ class Run {
       case Op::cond: {
         bool taken = read_scalar(s, *c.pred) != 0;
         decide(s, c, taken ? 1 : 0);
-        run_block(s, taken ? c.then_ : c.else_, stream, in_loop);
+        run_block(s, taken ? c.rare().then_ : c.rare().else_, stream, in_loop);
         return;
       }
       case Op::switch_: {
         int64_t k = static_cast<int64_t>(read_scalar(s, *c.index));
-        k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(c.branches.size()) - 1);
+        k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(c.rare().branches.size()) - 1);
         decide(s, c, k);
-        run_block(s, c.branches[k], stream, in_loop);
+        run_block(s, c.rare().branches[k], stream, in_loop);
         return;
       }
       case Op::while_: {
         for (int64_t trips = 0;; ++trips) {
-          run_block(s, c.cond, stream, true);
+          run_block(s, c.rare().cond, stream, true);
           if (read_scalar(s, *c.cond_buf) == 0) {
             decide(s, c, trips);
             return;
@@ -319,7 +319,7 @@ class Run {
         std::memset(d.data, 0, d.bytes());
         break;
       }
-      case Op::memset: cpu::fill(tensor(s, *c.dst), c.value); break;
+      case Op::memset: cpu::fill(tensor(s, *c.dst), c.rare().value); break;
       case Op::copy: {
         cpu::Tensor a = tensor(s, *c.src), d = tensor(s, *c.dst);
         std::memmove(d.data, a.data, d.bytes());
@@ -329,7 +329,7 @@ class Run {
         cpu::gemm(tensor(s, *c.a), tensor(s, *c.b), tensor(s, *c.c), c.transpose_a, c.transpose_b, c.alpha, c.beta);
         break;
       case Op::map: run_map(s, c); break;
-      case Op::reduce: cpu::reduce(tensor(s, *c.src), c.axes_i, c.fn, tensor(s, *c.out)); break;
+      case Op::reduce: cpu::reduce(tensor(s, *c.src), c.rare().axes_i, c.rare().fn, tensor(s, *c.out)); break;
       case Op::kernel: {
         // A stand-in: read every input byte and rewrite every output byte,
         // then hold the stream for the modelled time.
@@ -345,9 +345,9 @@ class Run {
         if (c.cost && c.cost->seconds) std::this_thread::sleep_for(std::chrono::duration<double>(*c.cost->seconds));
         break;
       }
-      case Op::ptx_kernel: run_map(s, *c.cpu); break;
+      case Op::ptx_kernel: run_map(s, *c.rare().cpu); break;
       case Op::custom_call: {
-        bool lower = c.custom->backend_config.at("lower").get<bool>();
+        bool lower = c.rare().custom->backend_config.at("lower").get<bool>();
         cpu::cholesky(tensor(s, c.refs[0]), tensor(s, c.refs2[0]), tensor(s, c.refs2[1]), lower);
         break;
       }
@@ -448,11 +448,11 @@ class CpuBackend final : public Backend {
  private:
   static void plan(const Program& p, const Block& b, std::vector<Diagnostic>& errors) {
     for (const auto& c : b) {
-      if (c.op == Op::ptx_kernel && !c.cpu)
+      if (c.op == Op::ptx_kernel && !c.rare().cpu)
         errors.push_back({ErrorKind::input, p.file, c.pointer,
-                          "ptx_kernel '" + c.launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
-      for (const Block* sub : {&c.body, &c.then_, &c.else_, &c.cond}) plan(p, *sub, errors);
-      for (const auto& br : c.branches) plan(p, br, errors);
+                          "ptx_kernel '" + c.rare().launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
+      for (const Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) plan(p, *sub, errors);
+      for (const auto& br : c.rare().branches) plan(p, br, errors);
     }
   }
 };
