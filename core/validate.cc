@@ -331,22 +331,43 @@ class RankWalker {
     if (g.body.empty()) throw ThunkyError(g.pointer + "/body", "a collective_group needs at least one collective");
   }
 
-  // Checks one collective's rules on this rank and returns its signature.
-  std::string collective(const Command& c, const View& src, const View& dst) {
-    // Participants depend on the axes and groups only: cache them per rank.
+  // The communicator of a collective on this rank: its participants, and
+  // the sequence of collectives issued on it.
+  struct Comm {
+    const Participants* part = nullptr;
+    std::vector<CollectiveSig>* sigs = nullptr;
+  };
+  Comm communicator(const Command& c) {
+    // Participants depend on the axes and groups only. Consecutive
+    // collectives mostly share them, so the last one is kept at hand.
+    const auto* groups = c.rare().groups ? &*c.rare().groups : nullptr;
+    if (last_comm_.part && groups == last_groups_ && c.axis == last_axis_) return last_comm_;
     std::string key = c.axis.size() == 1 ? c.axis[0] : std::string();
     if (c.axis.size() > 1)
       for (const auto& a : c.axis) key += a + ",";
-    if (c.rare().groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(&*c.rare().groups));
+    if (groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(groups));
     auto cached = participants_.find(key);
     if (cached == participants_.end()) {
       try {
         cached = participants_.emplace(key, participants(p_.mesh, ctx_.rank, c.axis, c.rare().groups)).first;
       } catch (const ThunkyError& e) {
-        throw ThunkyError(c.pointer + (c.rare().groups ? "/groups" : "/axis"), e.what());
+        throw ThunkyError(c.pointer + (groups ? "/groups" : "/axis"), e.what());
       }
     }
     const Participants& part = cached->second;
+    auto it = comm_index_.find(&part);
+    if (it == comm_index_.end()) it = comm_index_.emplace(&part, &collectives[part.ranks]).first;
+    last_comm_ = {&part, it->second};
+    last_groups_ = groups;
+    last_axis_ = c.axis;
+    return last_comm_;
+  }
+
+  // Checks one collective's rules on this rank and appends it to its
+  // communicator's sequence.
+  void collective(const Command& c, const View& src, const View& dst) {
+    const Comm comm = communicator(c);
+    const Participants& part = *comm.part;
     const int64_t n = static_cast<int64_t>(part.ranks.size());
     const Buffer& sb = p_.buffers[src.buffer];
     const Buffer& db = p_.buffers[dst.buffer];
@@ -385,10 +406,7 @@ class RankWalker {
         if (!targets.insert(t).second) throw ThunkyError(ptr, "target " + std::to_string(t) + " receives more than once");
       }
     }
-    auto it = comm_index_.find(&part);
-    if (it == comm_index_.end()) it = comm_index_.emplace(&part, &collectives[part.ranks]).first;
-    it->second->push_back({&c, src, dst, static_cast<int>(n)});
-    return "";
+    comm.sigs->push_back({&c, src, dst, static_cast<int>(n)});
   }
 
   void record_collective(const Command& c, const View& src, const View& dst) {
@@ -672,6 +690,9 @@ class RankWalker {
   std::vector<Namespace*> ns_stack_;
   std::unordered_map<std::string, Participants> participants_;
   std::unordered_map<const Participants*, std::vector<CollectiveSig>*> comm_index_;
+  Comm last_comm_;
+  const std::vector<std::vector<int64_t>>* last_groups_ = nullptr;
+  std::vector<std::string> last_axis_;
   int frame_ = 0;
   int cond_ids_ = 0;
   Tape* tape_ = nullptr;
