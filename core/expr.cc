@@ -38,12 +38,33 @@ class Parser {
   static bool digit(char c) { return c >= '0' && c <= '9'; }
   static bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
   static bool alnum(char c) { return alpha(c) || digit(c); }
-  static ExprPtr make(Expr::Kind k, std::string text, std::vector<ExprPtr> args = {}) {
+  static Expr::IntOp int_op(Expr::Kind k, std::string_view text) {
+    using I = Expr::IntOp;
+    if (k == Expr::Kind::unary) return text == "-" ? I::neg : I::none;
+    if (k == Expr::Kind::call) return text == "min" ? I::min : text == "max" ? I::max : I::none;
+    if (k != Expr::Kind::binary) return I::none;
+    if (text == "+") return I::add;
+    if (text == "-") return I::sub;
+    if (text == "*") return I::mul;
+    if (text == "//") return I::floor_div;
+    if (text == "%") return I::mod;
+    return I::none;
+  }
+  static ExprPtr make(Expr::Kind k, std::string_view text, std::vector<ExprPtr> args = {}) {
     auto e = std::make_shared<Expr>();
     e->kind = k;
-    e->text = std::move(text);
+    e->int_op = int_op(k, text);
+    e->text = text;
     e->args = std::move(args);
     return e;
+  }
+  // An operator node, its operands moved in (no reference counts touched).
+  static ExprPtr make(Expr::Kind k, std::string_view text, ExprPtr a, ExprPtr b = nullptr) {
+    std::vector<ExprPtr> args;
+    args.reserve(b ? 2 : 1);
+    args.push_back(std::move(a));
+    if (b) args.push_back(std::move(b));
+    return make(k, text, std::move(args));
   }
   bool eat_word(std::string_view w) {
     if (peek() != w[0] || s_.substr(pos_, w.size()) != w) return false;
@@ -59,16 +80,16 @@ class Parser {
   }
   ExprPtr parse_or() {
     auto l = parse_and();
-    while (eat_word("or")) l = make(Expr::Kind::binary, "or", {l, parse_and()});
+    while (eat_word("or")) l = make(Expr::Kind::binary, "or", std::move(l), parse_and());
     return l;
   }
   ExprPtr parse_and() {
     auto l = parse_not();
-    while (eat_word("and")) l = make(Expr::Kind::binary, "and", {l, parse_not()});
+    while (eat_word("and")) l = make(Expr::Kind::binary, "and", std::move(l), parse_not());
     return l;
   }
   ExprPtr parse_not() {
-    if (eat_word("not")) return make(Expr::Kind::unary, "not", {parse_not()});
+    if (eat_word("not")) return make(Expr::Kind::unary, "not", parse_not());
     return parse_cmp();
   }
   ExprPtr parse_cmp() {
@@ -76,7 +97,7 @@ class Parser {
     const char c = peek();
     if (c != '<' && c != '>' && c != '=' && c != '!') return l;
     for (std::string_view op : {"<=", ">=", "==", "!=", "<", ">"}) {
-      if (eat(op)) return make(Expr::Kind::binary, std::string(op), {l, parse_arith()});
+      if (eat(op)) return make(Expr::Kind::binary, op, std::move(l), parse_arith());
     }
     return l;
   }
@@ -85,8 +106,8 @@ class Parser {
     for (;;) {
       const char c = peek();
       if (c != '+' && c != '-') return l;
-      if (eat("+")) l = make(Expr::Kind::binary, "+", {l, parse_term()});
-      else if (eat("-")) l = make(Expr::Kind::binary, "-", {l, parse_term()});
+      if (eat("+")) l = make(Expr::Kind::binary, "+", std::move(l), parse_term());
+      else if (eat("-")) l = make(Expr::Kind::binary, "-", std::move(l), parse_term());
       else return l;
     }
   }
@@ -96,17 +117,17 @@ class Parser {
       const char c = peek();
       if (c != '*' && c != '/' && c != '%') return l;
       if (s_.substr(pos_, 2) == "**") return l;
-      if (eat("//")) l = make(Expr::Kind::binary, "//", {l, parse_unary()});
-      else if (eat("*")) l = make(Expr::Kind::binary, "*", {l, parse_unary()});
-      else if (eat("/")) l = make(Expr::Kind::binary, "/", {l, parse_unary()});
-      else if (eat("%")) l = make(Expr::Kind::binary, "%", {l, parse_unary()});
+      if (eat("//")) l = make(Expr::Kind::binary, "//", std::move(l), parse_unary());
+      else if (eat("*")) l = make(Expr::Kind::binary, "*", std::move(l), parse_unary());
+      else if (eat("/")) l = make(Expr::Kind::binary, "/", std::move(l), parse_unary());
+      else if (eat("%")) l = make(Expr::Kind::binary, "%", std::move(l), parse_unary());
       else return l;
     }
   }
   ExprPtr parse_unary() {
     if (++depth_ > 64) fail("expression nested too deeply");
     ExprPtr r;
-    if (eat("-")) r = make(Expr::Kind::unary, "-", {parse_unary()});
+    if (eat("-")) r = make(Expr::Kind::unary, "-", parse_unary());
     else if (eat("+")) r = parse_unary();
     else r = parse_power();
     --depth_;
@@ -114,7 +135,7 @@ class Parser {
   }
   ExprPtr parse_power() {
     auto base = parse_atom();
-    if (eat("**")) return make(Expr::Kind::binary, "**", {base, parse_unary()});
+    if (eat("**")) return make(Expr::Kind::binary, "**", std::move(base), parse_unary());
     // After a complete `**` chain, multiplication continues in parse_term.
     return base;
   }
@@ -255,7 +276,7 @@ int64_t eval_int(const Expr& e, const NameLookup& lookup) {
       return *v;
     }
     case Expr::Kind::unary:
-      if (e.text == "-") {
+      if (e.int_op == Expr::IntOp::neg) {
         int64_t v = eval_int(*e.args[0], lookup);
         if (v == INT64_MIN) overflow();
         return -v;
@@ -264,20 +285,23 @@ int64_t eval_int(const Expr& e, const NameLookup& lookup) {
     case Expr::Kind::binary: {
       int64_t a = eval_int(*e.args[0], lookup), b = eval_int(*e.args[1], lookup);
       int64_t r = 0;
-      if (e.text == "+") { if (__builtin_add_overflow(a, b, &r)) overflow(); return r; }
-      if (e.text == "-") { if (__builtin_sub_overflow(a, b, &r)) overflow(); return r; }
-      if (e.text == "*") { if (__builtin_mul_overflow(a, b, &r)) overflow(); return r; }
-      if (e.text == "//" || e.text == "%") {
-        if (b == 0) throw ThunkyError("", "division by zero in '" + to_string(e) + "'");
-        if (a == INT64_MIN && b == -1) overflow();
-        return e.text == "//" ? floor_div(a, b) : floor_mod(a, b);
+      switch (e.int_op) {
+        case Expr::IntOp::add: if (__builtin_add_overflow(a, b, &r)) overflow(); return r;
+        case Expr::IntOp::sub: if (__builtin_sub_overflow(a, b, &r)) overflow(); return r;
+        case Expr::IntOp::mul: if (__builtin_mul_overflow(a, b, &r)) overflow(); return r;
+        case Expr::IntOp::floor_div:
+        case Expr::IntOp::mod:
+          if (b == 0) throw ThunkyError("", "division by zero in '" + to_string(e) + "'");
+          if (a == INT64_MIN && b == -1) overflow();
+          return e.int_op == Expr::IntOp::floor_div ? floor_div(a, b) : floor_mod(a, b);
+        default: break;
       }
       break;
     }
     case Expr::Kind::call:
-      if ((e.text == "min" || e.text == "max") && e.args.size() == 2) {
+      if ((e.int_op == Expr::IntOp::min || e.int_op == Expr::IntOp::max) && e.args.size() == 2) {
         int64_t a = eval_int(*e.args[0], lookup), b = eval_int(*e.args[1], lookup);
-        return e.text == "min" ? std::min(a, b) : std::max(a, b);
+        return e.int_op == Expr::IntOp::min ? std::min(a, b) : std::max(a, b);
       }
       break;
     default: break;

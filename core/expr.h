@@ -31,7 +31,11 @@ using ExprPtr = std::shared_ptr<const Expr>;
 
 struct Expr {
   enum class Kind { int_lit, float_lit, bool_lit, name, unary, binary, call };
+  // The integer index operators, decoded from `text` once by the parser
+  // so that evaluating an index compares no text.
+  enum class IntOp : uint8_t { none, add, sub, mul, floor_div, mod, neg, min, max };
   Kind kind;
+  IntOp int_op = IntOp::none;
   std::string text;  // name, operator or function name
   int64_t ival = 0;
   double fval = 0;

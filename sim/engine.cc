@@ -112,8 +112,11 @@ class WorkMemo {
 
  private:
   static constexpr size_t kSlots = 64;  // one bit each in used_; find takes 6 bits of hash
+  // A view sized by rank needs no test here: its command's work differs
+  // by rank, and such work is never stored (Engine::seconds), so equal
+  // keys never meet one.
   static bool add(Key& k, const Ref& r) {
-    if (k.n == 8 || r.syntax->sized_by_rank) return false;
+    if (k.n == 8) return false;
     k.syntax[k.n] = r.syntax.get();
     k.buffer[k.n++] = r.buffer;
     return true;
