@@ -1,8 +1,10 @@
 #include "core/schedule.h"
 
 #include "core/json_reader.h"
+#include "core/parallel.h"
 
 #include <algorithm>
+#include <exception>
 #include <set>
 #include <unordered_map>
 
@@ -459,6 +461,53 @@ Block parse_block(Value j, const std::string& ptr, int depth) {
   return b;
 }
 
+// Installs a parse cache on this thread for one scope.
+struct CacheScope {
+  explicit CacheScope(ParseCache* c) : saved(t_cache) { t_cache = c; }
+  ~CacheScope() { t_cache = saved; }
+  CacheScope(const CacheScope&) = delete;
+  CacheScope& operator=(const CacheScope&) = delete;
+  ParseCache* saved;
+};
+
+// Top-level programs at least this long are parsed in contiguous chunks,
+// one thread each: a command's parse reads only its own JSON.
+constexpr size_t kParallelParse = 8192;
+
+// The top-level program. In chunks, each thread has its own cache (equal
+// ref texts are shared within a chunk), and the error thrown is the one a
+// single thread would meet first: that of the earliest command.
+Block parse_program_block(Value j, const std::string& ptr) {
+  const size_t n = j.is_array() ? j.size() : 0;
+  size_t chunks = std::min<size_t>({hardware_threads(), 8, n / (kParallelParse / 2) + 1});
+  if (n < kParallelParse || chunks < 2) return parse_block(j, ptr, 0);
+  std::vector<Value> elements;
+  elements.reserve(n);
+  j.each_element([&](size_t, Value e) { elements.push_back(e); });
+  Block b(n);
+  struct Failure {
+    size_t index = SIZE_MAX;
+    std::exception_ptr error;
+  };
+  std::vector<Failure> failures(chunks);
+  auto run_chunk = [&](size_t k) {
+    ParseCache cache;
+    CacheScope scope(&cache);
+    for (size_t i = n * k / chunks, hi = n * (k + 1) / chunks; i < hi; ++i) {
+      try {
+        parse_command(b[i], elements[i], child(ptr, i), 0);
+      } catch (...) {  // a later command of this chunk cannot fail first
+        failures[k] = {i, std::current_exception()};
+        return;
+      }
+    }
+  };
+  run_chunks(chunks, run_chunk);
+  for (const auto& f : failures)
+    if (f.error) std::rethrow_exception(f.error);  // chunks run in document order
+  return b;
+}
+
 }  // namespace
 
 std::string_view role_name(Role r) {
@@ -482,11 +531,7 @@ std::string_view op_name(Op op) {
 namespace {
 Program read_program(Value doc, const std::string& file) {
   ParseCache cache;
-  struct Scope {
-    explicit Scope(ParseCache* c) : saved(t_cache) { t_cache = c; }
-    ~Scope() { t_cache = saved; }
-    ParseCache* saved;
-  } scope(&cache);
+  CacheScope scope(&cache);
   Obj o(doc, "");
   Program p;
   p.file = file;
@@ -547,7 +592,7 @@ Program read_program(Value doc, const std::string& file) {
       p.functions.emplace(std::string(name), std::move(fn));
     });
   }
-  p.program = parse_block(o.need("program"), "/program", 0);
+  p.program = parse_program_block(o.need("program"), "/program");
   o.done();
   return p;
 }

@@ -1,5 +1,7 @@
 #include "core/validate.h"
 
+#include "core/parallel.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -734,7 +736,7 @@ constexpr size_t kParallelReplay = 200000;
 void replay_all(const Tape& tape, std::vector<std::unique_ptr<RankWalker>>& walkers) {
   const size_t n = walkers.size(), steps = tape.steps.size();
   if (n == 0) return;
-  size_t chunks = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), n, 8});
+  size_t chunks = std::min<size_t>({hardware_threads(), n, 8});
   if (n * steps < kParallelReplay) chunks = 1;
   struct Failure {
     size_t step = SIZE_MAX, walker = SIZE_MAX;
@@ -753,18 +755,7 @@ void replay_all(const Tape& tape, std::vector<std::unique_ptr<RankWalker>>& walk
         }
       }
   };
-  {
-    std::vector<std::jthread> pool;  // joined at the end of this block
-    pool.reserve(chunks - 1);
-    for (size_t k = 1; k < chunks; ++k) {
-      try {
-        pool.emplace_back(run_chunk, k);
-      } catch (const std::system_error&) {  // no thread to spare: run it here
-        run_chunk(k);
-      }
-    }
-    run_chunk(0);
-  }
+  run_chunks(chunks, run_chunk);
   const Failure* first = nullptr;
   for (const auto& f : failures)
     if (f.error && (!first || std::pair{f.step, f.walker} < std::pair{first->step, first->walker})) first = &f;

@@ -56,27 +56,44 @@ TEST(Tokens, MayNotCrossACondBranch) {
   EXPECT_TRUE(has(errs, "/program/0/then/0/token", "not awaited there"));
 }
 
-// Documents of a megabyte or more release their JSON tree on a second
-// thread while the program is lowered and validated: the program must come
-// out whole, and errors found after parsing must still name their pointer.
-TEST(Loading, LargeDocumentsLoadWhole) {
-  // 24,000 memsets of 51 bytes each: about 1.2 MB.
-  std::string prog = "[";
-  for (int i = 0; i < 24000; ++i) prog += std::string(i ? "," : "") + R"({"op": "memset", "dst": "b[ds(0, 4)]", "value": 1})";
-  const std::string ok = sched(prog + "]");
+// Top-level programs of 8,192 commands or more are parsed in chunks, one
+// thread each: the program must come out whole and in order, errors found
+// after parsing must still name their pointer, and of parse errors in two
+// chunks the one earlier in the document is reported.
+TEST(Loading, LargeProgramsParseWholeAndInOrder) {
+  // 24,000 memsets, command i setting the value i: about 1.2 MB.
+  auto program = [](int bad_op, int bad_key) {
+    std::string prog = "[";
+    for (int i = 0; i < 24000; ++i) {
+      std::string extra = i == bad_key ? R"(, "colour": "red")" : "";
+      std::string op = i == bad_op ? "memfill" : "memset";
+      prog += std::string(i ? "," : "") + R"({"op": ")" + op + R"(", "dst": "b[ds(0, 4)]", "value": )" + std::to_string(i) + extra + "}";
+    }
+    return prog;
+  };
+  const std::string ok = sched(program(-1, -1) + "]");
   ASSERT_GE(ok.size(), size_t{1} << 20);
   auto p = load_schedule_text(ok, "big.json");
   ASSERT_TRUE(p) << p.errors().front().str();
-  EXPECT_EQ(p->program.size(), 24000u);
-  EXPECT_EQ(p->program.back().pointer, "/program/23999");
+  ASSERT_EQ(p->program.size(), 24000u);
+  int out_of_place = 0;
+  for (int i = 0; i < 24000; ++i)
+    if (p->program[i].rare().value != i || p->program[i].pointer != "/program/" + std::to_string(i)) ++out_of_place;
+  EXPECT_EQ(out_of_place, 0);
   // The last command writes an input: found by validation, after parsing.
-  auto errs = load_errors(sched(prog + R"(, {"op": "memzero", "dst": "in"}])"));
+  auto errs = load_errors(sched(program(-1, -1) + R"(, {"op": "memzero", "dst": "in"}])"));
   EXPECT_TRUE(has(errs, "/program/24000/dst", "role input"));
+  // Two chunks on two threads (commands 0..11999 and 12000..23999) each
+  // meet an error; the first in the document is the one reported, on one
+  // thread or many.
+  errs = load_errors(sched(program(3000, 20000) + "]"));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/program/3000/op") << errs[0].str();
+  errs = load_errors(sched(program(20000, 12001) + "]"));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/program/12001/colour") << errs[0].str();
 }
 
-// A key given twice is an error wherever it is: in a command, in a map's
-// inputs, and among 20 buffers (past the 16 members that are looked back
-// over instead of hashed).
 TEST(Loading, KeysGivenTwiceAreErrors) {
   auto errs = load_errors(sched(R"([{"op": "copy", "src": "a", "dst": "b", "src": "in"}])"));
   EXPECT_TRUE(has(errs, "/program/0/src", "given twice"));
