@@ -479,7 +479,7 @@ constexpr size_t kParallelParse = 8192;
 // single thread would meet first: that of the earliest command.
 Block parse_program_block(Value j, const std::string& ptr) {
   const size_t n = j.is_array() ? j.size() : 0;
-  size_t chunks = std::min<size_t>({hardware_threads(), 8, n / (kParallelParse / 2) + 1});
+  size_t chunks = std::min<size_t>({hardware_threads(), 8, n / (kParallelParse / 2)});  // 4,096 or more each
   if (n < kParallelParse || chunks < 2) return parse_block(j, ptr, 0);
   std::vector<Value> elements;
   elements.reserve(n);
