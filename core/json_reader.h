@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -197,7 +198,8 @@ class Obj {
     return v->boolean();
   }
   // Calls f(key, value, pointer) for every member in document order, all
-  // of them consumed; a key given twice is an error.
+  // of them consumed; a key given twice is an error. A callback that takes
+  // (key, value) alone is spared building the pointer.
   template <class F>
   void each(F&& f) {
     const size_t n = j_.size();
@@ -207,7 +209,8 @@ class Obj {
     for (auto field : object()) {
       if (n > kScan ? !seen.insert(field.key).second : repeated(i, field.key)) duplicate(field.key);
       ++i;
-      f(field.key, Value(field.value), child(*ptr_, field.key));
+      if constexpr (std::is_invocable_v<F&, std::string_view, Value>) f(field.key, Value(field.value));
+      else f(field.key, Value(field.value), child(*ptr_, field.key));
     }
     found_ = n;  // all consumed, without a mark each
   }

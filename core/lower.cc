@@ -40,7 +40,7 @@ class Lowerer {
       return;
     }
     auto b = index_.find(r.syntax->buffer);
-    if (b == index_.end()) throw ThunkyError(r.pointer, "unknown buffer '" + r.syntax->buffer + "'");
+    if (b == index_.end()) throw ThunkyError(std::string(r.pointer), "unknown buffer '" + r.syntax->buffer + "'");
     r.buffer = b->second;
   }
   void bind(OptRef& r, const Scope& s) {
@@ -108,8 +108,7 @@ class Lowerer {
       auto syntax = std::make_shared<RefSyntax>();
       syntax->buffer = b.name;
       r.syntax = std::move(syntax);
-      r.buffer = idx;
-      r.pointer = sb.pointer;
+      r.buffer = idx;  // a binding: the refs bound to it keep their own pointers
       inner.bindings[sname] = r;
     }
     c.body = f.program;

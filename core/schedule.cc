@@ -43,25 +43,26 @@ struct TextHash {
 };
 template <class T>
 using TextMap = std::unordered_map<std::string, T, TextHash, std::equal_to<>>;
+// Every parse has one (read_program installs it, and each thread that
+// parses a chunk its own): `texts` receives the refs' JSON pointers.
 struct ParseCache {
   TextMap<std::shared_ptr<const RefSyntax>> refs;
   TextMap<ExprPtr> exprs;
+  TextArena* texts = nullptr;
 };
 thread_local ParseCache* t_cache = nullptr;
 
-// `ptr` is taken by value: every caller builds it for this ref alone.
-Ref ref_of(Value j, std::string ptr) {
-  if (!j.is_string()) fail(ptr, "expected a ref string such as \"a[2:4]\", got " + type_name(j));
+// The ref at base/key (/index), its JSON pointer kept in the parse's texts.
+Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<size_t> index = std::nullopt) {
+  const std::string_view ptr = t_cache->texts->pointer(base, key, index);
+  if (!j.is_string()) fail(std::string(ptr), "expected a ref string such as \"a[2:4]\", got " + type_name(j));
   try {
     const std::string_view text = j.str();
-    if (t_cache) {
-      auto it = t_cache->refs.find(text);
-      if (it == t_cache->refs.end()) it = t_cache->refs.emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
-      return Ref{it->second, -1, std::move(ptr)};
-    }
-    return Ref{std::make_shared<const RefSyntax>(parse_ref(text)), -1, std::move(ptr)};
+    auto it = t_cache->refs.find(text);
+    if (it == t_cache->refs.end()) it = t_cache->refs.emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
+    return Ref{it->second, -1, ptr};
   } catch (const ThunkyError& e) {
-    fail(ptr, e.what());
+    fail(std::string(ptr), e.what());
   }
 }
 
@@ -222,15 +223,14 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   const std::string_view op = o.str_ref("op");
   if (std::string name = o.str_or("name", ""); !name.empty()) c.set_rare().name = std::move(name);
   if (auto cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
-  auto ref = [&](std::string_view k) { return ref_of(o.need(k), o.at(k)); };
+  auto ref = [&](std::string_view k) { return ref_of(o.need(k), ptr, k); };
   auto ref_list = [&](std::string_view k, bool required) {
     std::vector<Ref> v;
     std::optional<Value> l = required ? o.need(k) : o.get(k);
     if (!l) return v;
     if (!l->is_array()) fail(o.at(k), "expected a list of refs");
     v.reserve(l->size());
-    const std::string at = o.at(k);
-    l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, child(at, i))); });
+    l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, ptr, k, i)); });
     return v;
   };
   auto block = [&](std::string_view k) { return parse_block(o.need(k), o.at(k), depth + 1); };
@@ -268,7 +268,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     if (r != "sum") c.set_rare().reduction = std::move(r);
   };
   auto map_body = [&](Obj& mo, Command& m) {
-    m.out = ref_of(mo.need("out"), mo.at("out"));
+    m.out = ref_of(mo.need("out"), mo.ptr(), "out");
     m.expr_text = mo.str("expr");
     try {
       if (t_cache) {
@@ -283,7 +283,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     }
     if (std::optional<Value> in = mo.get("in")) {
       Obj io(*in, mo.at("in"));
-      io.each([&](std::string_view key, Value v, std::string at) { m.in.emplace_back(std::string(key), ref_of(v, std::move(at))); });
+      io.each([&](std::string_view key, Value v) { m.in.emplace_back(std::string(key), ref_of(v, io.ptr(), key)); });
     }
   };
 
@@ -444,7 +444,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     x.fn = o.str("fn");
     if (std::optional<Value> args = o.get("args")) {
       Obj ao(*args, o.at("args"));
-      ao.each([&](std::string_view key, Value v, std::string at) { x.args_map.emplace_back(std::string(key), ref_of(v, std::move(at))); });
+      ao.each([&](std::string_view key, Value v) { x.args_map.emplace_back(std::string(key), ref_of(v, ao.ptr(), key)); });
     }
   } else {
     fail(o.at("op"), "unknown op '" + std::string(op) + "'");
@@ -490,8 +490,10 @@ Block parse_program_block(Value j, const std::string& ptr) {
     std::exception_ptr error;
   };
   std::vector<Failure> failures(chunks);
+  std::vector<TextArena> texts(chunks);
   auto run_chunk = [&](size_t k) {
     ParseCache cache;
+    cache.texts = &texts[k];
     CacheScope scope(&cache);
     for (size_t i = n * k / chunks, hi = n * (k + 1) / chunks; i < hi; ++i) {
       try {
@@ -503,6 +505,7 @@ Block parse_program_block(Value j, const std::string& ptr) {
     }
   };
   run_chunks(chunks, run_chunk);
+  for (auto& t : texts) t_cache->texts->adopt(std::move(t));
   for (const auto& f : failures)
     if (f.error) std::rethrow_exception(f.error);  // chunks run in document order
   return b;
@@ -530,10 +533,11 @@ std::string_view op_name(Op op) {
 
 namespace {
 Program read_program(Value doc, const std::string& file) {
+  Program p;
   ParseCache cache;
+  cache.texts = p.texts.get();
   CacheScope scope(&cache);
   Obj o(doc, "");
-  Program p;
   p.file = file;
   std::string fmt = o.str("format");
   if (fmt != "thunky.sched/1") fail("/format", "unsupported format '" + fmt + "' (expected \"thunky.sched/1\")");

@@ -16,6 +16,7 @@
 #include "core/expr.h"
 #include "core/ref.h"
 #include "core/status.h"
+#include "core/text_arena.h"
 
 namespace thunky {
 
@@ -68,8 +69,10 @@ constexpr bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::c
 
 struct Ref {
   std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs
-  int buffer = -1;      // index into Program::buffers once lowered
-  std::string pointer;  // JSON pointer of the ref string (for messages)
+  int buffer = -1;  // index into Program::buffers once lowered
+  // JSON pointer of the ref string (for messages), held by its program's
+  // Program::texts.
+  std::string_view pointer;
 };
 
 // An optional value held behind a pointer, for the fields a command
@@ -242,6 +245,9 @@ struct Program {
   std::vector<Buffer> buffers;
   std::map<std::string, Function> functions;  // empty after lowering
   Block program;
+  // The texts the program's refs point to (their JSON pointers); shared by
+  // copies of the program.
+  std::shared_ptr<TextArena> texts = std::make_shared<TextArena>();
   // Commands of the lowered program, nested and inlined ones included (set
   // by lower(); a capacity hint for whoever indexes every command).
   int64_t command_count = 0;

@@ -37,7 +37,7 @@ View resolve(const Program& p, const Ref& r, const RankCtx& ctx) {
     return resolve_view(r.buffer, b.shape, r.syntax->groups, lookup);
   } catch (const ThunkyError& e) {
     std::string where = p.mesh.size() > 1 ? " (on " + rank_label(p.mesh, ctx.rank) + ")" : "";
-    throw ThunkyError(r.pointer, "ref '" + r.syntax->text() + "' of buffer '" + b.name + "' " + shape_str(b.shape) + ": " + e.what() + where);
+    throw ThunkyError(std::string(r.pointer), "ref '" + r.syntax->text() + "' of buffer '" + b.name + "' " + shape_str(b.shape) + ": " + e.what() + where);
   }
 }
 
@@ -284,7 +284,7 @@ class RankWalker {
   View need_writable(const Ref& r) {
     const Buffer& b = p_.buffers[r.buffer];
     if (b.role == Role::input)
-      throw ThunkyError(r.pointer, "writes buffer '" + b.name + "', which has role input (read-only); declare it inout to mutate it");
+      throw ThunkyError(std::string(r.pointer), "writes buffer '" + b.name + "', which has role input (read-only); declare it inout to mutate it");
     return resolve(p_, r, ctx_);
   }
 
@@ -455,7 +455,7 @@ class RankWalker {
       View v = R(r);
       const Buffer& b = p_.buffers[v.buffer];
       if (v.count() != 1 || b.dtype != want)
-        throw ThunkyError(r.pointer, std::string(what) + " must be a " + std::string(dtype_name(want)) + " scalar, got " + view_str(p_, v));
+        throw ThunkyError(std::string(r.pointer), std::string(what) + " must be a " + std::string(dtype_name(want)) + " scalar, got " + view_str(p_, v));
       return v;
     };
     switch (c.op) {
@@ -647,7 +647,7 @@ class RankWalker {
     for (const auto& [k, r] : m.in) {
       View v = checked(r, false, fallback);
       if (v.count() != out.count() && v.count() != 1)
-        throw ThunkyError(r.pointer, "map input '" + k + "' is " + view_str(p_, v) + "; inputs must be scalars or have out's " + std::to_string(out.count()) + " elements (out is " + view_str(p_, out) + ")");
+        throw ThunkyError(std::string(r.pointer), "map input '" + k + "' is " + view_str(p_, v) + "; inputs must be scalars or have out's " + std::to_string(out.count()) + " elements (out is " + view_str(p_, out) + ")");
     }
   }
 
@@ -673,12 +673,12 @@ class RankWalker {
     View a = resolve(p_, c.refs[0], ctx_), r = resolve(p_, c.refs2[0], ctx_), info = resolve(p_, c.refs2[1], ctx_);
     DType t = p_.buffers[a.buffer].dtype;
     if (a.shape.size() < 2 || a.shape[a.shape.size() - 1] != a.shape[a.shape.size() - 2] || (t != DType::f32 && t != DType::f64))
-      throw ThunkyError(c.refs[0].pointer, "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(p_, a));
+      throw ThunkyError(std::string(c.refs[0].pointer), "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(p_, a));
     if (r.shape != a.shape || p_.buffers[r.buffer].dtype != t)
-      throw ThunkyError(c.refs2[0].pointer, "result 0 must have the operand's shape and dtype " + view_str(p_, a) + ", got " + view_str(p_, r));
+      throw ThunkyError(std::string(c.refs2[0].pointer), "result 0 must have the operand's shape and dtype " + view_str(p_, a) + ", got " + view_str(p_, r));
     int64_t batch = a.count() / (a.shape.back() * a.shape.back());
     if (p_.buffers[info.buffer].dtype != DType::s32 || info.count() != batch)
-      throw ThunkyError(c.refs2[1].pointer, "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(p_, info));
+      throw ThunkyError(std::string(c.refs2[1].pointer), "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(p_, info));
   }
 
   const Program& p_;
