@@ -47,30 +47,35 @@ class Lowerer {
     if (r) bind(*r, s);
   }
 
+  // A block's commands get ids only inside a call: elsewhere a command's
+  // id is its source pointer (Command::id), so no id text is built.
   void lower_block(Block& block, const std::string& id, const Scope& s) {
-    for (size_t i = 0; i < block.size(); ++i) lower_command(block[i], id + "/" + std::to_string(i), s);
+    const bool inlined = !s.call_stack.empty();
+    for (size_t i = 0; i < block.size(); ++i) lower_command(block[i], inlined ? id + "/" + std::to_string(i) : std::string(), s);
   }
 
-  void lower_command(Command& c, const std::string& id, const Scope& s) {
+  void lower_command(Command& c, std::string inlined_id, const Scope& s) {
     ++p_.command_count;
-    c.id = id;
+    if (!s.call_stack.empty()) c.set_id(std::move(inlined_id));
+    const std::string& id = c.id();
+    const bool inlined = !s.call_stack.empty();
+    auto sub = [&](const char* key) { return inlined ? id + key : std::string(); };
     for (auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf}) bind(*r, s);
     for (auto& [k, r] : c.in) bind(r, s);
     for (auto& r : c.refs) bind(r, s);
     for (auto& r : c.refs2) bind(r, s);
     if (!c.token.empty()) c.token += s.token_suffix;
-    // Ids of sub-blocks are built only where there are commands to name.
-    if (!c.body.empty()) lower_block(c.body, id + "/body", s);
+    if (!c.body.empty()) lower_block(c.body, sub("/body"), s);
     if (c.has_rare()) {
       Command::Rare& x = c.set_rare();
       if (x.cpu) {
         bind(x.cpu->out, s);
         for (auto& [k, r] : x.cpu->in) bind(r, s);
       }
-      if (!x.then_.empty()) lower_block(x.then_, id + "/then", s);
-      if (!x.else_.empty()) lower_block(x.else_, id + "/else", s);
-      if (!x.cond.empty()) lower_block(x.cond, id + "/cond", s);
-      for (size_t k = 0; k < x.branches.size(); ++k) lower_block(x.branches[k], id + "/branches/" + std::to_string(k), s);
+      if (!x.then_.empty()) lower_block(x.then_, sub("/then"), s);
+      if (!x.else_.empty()) lower_block(x.else_, sub("/else"), s);
+      if (!x.cond.empty()) lower_block(x.cond, sub("/cond"), s);
+      for (size_t k = 0; k < x.branches.size(); ++k) lower_block(x.branches[k], sub("/branches/") + (inlined ? std::to_string(k) : ""), s);
     }
     if (c.op == Op::call) inline_call(c, id, s);
   }

@@ -168,8 +168,12 @@ struct Command {
   ExprPtr expr;  // map
 
   std::string pointer;  // source JSON pointer (for messages)
-  std::string id;       // pointer in the lowered schedule (for reports)
   std::string expr_text;
+
+  // The command's pointer in the lowered schedule (for reports): its source
+  // pointer, except inside an inlined call (set by lower()).
+  const std::string& id() const { return id_.empty() ? pointer : id_; }
+  void set_id(std::string id) { id_ = std::move(id); }
 
   // The rare fields; a command without them reads their defaults.
   const Rare& rare() const;
@@ -178,6 +182,7 @@ struct Command {
   bool has_rare() const { return rare_.has_value(); }
 
  private:
+  std::string id_;  // empty where it equals `pointer`
   Box<Rare> rare_;
 };
 

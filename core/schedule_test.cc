@@ -86,7 +86,7 @@ TEST(Schedule, CallsInlineWithComposedViewsAndRenamedTokens) {
       {"op": "async_done", "token": "t"}]}},
     "program": [{"op": "call", "fn": "f", "args": {"v": "a[4:]"}}, {"op": "call", "fn": "f", "args": {"v": "a[:4]"}}]})");
   const Command& first = p.program[0].body[0];
-  EXPECT_EQ(first.id, "/program/0/body/0");
+  EXPECT_EQ(first.id(), "/program/0/body/0");
   EXPECT_NE(first.token, p.program[1].body[0].token);  // per call instance
   const Command& memset = first.body[0];
   EXPECT_EQ(memset.pointer, "/functions/f/program/0/body/0");

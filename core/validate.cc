@@ -547,7 +547,7 @@ class RankWalker {
         if (structural_) {
           auto it = tokens_.find(c.token);
           if (it != tokens_.end() && it->second.live)
-            throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is started again at " + c.id + " before the async_start at " + it->second.pointer + " was awaited");
+            throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is started again at " + c.id() + " before the async_start at " + it->second.pointer + " was awaited");
         }
         Clock event = hb_.clock(slot);
         int target = slot_for(ns, c.stream, slot);
@@ -593,11 +593,11 @@ class RankWalker {
         std::vector<std::string> names;
         if (c.op == Op::cond) {
           blocks = {&c.rare().then_, &c.rare().else_};
-          names = {c.id + "/then", c.id + "/else"};
+          names = {c.id() + "/then", c.id() + "/else"};
         } else {
           for (size_t k = 0; k < c.rare().branches.size(); ++k) {
             blocks.push_back(&c.rare().branches[k]);
-            names.push_back(c.id + "/branches/" + std::to_string(k));
+            names.push_back(c.id() + "/branches/" + std::to_string(k));
           }
         }
         uint32_t own = entry.size() > static_cast<size_t>(slot) ? entry[slot] : 0;
@@ -620,9 +620,9 @@ class RankWalker {
       case Op::while_: {
         View v = scalar(*c.cond_buf, DType::boolean, "cond_buf");
         ns_stack_.push_back(&ns);
-        region(c.rare().cond, c.id + "/cond", slot, branch);
+        region(c.rare().cond, c.id() + "/cond", slot, branch);
         leaf({{&*c.cond_buf, v, false}});
-        region(c.body, c.id + "/body", slot, branch);
+        region(c.body, c.id() + "/body", slot, branch);
         ns_stack_.pop_back();
         break;
       }
@@ -825,15 +825,15 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
       const std::string& ta = *names.command_token[rr.first.command];
       const std::string& tb = *names.command_token[rr.second.command];
       std::ostringstream msg;
-      msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id << " (" << op_name(a.op)
+      msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id() << " (" << op_name(a.op)
           << (a.rare().name.empty() ? "" : " '" + a.rare().name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
-          << names.slot_names_[rr.first.slot] << ") and " << b.id << " (" << op_name(b.op)
+          << names.slot_names_[rr.first.slot] << ") and " << b.id() << " (" << op_name(b.op)
           << (b.rare().name.empty() ? "" : " '" + b.rare().name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
           << names.slot_names_[rr.second.slot] << ") are not ordered by stream order or any token; missing join: ";
       if (!ta.empty())
-        msg << "an async_done of token '" << display_token(ta) << "' on " << names.slot_names_[rr.second.slot] << " before " << b.id;
+        msg << "an async_done of token '" << display_token(ta) << "' on " << names.slot_names_[rr.second.slot] << " before " << b.id();
       else
-        msg << "the async_start of token '" << display_token(tb) << "' must come after " << a.id
+        msg << "the async_start of token '" << display_token(tb) << "' must come after " << a.id()
             << " on its stream, or after an async_done that joins it";
       std::string key = msg.str();
       if (!race_ranks.count(key)) race_order.push_back(key);
@@ -908,10 +908,10 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
         std::ostringstream msg;
         msg << "deadlock: ranks " << ref_rank << " and " << m << " of communicator {" << rank_list(members)
             << "} issue different collective sequences; collective #" << k << ": rank " << ref_rank << " "
-            << (k < ref.size() ? ref[k].cmd->id + " " + sig_text(p, ref[k]) : std::string("issues none")) << ", rank " << m << " "
-            << (k < mine.size() ? mine[k].cmd->id + " " + sig_text(p, mine[k]) : std::string("issues none"));
+            << (k < ref.size() ? ref[k].cmd->id() + " " + sig_text(p, ref[k]) : std::string("issues none")) << ", rank " << m << " "
+            << (k < mine.size() ? mine[k].cmd->id() + " " + sig_text(p, mine[k]) : std::string("issues none"));
         const Command* at = k < mine.size() ? mine[k].cmd : ref[k].cmd;
-        out.push_back({ErrorKind::schedule, p.file, at->id, msg.str()});
+        out.push_back({ErrorKind::schedule, p.file, at->id(), msg.str()});
         break;
       }
     }

@@ -309,7 +309,7 @@ class Engine {
     for (const auto& s : streams_) {
       if (s.state == Stream::State::done) continue;
       const Task& t = s.tasks[s.pc];
-      blocked.push_back(rank_label(p_.mesh, s.rank) + " " + s.sid.str() + " at " + infos_[t.info].cmd->id +
+      blocked.push_back(rank_label(p_.mesh, s.rank) + " " + s.sid.str() + " at " + infos_[t.info].cmd->id() +
                         (s.state == Stream::State::waiting_collective ? " (waiting for the other ranks of a collective)" : " (waiting for a token)"));
     }
     if (!blocked.empty()) {
@@ -472,15 +472,15 @@ class Engine {
   int64_t decision(int64_t rank, const Command& c) {
     if (decisions_) {
       const auto& per = (*decisions_)[rank];
-      auto it = per.find(c.id);
+      auto it = per.find(c.id());
       size_t& cursor = issuers_[rank].cursors[&c];
       if (it != per.end() && cursor < it->second.size()) return it->second[cursor++];
-      if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id + " fewer times than the timing model expands it");
+      if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id() + " fewer times than the timing model expands it");
     }
     if (c.op == Op::cond && c.rare().sim.taken) return *c.rare().sim.taken ? 1 : 0;
     if (c.op == Op::switch_ && c.rare().sim.branch) return *c.rare().sim.branch;
     if (c.op == Op::while_ && c.rare().sim.trip_count) return *c.rare().sim.trip_count;
-    if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id + " needs a sim hint (" +
+    if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id() + " needs a sim hint (" +
                                                       (c.op == Op::cond ? "\"sim\": {\"taken\": true}" : c.op == Op::switch_ ? "\"sim\": {\"branch\": k}" : "\"sim\": {\"trip_count\": n}") +
                                                       ") or inputs for the functional model");
     // The functional model never reached this command (it sits in a branch not taken).
@@ -1265,7 +1265,7 @@ class Engine {
 
   // ---- the report ----
   std::string op_id(int info, int32_t inst) const {
-    const std::string& id = infos_[info].cmd->id;
+    const std::string& id = infos_[info].cmd->id();
     return inst >= 0 ? id + "#" + std::to_string(inst) : id;
   }
 

@@ -194,7 +194,7 @@ class Run {
           {
             std::unique_lock<std::mutex> l(monitor_.mutex());
             monitor_.wait(l, [&] { return t.event->done; },
-                          who(s, stream) + " waits for token '" + t.token + "' at " + t.cmd->id);
+                          who(s, stream) + " waits for token '" + t.token + "' at " + t.cmd->id());
           }
           std::lock_guard<std::mutex> l(s.mu);
           s.flows.push_back({t.event->stream, sname, t.event->t, now(), t.token, t.join});
@@ -220,14 +220,14 @@ class Run {
   void record(RankState& s, const Command& c, const StreamId& stream, bool in_loop, double start, double end) {
     Work w = command_work(p_, c, s.ctx);
     std::lock_guard<std::mutex> l(s.mu);
-    std::string id = c.id;
-    if (in_loop) id += "#" + std::to_string(s.instances[c.id]++);
+    std::string id = c.id();
+    if (in_loop) id += "#" + std::to_string(s.instances[c.id()]++);
     s.ops.push_back({id, std::string(op_name(c.op)), c.rare().name, stream.str(), start, end, w.bytes, w.flops});
   }
 
   void decide(RankState& s, const Command& c, int64_t value) {
     std::lock_guard<std::mutex> l(s.mu);
-    s.decisions[c.id].push_back(value);
+    s.decisions[c.id()].push_back(value);
   }
 
   CollectiveCall collective_call(RankState& s, const Command& c) {
@@ -249,7 +249,7 @@ class Run {
       else
         for (int64_t i = 0; i < n; ++i) call.pairs.emplace_back(i, floor_mod(i + *c.shift, n));
     }
-    call.id = c.id;
+    call.id = c.id();
     call.signature = std::string(op_name(c.op)) + " " + std::string(dtype_name(call.dtype)) + " x" + std::to_string(call.src_count) + "->" + std::to_string(call.dst_count);
     if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) call.signature += " " + c.rare().reduction;
     return call;
@@ -278,7 +278,7 @@ class Run {
             return;
           }
           if (trips >= opts_.max_trip_count)
-            throw std::runtime_error("rank " + std::to_string(s.rank) + ": the while loop at " + c.id + " ran more than " + std::to_string(opts_.max_trip_count) + " iterations");
+            throw std::runtime_error("rank " + std::to_string(s.rank) + ": the while loop at " + c.id() + " ran more than " + std::to_string(opts_.max_trip_count) + " iterations");
           run_block(s, c.body, stream, true);
         }
       }
