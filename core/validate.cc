@@ -197,8 +197,12 @@ class RankWalker {
     // Reported after the race check: a missing async_done usually leaves a
     // race behind, and both are worth showing.
     if (structural_) {
+      std::vector<const std::string*> live;  // reported in name order
       for (const auto& [name, t] : tokens_)
-        if (t.live) unawaited.push_back(ThunkyError(t.pointer + "/token", "token '" + display(name) + "' is never awaited (every async_start needs one later async_done)"));
+        if (t.live) live.push_back(&name);
+      std::sort(live.begin(), live.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+      for (const std::string* name : live)
+        unawaited.push_back(ThunkyError(tokens_.at(*name).pointer + "/token", "token '" + display(*name) + "' is never awaited (every async_start needs one later async_done)"));
     }
   }
 
@@ -314,10 +318,12 @@ class RankWalker {
     ns_stack_.push_back(&inner);
     walk_in(block, slot, inner, branch);
     ns_stack_.pop_back();
-    if (structural_) {
+    // Only a region that leaves a token live looks for it (by name order).
+    if (structural_ && live_at_depth(frame_) > 0) {
+      const std::string* first = nullptr;
       for (const auto& [name, t] : tokens_)
-        if (t.live && t.frame == frame_)
-          throw ThunkyError(t.pointer + "/token", "token '" + display(name) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
+        if (t.live && t.frame == frame_ && (!first || name < *first)) first = &name;
+      throw ThunkyError(tokens_.at(*first).pointer + "/token", "token '" + display(*first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
     }
     --frame_;
   }
@@ -560,6 +566,8 @@ class RankWalker {
         cur_token_ = saved_token;
         slot_tokens_[target] = saved;
         TokenState& t = tokens_[c.token];
+        if (t.live) --live_at_depth(t.frame);
+        ++live_at_depth(frame_);
         t.clock = hb_.clock(target);
         t.frame = frame_;
         t.live = true;
@@ -579,6 +587,7 @@ class RankWalker {
           throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.pointer + ")");
         join(slot, it->second.clock);
         it->second.live = false;
+        --live_at_depth(it->second.frame);
         break;
       }
       case Op::cond:
@@ -688,7 +697,13 @@ class RankWalker {
   HappensBefore hb_;
   RaceDetector detector_;
   std::vector<BranchNode> branches_;
-  std::map<std::string, TokenState> tokens_;
+  std::unordered_map<std::string, TokenState> tokens_;
+  // How many live tokens were started at each region depth.
+  std::vector<int> live_per_depth_;
+  int& live_at_depth(int depth) {
+    if (static_cast<size_t>(depth) >= live_per_depth_.size()) live_per_depth_.resize(static_cast<size_t>(depth) + 1, 0);
+    return live_per_depth_[static_cast<size_t>(depth)];
+  }
   std::vector<Namespace*> ns_stack_;
   std::unordered_map<std::string, Participants> participants_;
   std::unordered_map<const Participants*, std::vector<CollectiveSig>*> comm_index_;

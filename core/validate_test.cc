@@ -56,6 +56,29 @@ TEST(Tokens, MayNotCrossACondBranch) {
   EXPECT_TRUE(has(errs, "/program/0/then/0/token", "not awaited there"));
 }
 
+// Tokens left live are reported by name, whatever the order they started
+// in; a region that joins what it forks (here, 50 branches one after
+// another, each awaiting its own token) reports nothing.
+TEST(Tokens, LiveTokensAreReportedInNameOrder) {
+  const std::string body = R"([{"op": "memzero", "dst": "b"}])";
+  auto errs = load_errors(sched("[" + start("zeta", body) + "," + start("alpha", body) + "," + start("mid", body) + "]"));
+  std::vector<std::string> order;
+  for (const auto& e : errs)
+    if (e.message.find("never awaited") != std::string::npos) order.push_back(e.pointer);
+  // alpha is /program/1, mid /program/2, zeta /program/0.
+  EXPECT_EQ(order, (std::vector<std::string>{"/program/1/token", "/program/2/token", "/program/0/token"}));
+  // Two tokens left live in one branch: the first by name is named.
+  errs = load_errors(sched(R"([{"op": "cond", "pred": "p", "then": [)" + start("y", body) + "," + start("x", body) + R"(], "else": []}])"));
+  EXPECT_TRUE(has(errs, "/program/0/then/1/token", "not awaited there"));
+  std::string prog = "[";
+  for (int i = 0; i < 50; ++i) {
+    const std::string t = "t" + std::to_string(i);
+    prog += std::string(i ? "," : "") + R"({"op": "cond", "pred": "p", "then": [)" + start(t, body) + "," + done(t) + R"(], "else": []})";
+  }
+  auto ok = load_schedule_text(sched(prog + "]"), "t.json");
+  EXPECT_TRUE(ok) << ok.errors().front().str();
+}
+
 // Top-level programs of 8,192 commands or more are parsed in chunks, one
 // thread each: the program must come out whole and in order, errors found
 // after parsing must still name their pointer, and of parse errors in two
