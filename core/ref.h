@@ -48,9 +48,10 @@ class Shape {
   Shape() = default;
   Shape(const std::vector<int64_t>& v) { assign(v.data(), v.size()); }  // NOLINT: a shape is a shape
   Shape(std::initializer_list<int64_t> v) { assign(v.begin(), v.size()); }
-  Shape(const Shape& o) { assign(o.data(), o.size()); }
+  // Copies take the inline dimensions whole (a fixed 48 bytes, no call).
+  Shape(const Shape& o) { copy_from(o); }
   Shape& operator=(const Shape& o) {
-    if (this != &o) assign(o.data(), o.size());
+    if (this != &o) copy_from(o);
     return *this;
   }
   operator std::vector<int64_t>() const { return {begin(), end()}; }  // NOLINT
@@ -87,9 +88,18 @@ class Shape {
 
  private:
   static constexpr size_t kInline = 6;
+  void copy_from(const Shape& o) {
+    if (o.heap_.empty()) {
+      if (!heap_.empty()) std::vector<int64_t>().swap(heap_);
+      std::copy(o.inline_, o.inline_ + kInline, inline_);
+    } else {
+      heap_ = o.heap_;
+    }
+    size_ = o.size_;
+  }
   void assign(const int64_t* p, size_t n) {
     if (n <= kInline) {
-      std::vector<int64_t>().swap(heap_);
+      if (!heap_.empty()) std::vector<int64_t>().swap(heap_);
       std::copy(p, p + n, inline_);
     } else {
       heap_.assign(p, p + n);
