@@ -56,9 +56,9 @@ class Lowerer {
 
   void lower_command(Command& c, std::string inlined_id, const Scope& s) {
     ++p_.command_count;
-    if (!s.call_stack.empty()) c.set_id(std::move(inlined_id));
-    const std::string& id = c.id();
     const bool inlined = !s.call_stack.empty();
+    if (inlined) c.set_id(std::move(inlined_id));
+    const std::string& id = c.id();
     auto sub = [&](const char* key) { return inlined ? id + key : std::string(); };
     for (auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf}) bind(*r, s);
     for (auto& [k, r] : c.in) bind(r, s);

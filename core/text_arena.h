@@ -5,10 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <memory>
 #include <optional>
-#include <string>
 #include <string_view>
 #include <vector>
 

@@ -197,12 +197,12 @@ class RankWalker {
     // Reported after the race check: a missing async_done usually leaves a
     // race behind, and both are worth showing.
     if (structural_) {
-      std::vector<const std::string*> live;  // reported in name order
-      for (const auto& [name, t] : tokens_)
-        if (t.live) live.push_back(&name);
-      std::sort(live.begin(), live.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
-      for (const std::string* name : live)
-        unawaited.push_back(ThunkyError(tokens_.at(*name).pointer + "/token", "token '" + display(*name) + "' is never awaited (every async_start needs one later async_done)"));
+      std::vector<const TokenMap::value_type*> live;  // reported in name order
+      for (const auto& entry : tokens_)
+        if (entry.second.live) live.push_back(&entry);
+      std::sort(live.begin(), live.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+      for (const auto* entry : live)
+        unawaited.push_back(ThunkyError(entry->second.pointer + "/token", "token '" + display(entry->first) + "' is never awaited (every async_start needs one later async_done)"));
     }
   }
 
@@ -320,10 +320,10 @@ class RankWalker {
     ns_stack_.pop_back();
     // Only a region that leaves a token live looks for it (by name order).
     if (structural_ && live_at_depth(frame_) > 0) {
-      const std::string* first = nullptr;
-      for (const auto& [name, t] : tokens_)
-        if (t.live && t.frame == frame_ && (!first || name < *first)) first = &name;
-      throw ThunkyError(tokens_.at(*first).pointer + "/token", "token '" + display(*first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
+      const TokenMap::value_type* first = nullptr;
+      for (const auto& entry : tokens_)
+        if (entry.second.live && entry.second.frame == frame_ && (!first || entry.first < first->first)) first = &entry;
+      throw ThunkyError(first->second.pointer + "/token", "token '" + display(first->first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
     }
     --frame_;
   }
@@ -697,7 +697,8 @@ class RankWalker {
   HappensBefore hb_;
   RaceDetector detector_;
   std::vector<BranchNode> branches_;
-  std::unordered_map<std::string, TokenState> tokens_;
+  using TokenMap = std::unordered_map<std::string, TokenState>;
+  TokenMap tokens_;
   // How many live tokens were started at each region depth.
   std::vector<int> live_per_depth_;
   int& live_at_depth(int depth) {
