@@ -485,11 +485,7 @@ Block parse_program_block(Value j, const std::string& ptr) {
   elements.reserve(n);
   j.each_element([&](size_t, Value e) { elements.push_back(e); });
   Block b(n);
-  struct Failure {
-    size_t index = SIZE_MAX;
-    std::exception_ptr error;
-  };
-  std::vector<Failure> failures(chunks);
+  std::vector<std::exception_ptr> failures(chunks);  // each chunk's first
   std::vector<TextArena> texts(chunks);
   auto run_chunk = [&](size_t k) {
     ParseCache cache;
@@ -499,7 +495,7 @@ Block parse_program_block(Value j, const std::string& ptr) {
       try {
         parse_command(b[i], elements[i], child(ptr, i), 0);
       } catch (...) {  // a later command of this chunk cannot fail first
-        failures[k] = {i, std::current_exception()};
+        failures[k] = std::current_exception();
         return;
       }
     }
@@ -507,7 +503,7 @@ Block parse_program_block(Value j, const std::string& ptr) {
   run_chunks(chunks, run_chunk);
   for (auto& t : texts) t_cache->texts->adopt(std::move(t));
   for (const auto& f : failures)
-    if (f.error) std::rethrow_exception(f.error);  // chunks run in document order
+    if (f) std::rethrow_exception(f);  // chunks run in document order
   return b;
 }
 
