@@ -41,38 +41,46 @@ bool mutually_exclusive(const std::vector<BranchNode>& nodes, int a, int b) {
   return false;
 }
 
-void RaceDetector::prune(std::vector<Access>& list, const HappensBefore& hb) {
-  std::vector<uint32_t> known(hb.slots());
-  for (int s = 0; s < hb.slots(); ++s) known[s] = hb.min_known(s);
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [&](const Access& a) { return a.seq <= known[a.slot]; }),
-             list.end());
-}
-
 void RaceDetector::access(const Access& a, const HappensBefore& hb, const std::vector<BranchNode>& branches,
                           std::vector<RaceReport>& out, size_t max_reports) {
   if (a.hi <= a.lo) return;
-  auto& list = per_buffer_[a.buffer];
-  if (prune_at_.size() != per_buffer_.size()) prune_at_.assign(per_buffer_.size(), 64);
-  for (const Access& e : list) {
-    if (e.slot == a.slot || (!e.write && !a.write) || e.hi <= a.lo || a.hi <= e.lo) continue;
-    if (hb.ordered_before(e, a.slot)) continue;
-    if (e.branch >= 0 && a.branch >= 0 && mutually_exclusive(branches, e.branch, a.branch)) continue;
-    if (out.size() < max_reports) out.push_back({e, a});
+  auto& lists = per_buffer_[a.buffer];
+  if (lists.size() <= static_cast<size_t>(a.slot)) lists.resize(static_cast<size_t>(a.slot) + 1);
+  const Clock& known = hb.clock(a.slot);
+  const size_t reported = out.size();
+  for (size_t s = 0; s < lists.size(); ++s) {
+    if (s == static_cast<size_t>(a.slot)) continue;
+    const std::vector<Access>& items = lists[s].items;
+    const uint32_t upto = s < known.size() ? known[s] : 0;
+    // Newest first, down to the entries `a`'s slot has already joined.
+    for (size_t i = items.size(); i-- > 0;) {
+      const Access& e = items[i];
+      if (e.seq <= upto) break;
+      if ((!e.write && !a.write) || e.hi <= a.lo || a.hi <= e.lo) continue;
+      if (e.branch >= 0 && a.branch >= 0 && mutually_exclusive(branches, e.branch, a.branch)) continue;
+      if (out.size() < max_reports) out.push_back({e, a});
+    }
   }
+  if (out.size() - reported > 1)
+    std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(reported), out.end(),
+                     [](const RaceReport& x, const RaceReport& y) { return x.first.command < y.first.command; });
+  List& own = lists[static_cast<size_t>(a.slot)];
   // An earlier access on the same slot that `a` covers completely, with a at
   // least as strong (a write covers a read), adds nothing for the future.
-  if (!list.empty()) {
-    Access& last = list.back();
-    if (last.slot == a.slot && last.lo >= a.lo && last.hi <= a.hi && (a.write || !last.write) && last.branch == a.branch) {
+  if (!own.items.empty()) {
+    Access& last = own.items.back();
+    if (last.lo >= a.lo && last.hi <= a.hi && (a.write || !last.write) && last.branch == a.branch) {
       last = a;
       return;
     }
   }
-  list.push_back(a);
-  if (list.size() >= prune_at_[a.buffer]) {
-    prune(list, hb);
-    prune_at_[a.buffer] = std::max<size_t>(64, 2 * list.size());
+  own.items.push_back(a);
+  if (own.items.size() >= own.prune_at) {
+    // Entries every slot has joined can race with nothing to come.
+    const uint32_t floor = hb.min_known(a.slot);
+    auto keep = std::find_if(own.items.begin(), own.items.end(), [&](const Access& e) { return e.seq > floor; });
+    own.items.erase(own.items.begin(), keep);
+    own.prune_at = std::max<size_t>(64, 2 * own.items.size());
   }
 }
 

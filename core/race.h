@@ -55,19 +55,25 @@ struct BranchNode {
 };
 bool mutually_exclusive(const std::vector<BranchNode>& nodes, int a, int b);
 
-// Records accesses per buffer and reports unordered conflicting pairs.
+// Records accesses per buffer and slot, and reports unordered conflicting
+// pairs.
 class RaceDetector {
  public:
   explicit RaceDetector(size_t buffers) : per_buffer_(buffers) {}
   // Checks `a` (on a.slot, issued now) against earlier accesses, appends
-  // conflicts to `out`, then records it.
+  // conflicts to `out` (earliest command first), then records it.
   void access(const Access& a, const HappensBefore& hb, const std::vector<BranchNode>& branches,
               std::vector<RaceReport>& out, size_t max_reports);
 
  private:
-  void prune(std::vector<Access>& list, const HappensBefore& hb);
-  std::vector<std::vector<Access>> per_buffer_;
-  std::vector<size_t> prune_at_;
+  // One slot's accesses to one buffer, in issue order (so by `seq`): an
+  // access on another slot that knows this slot up to seq k is ordered
+  // after every entry up to k, and scans only the entries past it.
+  struct List {
+    std::vector<Access> items;
+    size_t prune_at = 64;
+  };
+  std::vector<std::vector<List>> per_buffer_;  // [buffer][slot]
 };
 
 }  // namespace thunky

@@ -49,5 +49,32 @@ TEST(RaceDetector, ExclusiveBranchesNeverRace) {
   EXPECT_EQ(out.size(), 1u);
 }
 
+TEST(RaceDetector, OnlyAccessesPastTheJoinAreUnordered) {
+  // s0 writes bytes [0, 8), then [0, 4), then [4, 8) (commands 0, 1, 2);
+  // s1 joins s0 after command 0. s2 reads [0, 8) (command 3). s1 then
+  // writes [0, 8) (command 4): commands 1, 2 (not joined) and 3 (never
+  // joined) race with it, command 0 does not. The reports come earliest
+  // command first.
+  HappensBefore hb;
+  int s0 = hb.new_slot(), s1 = hb.new_slot(), s2 = hb.new_slot();
+  RaceDetector d(1);
+  std::vector<RaceReport> out;
+  std::vector<BranchNode> br;
+  d.access({0, 0, 8, true, s0, hb.tick(s0), 0, -1}, hb, br, out, 10);
+  hb.join(s1, hb.clock(s0));
+  d.access({0, 0, 4, true, s0, hb.tick(s0), 1, -1}, hb, br, out, 10);
+  d.access({0, 4, 8, true, s0, hb.tick(s0), 2, -1}, hb, br, out, 10);
+  ASSERT_TRUE(out.empty());  // one slot is one order
+  d.access({0, 0, 8, false, s2, hb.tick(s2), 3, -1}, hb, br, out, 10);
+  ASSERT_EQ(out.size(), 3u);  // s2's read is unordered with s0's writes 0, 1, 2
+  out.clear();
+  d.access({0, 0, 8, true, s1, hb.tick(s1), 4, -1}, hb, br, out, 10);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].first.command, 1);
+  EXPECT_EQ(out[1].first.command, 2);
+  EXPECT_EQ(out[2].first.command, 3);
+  for (const auto& r : out) EXPECT_EQ(r.second.command, 4);
+}
+
 }  // namespace
 }  // namespace thunky

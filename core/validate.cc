@@ -121,6 +121,10 @@ struct Tape {
     const Ref *src, *dst;
     View src_view, dst_view;
     bool src_moves, dst_moves;
+    // Whether every rule checked on rank 0 holds on every rank: the views
+    // stay put, the communicator has one size everywhere (no groups) and
+    // no in-place rule reads the rank's position.
+    bool same_on_every_rank;
   };
   std::vector<Step> steps;
   std::vector<Clock> clocks;
@@ -139,8 +143,10 @@ struct Use {
 // Walks the program for one rank.
 class RankWalker {
  public:
-  RankWalker(const Program& p, int64_t rank, bool structural, bool races)
-      : p_(p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), detector_(p.buffers.size()) {}
+  // `sequences`: keep each communicator's collective sequence for the
+  // collective-order check.
+  RankWalker(const Program& p, int64_t rank, bool structural, bool races, bool sequences)
+      : p_(p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), sequences_(sequences), detector_(p.buffers.size()) {}
 
   // Records the walk for replay on the other ranks.
   void record_into(Tape* t) {
@@ -174,6 +180,7 @@ class RankWalker {
       }
       case Tape::Step::Kind::collective: {
         const Tape::Collective& c = t.collectives[st.arg];
+        if (c.same_on_every_rank) break;
         const View s = c.src_moves ? resolve(p_, *c.src, ctx_) : c.src_view;
         const View d = c.dst_moves ? resolve(p_, *c.dst, ctx_) : c.dst_view;
         collective(*c.cmd, s, d);
@@ -414,14 +421,16 @@ class RankWalker {
         if (!targets.insert(t).second) throw ThunkyError(ptr, "target " + std::to_string(t) + " receives more than once");
       }
     }
-    comm.sigs->push_back({&c, src, dst, static_cast<int>(n)});
+    if (sequences_) comm.sigs->push_back({&c, src, dst, static_cast<int>(n)});
   }
 
   void record_collective(const Command& c, const View& src, const View& dst) {
     collective(c, src, dst);
     if (!tape_) return;
     tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size()), 0, {}, nullptr});
-    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, ref_moves_with_rank(*c.src), ref_moves_with_rank(*c.dst)});
+    const bool src_moves = ref_moves_with_rank(*c.src), dst_moves = ref_moves_with_rank(*c.dst);
+    const bool same = !src_moves && !dst_moves && !c.rare().groups && src.buffer != dst.buffer;
+    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, src_moves, dst_moves, same});
   }
 
   void gemm_check(const Command& c, const View& a, const View& b, const View& cv) {
@@ -694,6 +703,7 @@ class RankWalker {
   RankCtx ctx_;
   bool structural_;
   bool races_;
+  bool sequences_;
   HappensBefore hb_;
   RaceDetector detector_;
   std::vector<BranchNode> branches_;
@@ -824,6 +834,11 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   // Ranks other than 0 replay rank 0's walk unless some view's size moves
   // with the rank (then shapes, not just offsets, differ: walk each rank).
   const bool replay = ranks > 1 && !program_sized_by_rank(p.program);
+  // A replayed walk issues the same collectives, of the same sizes, on
+  // every rank, and each communicator's members all meet each of them
+  // (its members are one class of the axes' or groups' partition): the
+  // sequences cannot differ, so only walks of every rank are compared.
+  const bool check_order = opts.collective_order && !replay;
   Tape tape;
   std::unique_ptr<RankWalker> first;  // rank 0's walk: names for every report
   std::map<std::string, std::vector<int64_t>> race_ranks;  // message -> ranks
@@ -868,7 +883,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   std::vector<std::unique_ptr<RankWalker>> replays;
   for (int64_t r = 0; r < ranks; ++r) {
     const bool full = r == 0 || dependent;
-    auto w = std::make_unique<RankWalker>(p, r, r == 0, opts.races && full);
+    auto w = std::make_unique<RankWalker>(p, r, r == 0, opts.races && full, check_order);
     try {
       if (r == 0 || !replay) {
         if (r == 0 && replay) w->record_into(&tape);
@@ -904,7 +919,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
     ptr = ptr.substr(0, ptr.find(' '));
     out.push_back({ErrorKind::schedule, p.file, ptr, key + where});
   }
-  if (opts.collective_order) {
+  if (check_order) {
     for (const auto& [comm, seqs] : comm_seqs) {
       if (out.size() >= opts.max_errors) break;
       // Every member of the communicator must list it with the same sequence.

@@ -258,6 +258,14 @@ TEST(Collectives, InPlaceFormsAreAccepted) {
                     {"op": "reduce_scatter", "src": "a", "dst": "a[ds(x * 4, 4)]", "axis": "x"}])", 2));
 }
 
+TEST(Collectives, InPlaceRulesAreCheckedOnEveryRank) {
+  // a[ds(0, 4)] is rank 0's slice of a (position 0 x 4 elements) but not
+  // rank 1's (which starts at element 4): only rank 1 breaks the in-place
+  // rule, though no view moves with the rank.
+  auto errs = load_errors(sched(R"([{"op": "all_gather", "src": "a[ds(0, 4)]", "dst": "a", "axis": "x"}])", 2));
+  EXPECT_TRUE(has(errs, "/program/0/dst", "overlap"));
+}
+
 TEST(CollectiveOrder, RankDependentSizesAreADeadlock) {
   // Rank 0 all-reduces 1 element, rank 1 two: the sequences differ.
   auto p = load_schedule_text(sched(R"([{"op": "all_reduce", "src": "a[ds(0, x + 1)]", "dst": "b[ds(0, x + 1)]", "axis": "x"}])", 2), "t.json");
