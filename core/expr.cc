@@ -50,7 +50,7 @@ class Parser {
     if (text == "%") return I::mod;
     return I::none;
   }
-  static ExprPtr make(Expr::Kind k, std::string_view text, std::vector<ExprPtr> args = {}) {
+  static ExprPtr make(Expr::Kind k, std::string_view text, ExprArgs args = {}) {
     auto e = std::make_shared<Expr>();
     e->kind = k;
     e->int_op = int_op(k, text);
@@ -60,8 +60,7 @@ class Parser {
   }
   // An operator node, its operands moved in (no reference counts touched).
   static ExprPtr make(Expr::Kind k, std::string_view text, ExprPtr a, ExprPtr b = nullptr) {
-    std::vector<ExprPtr> args;
-    args.reserve(b ? 2 : 1);
+    ExprArgs args;
     args.push_back(std::move(a));
     if (b) args.push_back(std::move(b));
     return make(k, text, std::move(args));
@@ -78,52 +77,60 @@ class Parser {
     pos_ += op.size();
     return true;
   }
-  ExprPtr parse_or() {
-    auto l = parse_and();
-    while (eat_word("or")) l = make(Expr::Kind::binary, "or", std::move(l), parse_and());
-    return l;
-  }
-  ExprPtr parse_and() {
-    auto l = parse_not();
-    while (eat_word("and")) l = make(Expr::Kind::binary, "and", std::move(l), parse_not());
-    return l;
-  }
-  ExprPtr parse_not() {
-    if (eat_word("not")) return make(Expr::Kind::unary, "not", parse_not());
-    return parse_cmp();
-  }
-  ExprPtr parse_cmp() {
-    auto l = parse_arith();
+  // Binary operators by precedence, loosest first: or, and, comparisons
+  // (one per expression, no chains), + -, * / // %. `not` binds looser
+  // than a comparison and tighter than `and`.
+  enum Level { kOr = 1, kAnd, kCmp, kArith, kTerm, kUnary };
+  struct BinOp {
+    int level = 0;  // 0: none here
+    std::string_view text;
+  };
+  // The binary operator at the cursor, not consumed (words only whole).
+  BinOp peek_binary() {
     const char c = peek();
-    if (c != '<' && c != '>' && c != '=' && c != '!') return l;
-    for (std::string_view op : {"<=", ">=", "==", "!=", "<", ">"}) {
-      if (eat(op)) return make(Expr::Kind::binary, op, std::move(l), parse_arith());
+    const std::string_view rest = s_.substr(pos_);
+    auto word = [&](std::string_view w, int level) {
+      if (rest.substr(0, w.size()) != w) return BinOp{};
+      if (rest.size() > w.size() && (alnum(rest[w.size()]) || rest[w.size()] == '_')) return BinOp{};
+      return BinOp{level, w};
+    };
+    switch (c) {
+      case 'o': return word("or", kOr);
+      case 'a': return word("and", kAnd);
+      case '<':
+      case '>': return {kCmp, rest.substr(0, rest.size() > 1 && rest[1] == '=' ? 2 : 1)};
+      case '=':
+      case '!': return rest.size() > 1 && rest[1] == '=' ? BinOp{kCmp, rest.substr(0, 2)} : BinOp{};
+      case '+':
+      case '-': return {kArith, rest.substr(0, 1)};
+      case '*': return rest.size() > 1 && rest[1] == '*' ? BinOp{} : BinOp{kTerm, rest.substr(0, 1)};
+      case '/': return {kTerm, rest.substr(0, rest.size() > 1 && rest[1] == '/' ? 2 : 1)};
+      case '%': return {kTerm, rest.substr(0, 1)};
+      default: return {};
     }
-    return l;
   }
-  ExprPtr parse_arith() {
-    auto l = parse_term();
+  // An expression of operators at `min_level` or tighter, left to right.
+  ExprPtr parse_level(int min_level) {
+    if (min_level >= kUnary) return parse_unary();
+    ExprPtr l;
+    bool compared = false;  // only and / or may follow a comparison or a `not`
+    if (min_level <= kCmp && eat_word("not")) {
+      if (++depth_ > 64) fail("expression nested too deeply");
+      l = make(Expr::Kind::unary, "not", parse_level(kCmp));
+      --depth_;
+      compared = true;
+    } else {
+      l = parse_unary();
+    }
     for (;;) {
-      const char c = peek();
-      if (c != '+' && c != '-') return l;
-      if (eat("+")) l = make(Expr::Kind::binary, "+", std::move(l), parse_term());
-      else if (eat("-")) l = make(Expr::Kind::binary, "-", std::move(l), parse_term());
-      else return l;
+      const BinOp op = peek_binary();
+      if (op.level < min_level || op.level == 0 || (op.level == kCmp && compared)) return l;
+      pos_ += op.text.size();
+      compared = compared || op.level <= kCmp;  // a later comparison was refused inside the operand
+      l = make(Expr::Kind::binary, op.text, std::move(l), parse_level(op.level + 1));
     }
   }
-  ExprPtr parse_term() {
-    auto l = parse_unary();
-    for (;;) {
-      const char c = peek();
-      if (c != '*' && c != '/' && c != '%') return l;
-      if (s_.substr(pos_, 2) == "**") return l;
-      if (eat("//")) l = make(Expr::Kind::binary, "//", std::move(l), parse_unary());
-      else if (eat("*")) l = make(Expr::Kind::binary, "*", std::move(l), parse_unary());
-      else if (eat("/")) l = make(Expr::Kind::binary, "/", std::move(l), parse_unary());
-      else if (eat("%")) l = make(Expr::Kind::binary, "%", std::move(l), parse_unary());
-      else return l;
-    }
-  }
+  ExprPtr parse_or() { return parse_level(kOr); }
   ExprPtr parse_unary() {
     if (++depth_ > 64) fail("expression nested too deeply");
     ExprPtr r;
@@ -162,7 +169,7 @@ class Parser {
         return e;
       }
       if (eat("(")) {
-        std::vector<ExprPtr> args;
+        ExprArgs args;
         if (!eat(")")) {
           for (;;) {
             if (++depth_ > 64) fail("expression nested too deeply");

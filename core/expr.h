@@ -29,6 +29,35 @@ class NameLookup {
 struct Expr;
 using ExprPtr = std::shared_ptr<const Expr>;
 
+// An expression node's operands: up to three inline (every operator and
+// the map functions take at most three, so a node is one allocation),
+// more on the heap. Reads like a std::vector<ExprPtr>.
+class ExprArgs {
+ public:
+  size_t size() const { return heap_.empty() ? n_ : heap_.size(); }
+  bool empty() const { return size() == 0; }
+  const ExprPtr& operator[](size_t i) const { return begin()[i]; }
+  const ExprPtr* begin() const { return heap_.empty() ? inline_ : heap_.data(); }
+  const ExprPtr* end() const { return begin() + size(); }
+  void push_back(ExprPtr e) {
+    if (heap_.empty() && n_ < kInline) {
+      inline_[n_++] = std::move(e);
+      return;
+    }
+    if (heap_.empty()) {
+      for (size_t i = 0; i < n_; ++i) heap_.push_back(std::move(inline_[i]));
+      n_ = 0;
+    }
+    heap_.push_back(std::move(e));
+  }
+
+ private:
+  static constexpr size_t kInline = 3;
+  ExprPtr inline_[kInline];
+  std::vector<ExprPtr> heap_;
+  size_t n_ = 0;
+};
+
 struct Expr {
   enum class Kind { int_lit, float_lit, bool_lit, name, unary, binary, call };
   // The integer index operators, decoded from `text` once by the parser
@@ -39,7 +68,7 @@ struct Expr {
   std::string text;  // name, operator or function name
   int64_t ival = 0;
   double fval = 0;
-  std::vector<ExprPtr> args;
+  ExprArgs args;
 };
 
 // Parses `src`; throws ThunkyError (pointer left empty, the caller fills it).

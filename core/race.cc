@@ -16,10 +16,10 @@ uint32_t HappensBefore::tick(int slot) {
   return ++c[slot];
 }
 
-void HappensBefore::join(int slot, const Clock& other) {
+void HappensBefore::join(int slot, const uint32_t* other, size_t n) {
   Clock& c = clocks_[slot];
-  if (c.size() < other.size()) c.resize(other.size(), 0);
-  for (size_t i = 0; i < other.size(); ++i) c[i] = std::max(c[i], other[i]);
+  if (c.size() < n) c.resize(n, 0);
+  for (size_t i = 0; i < n; ++i) c[i] = std::max(c[i], other[i]);
 }
 
 void HappensBefore::set_component(int slot, int component, uint32_t value) {

@@ -33,7 +33,8 @@ class HappensBefore {
   // Issues one command on `slot`; returns its sequence number there.
   uint32_t tick(int slot);
   const Clock& clock(int slot) const { return clocks_[slot]; }
-  void join(int slot, const Clock& other);
+  void join(int slot, const Clock& other) { join(slot, other.data(), other.size()); }
+  void join(int slot, const uint32_t* other, size_t n);
   void set_component(int slot, int component, uint32_t value);
   bool ordered_before(const Access& a, int slot) const {
     const Clock& c = clocks_[slot];

@@ -111,8 +111,8 @@ struct Tape {
     enum class Kind : uint8_t { new_slot, tick, join, set, access, collective, resolve };
     Kind kind;
     int slot = 0;
-    int arg = 0;         // join: index into clocks; set: component; collective: index into collectives
-    uint32_t value = 0;  // set
+    int arg = 0;         // join: offset into clocks; set: component; collective: index into collectives
+    uint32_t value = 0;  // set: the value; join: the clock's length
     Access access;
     const Ref* ref = nullptr;  // access: the rank-dependent ref, else null
   };
@@ -127,7 +127,7 @@ struct Tape {
     bool same_on_every_rank;
   };
   std::vector<Step> steps;
-  std::vector<Clock> clocks;
+  std::vector<uint32_t> clocks;  // the joined clocks, end to end
   std::vector<Collective> collectives;
   std::vector<char> buffer_moves;  // per buffer: some access to it moves with the rank
 };
@@ -161,7 +161,7 @@ class RankWalker {
     switch (st.kind) {
       case Tape::Step::Kind::new_slot: hb_.new_slot(); break;
       case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
-      case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks[st.arg]); break;
+      case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks.data() + st.arg, st.value); break;
       case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
       case Tape::Step::Kind::resolve: resolve(p_, *st.ref, ctx_); break;
       case Tape::Step::Kind::access: {
@@ -199,7 +199,6 @@ class RankWalker {
     StreamId main;
     ns.slots[main] = main_slot;
     slot_names_.push_back(main.str());
-    slot_tokens_.push_back("");
     walk(p_.program, main_slot, ns, -1);
     // Reported after the race check: a missing async_done usually leaves a
     // race behind, and both are worth showing.
@@ -209,7 +208,7 @@ class RankWalker {
         if (entry.second.live) live.push_back(&entry);
       std::sort(live.begin(), live.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
       for (const auto* entry : live)
-        unawaited.push_back(ThunkyError(entry->second.pointer + "/token", "token '" + display(entry->first) + "' is never awaited (every async_start needs one later async_done)"));
+        unawaited.push_back(ThunkyError(entry->second.start->pointer + "/token", "token '" + display(entry->first) + "' is never awaited (every async_start needs one later async_done)"));
     }
   }
 
@@ -219,7 +218,6 @@ class RankWalker {
   std::map<std::vector<int>, std::vector<CollectiveSig>> collectives;
   std::vector<const Command*> commands;  // index -> command, for reports
   std::vector<std::string> slot_names_;
-  std::vector<std::string> slot_tokens_;  // token whose body issued onto the slot last
   std::vector<const std::string*> command_token;  // index -> token of the innermost async body
 
  private:
@@ -231,9 +229,7 @@ class RankWalker {
     Clock clock;
     int frame = 0;
     bool live = false;
-    bool ever = false;
-    std::string pointer;
-    int slot = 0;
+    const Command* start = nullptr;  // the async_start that last started it
   };
 
   static std::string display(const std::string& token) {
@@ -252,8 +248,8 @@ class RankWalker {
   }
   void join(int slot, const Clock& c) {
     if (tape_) {
-      tape_->steps.push_back({Tape::Step::Kind::join, slot, static_cast<int>(tape_->clocks.size()), 0, {}, nullptr});
-      tape_->clocks.push_back(c);
+      tape_->steps.push_back({Tape::Step::Kind::join, slot, static_cast<int>(tape_->clocks.size()), static_cast<uint32_t>(c.size()), {}, nullptr});
+      tape_->clocks.insert(tape_->clocks.end(), c.begin(), c.end());
     }
     hb_.join(slot, c);
   }
@@ -309,7 +305,6 @@ class RankWalker {
     int slot = new_slot();
     ns.slots[s] = slot;
     slot_names_.push_back(s.str() + (ns.where.empty() ? "" : " inside " + ns.where));
-    slot_tokens_.push_back("");
     return slot;
   }
 
@@ -330,7 +325,7 @@ class RankWalker {
       const TokenMap::value_type* first = nullptr;
       for (const auto& entry : tokens_)
         if (entry.second.live && entry.second.frame == frame_ && (!first || entry.first < first->first)) first = &entry;
-      throw ThunkyError(first->second.pointer + "/token", "token '" + display(first->first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
+      throw ThunkyError(first->second.start->pointer + "/token", "token '" + display(first->first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
     }
     --frame_;
   }
@@ -559,41 +554,34 @@ class RankWalker {
         break;
       }
       case Op::async_start: {
-        if (structural_) {
-          auto it = tokens_.find(c.token);
-          if (it != tokens_.end() && it->second.live)
-            throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is started again at " + c.id() + " before the async_start at " + it->second.pointer + " was awaited");
-        }
-        Clock event = hb_.clock(slot);
-        int target = slot_for(ns, c.stream, slot);
-        join(target, event);
-        const std::string saved = slot_tokens_[target];
-        slot_tokens_[target] = c.token;
+        // Elements of the map keep their place while the body adds more.
+        TokenState& t = tokens_[c.token];
+        if (structural_ && t.live)
+          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
+        // The target slot first: a new one must not move the clock joined.
+        const int target = slot_for(ns, c.stream, slot);
+        join(target, hb_.clock(slot));
         const std::string* saved_token = cur_token_;
         cur_token_ = &c.token;
         walk(c.body, target, ns, branch);
         cur_token_ = saved_token;
-        slot_tokens_[target] = saved;
-        TokenState& t = tokens_[c.token];
         if (t.live) --live_at_depth(t.frame);
         ++live_at_depth(frame_);
         t.clock = hb_.clock(target);
         t.frame = frame_;
         t.live = true;
-        t.ever = true;
-        t.pointer = c.pointer;
-        t.slot = target;
+        t.start = &c;
         break;
       }
       case Op::async_done: {
         auto it = tokens_.find(c.token);
         if (it == tokens_.end() || !it->second.live) {
           if (!structural_) break;
-          if (it == tokens_.end()) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display(c.token) + "', which no earlier async_start started");
-          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited twice (the async_start at " + it->second.pointer + " was already awaited)");
+          if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display(c.token) + "', which no earlier async_start started");
+          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
         }
         if (it->second.frame != frame_ && structural_)
-          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.pointer + ")");
+          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
         join(slot, it->second.clock);
         it->second.live = false;
         --live_at_depth(it->second.frame);

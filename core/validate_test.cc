@@ -44,6 +44,8 @@ TEST(Tokens, NeverAwaitedTwiceAndUnknown) {
   EXPECT_TRUE(has(load_errors(sched("[" + start("t", body) + "," + done("t") + "," + done("t") + "]")), "/program/2/token", "awaited twice"));
   EXPECT_TRUE(has(load_errors(sched("[" + done("t") + "," + start("t", body) + "," + done("t") + "]")), "/program/0/token", "no earlier async_start"));
   EXPECT_TRUE(has(load_errors(sched("[" + start("t", body) + "," + start("t", body) + "," + done("t") + "]")), "/program/1/token", "started again"));
+  // Awaited inside its own body: the token is not started until the body ends.
+  EXPECT_TRUE(has(load_errors(sched("[" + start("t", "[" + done("t") + "]") + "," + done("t") + "]")), "/program/0/body/0/token", "no earlier async_start"));
 }
 
 TEST(Tokens, MayNotCrossACondBranch) {
