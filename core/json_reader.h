@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -151,18 +152,16 @@ class Obj {
   Obj& operator=(const Obj&) = delete;
   const std::string& ptr() const { return *ptr_; }
   bool has(std::string_view k) const {
-    for (auto field : object())
-      if (field.key == k) return true;
+    for (size_t i = 0; i < n_; ++i)
+      if (same_key(fields_[i].key, k)) return true;
     return false;
   }
   std::optional<Value> get(std::string_view k) {
-    size_t i = 0;
-    for (auto field : object()) {
-      if (field.key == k) {
+    for (size_t i = 0; i < n_; ++i) {
+      if (same_key(fields_[i].key, k)) {
         mark(i);
-        return Value(field.value);
+        return Value(fields_[i].value);
       }
-      ++i;
     }
     return std::nullopt;
   }
@@ -202,13 +201,12 @@ class Obj {
   // (key, value) alone is spared building the pointer.
   template <class F>
   void each(F&& f) {
-    const size_t n = j_.size();
+    const size_t n = n_;
     std::unordered_set<std::string_view> seen;
     if (n > kScan) seen.reserve(n);
-    size_t i = 0;
-    for (auto field : object()) {
+    for (size_t i = 0; i < n; ++i) {
+      const Field field = fields_[i];
       if (n > kScan ? !seen.insert(field.key).second : repeated(i, field.key)) duplicate(field.key);
-      ++i;
       if constexpr (std::is_invocable_v<F&, std::string_view, Value>) f(field.key, Value(field.value));
       else f(field.key, Value(field.value), child(*ptr_, field.key));
     }
@@ -217,30 +215,51 @@ class Obj {
   // Every key must have been asked for. A key given twice is found once,
   // so the second one is left unmarked and reported here too.
   void done() const {
-    if (found_ >= j_.size()) return;
-    size_t i = 0;
-    for (auto field : object()) {
+    if (found_ >= n_) return;
+    for (size_t i = 0; i < n_; ++i) {
+      const std::string_view key = fields_[i].key;
       if (!marked(i)) {
-        if (repeated(i, field.key)) duplicate(field.key);
-        fail(child(*ptr_, field.key), "unknown key '" + std::string(field.key) + "'");
+        if (repeated(i, key)) duplicate(key);
+        fail(child(*ptr_, key), "unknown key '" + std::string(key) + "'");
       }
-      ++i;
     }
   }
 
  private:
   static constexpr size_t kScan = 16;  // up to this many members, look back instead of hashing
   simdjson::dom::object object() const { return j_.object(); }
-  void check() const {
+  // Also takes the members down once: every lookup then compares keys
+  // held at hand instead of walking the document's tape again.
+  void check() {
     if (!j_.is_object()) fail(*ptr_, "expected an object, got " + type_name(j_));
+    for (auto field : object()) {
+      if (n_ < kInline) small_[n_] = {field.key, field.value};
+      else {
+        if (n_ == kInline) large_.assign(small_, small_ + kInline);
+        large_.push_back({field.key, field.value});
+      }
+      ++n_;
+    }
+    fields_ = n_ <= kInline ? small_ : large_.data();
   }
+  // Keys mostly differ in length or first letter: those are tested
+  // before the bytes are compared.
+  static bool same_key(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && (a.empty() || (a[0] == b[0] && std::memcmp(a.data(), b.data(), a.size()) == 0));
+  }
+  struct Field {
+    std::string_view key;
+    simdjson::dom::element value;
+  };
+  static constexpr size_t kInline = 16;
+  Field small_[kInline];
+  std::vector<Field> large_;
+  const Field* fields_ = small_;
+  size_t n_ = 0;
   // Whether a member before position i has this key.
   bool repeated(size_t i, std::string_view key) const {
-    size_t k = 0;
-    for (auto field : object()) {
-      if (k++ == i) return false;
-      if (field.key == key) return true;
-    }
+    for (size_t k = 0; k < i; ++k)
+      if (fields_[k].key == key) return true;
     return false;
   }
   [[noreturn]] void duplicate(std::string_view key) const {

@@ -1,6 +1,8 @@
 #include "core/ref.h"
 
+#include <algorithm>
 #include <cctype>
+#include <climits>
 
 #include "core/status.h"
 
@@ -92,15 +94,115 @@ bool mentions_names(const Expr* e) {
     if (mentions_names(a.get())) return true;
   return false;
 }
+
+// Appends e's postfix code; false when e holds anything but literals,
+// names and the integer operators, or needs more than `room` stack slots.
+bool compile_int(const Expr& e, std::vector<IndexStep>& code, std::vector<std::string>& names, int room) {
+  using O = IndexStep::Op;
+  if (room <= 0) return false;
+  switch (e.kind) {
+    case Expr::Kind::int_lit: code.push_back({O::lit, e.ival}); return true;
+    case Expr::Kind::name: {
+      auto it = std::find(names.begin(), names.end(), e.text);
+      if (it == names.end()) it = names.insert(names.end(), e.text);
+      code.push_back({O::name, it - names.begin()});
+      return true;
+    }
+    case Expr::Kind::unary:
+      if (e.int_op != Expr::IntOp::neg || !compile_int(*e.args[0], code, names, room)) return false;
+      code.push_back({O::neg, 0});
+      return true;
+    case Expr::Kind::binary:
+    case Expr::Kind::call: {
+      O op;
+      switch (e.int_op) {
+        case Expr::IntOp::add: op = O::add; break;
+        case Expr::IntOp::sub: op = O::sub; break;
+        case Expr::IntOp::mul: op = O::mul; break;
+        case Expr::IntOp::floor_div: op = O::floor_div; break;
+        case Expr::IntOp::mod: op = O::mod; break;
+        case Expr::IntOp::min: op = O::min; break;
+        case Expr::IntOp::max: op = O::max; break;
+        default: return false;
+      }
+      if (e.args.size() != 2) return false;
+      if (!compile_int(*e.args[0], code, names, room) || !compile_int(*e.args[1], code, names, room - 1)) return false;
+      code.push_back({op, 0});
+      return true;
+    }
+    default: return false;
+  }
+}
+
+constexpr int kIndexStack = 32;
+
+// Runs one compiled expression; false where the tree must give the error
+// (an unknown name, an overflow, a division by zero).
+bool run_index_code(const IndexStep* at, const std::vector<std::string>& names, const NameLookup& lookup, int64_t& out) {
+  using O = IndexStep::Op;
+  int64_t st[kIndexStack];
+  int sp = 0;
+  for (;; ++at) {
+    switch (at->op) {
+      case O::lit: st[sp++] = at->value; break;
+      case O::name: {
+        const auto v = lookup(names[static_cast<size_t>(at->value)]);
+        if (!v) return false;
+        st[sp++] = *v;
+        break;
+      }
+      case O::neg:
+        if (st[sp - 1] == INT64_MIN) return false;
+        st[sp - 1] = -st[sp - 1];
+        break;
+      case O::end: out = st[0]; return true;
+      default: {
+        const int64_t a = st[sp - 2], b = st[--sp];
+        int64_t& r = st[sp - 1];
+        switch (at->op) {
+          case O::add: if (__builtin_add_overflow(a, b, &r)) return false; break;
+          case O::sub: if (__builtin_sub_overflow(a, b, &r)) return false; break;
+          case O::mul: if (__builtin_mul_overflow(a, b, &r)) return false; break;
+          case O::floor_div:
+          case O::mod:
+            if (b == 0 || (a == INT64_MIN && b == -1)) return false;
+            r = at->op == O::floor_div ? floor_div(a, b) : floor_mod(a, b);
+            break;
+          case O::min: r = std::min(a, b); break;
+          case O::max: r = std::max(a, b); break;
+          default: return false;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void RefSyntax::classify() {
   sized_by_rank = moves_with_rank = false;
-  for (const auto& g : groups)
-    for (const auto& it : g) {
+  code.clear();
+  names.clear();
+  auto compile = [&](const ExprPtr& e) -> int32_t {
+    if (!e) return -1;
+    const size_t start = code.size();
+    if (!compile_int(*e, code, names, kIndexStack)) {
+      code.resize(start);
+      return -1;
+    }
+    code.push_back({IndexStep::Op::end, 0});
+    return static_cast<int32_t>(start);
+  };
+  for (auto& g : groups)
+    for (auto& it : g) {
       if (it.kind == IndexItem::Kind::slice && (mentions_names(it.a.get()) || mentions_names(it.b.get()))) sized_by_rank = true;
       if (it.kind == IndexItem::Kind::ds && mentions_names(it.b.get())) sized_by_rank = true;
       if (mentions_names(it.a.get()) || mentions_names(it.b.get()) || mentions_names(it.step.get())) moves_with_rank = true;
+      it.code_a = compile(it.a);
+      it.code_b = compile(it.b);
+      it.code_step = compile(it.step);
+      it.a_negated = it.a && it.a->kind == Expr::Kind::unary;
+      it.b_negated = it.b && it.b->kind == Expr::Kind::unary;
     }
 }
 
@@ -131,12 +233,17 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vector<IndexGroup>& groups,
-                  const NameLookup& lookup) {
+View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax& ref, const NameLookup& lookup) {
   View v;
   v.buffer = buffer;
   v.shape = shape;
-  auto eval = [&](const ExprPtr& e) { return eval_int(*e, lookup); };
+  const std::vector<IndexGroup>& groups = ref.groups;
+  // The compiled code where there is one; the tree says what went wrong.
+  auto eval_at = [&](int32_t code, const ExprPtr& e) {
+    int64_t r;
+    if (code >= 0 && run_index_code(ref.code.data() + code, ref.names, lookup, r)) return r;
+    return eval_int(*e, lookup);
+  };
   for (const auto& g : groups) {
     if (g.size() > v.shape.size())
       throw ThunkyError("", "too many indices (" + std::to_string(g.size()) + ") for a view of shape " + shape_str(v.shape));
@@ -161,27 +268,27 @@ View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vect
       int64_t start = 0, len = n;
       bool keep = true;
       if (it.kind == IndexItem::Kind::index) {
-        int64_t i = eval(it.a);
-        if (i < 0 && it.a->kind == Expr::Kind::unary) i += n;  // negative literal: from the end
+        int64_t i = eval_at(it.code_a, it.a);
+        if (i < 0 && it.a_negated) i += n;  // negative literal: from the end
         if (i < 0 || i >= n)
           throw ThunkyError("", "index " + std::to_string(i) + " out of bounds for dimension " + std::to_string(d) + " of size " + std::to_string(n));
         start = i;
         len = 1;
         keep = false;
       } else if (it.kind == IndexItem::Kind::ds) {
-        start = eval(it.a);
-        len = eval(it.b);
+        start = eval_at(it.code_a, it.a);
+        len = eval_at(it.code_b, it.b);
         if (len < 0 || start < 0 || start > n || len > n - start)
           throw ThunkyError("", "ds(" + std::to_string(start) + ", " + std::to_string(len) + ") out of bounds for dimension " + std::to_string(d) + " of size " + std::to_string(n));
       } else {
         if (it.step) {
-          int64_t st = eval(it.step);
+          int64_t st = eval_at(it.code_step, it.step);
           if (st != 1) throw ThunkyError("", "non-unit stride " + std::to_string(st) + ": a ref must be one contiguous byte range");
         }
-        int64_t lo = it.a ? eval(it.a) : 0;
-        int64_t hi = it.b ? eval(it.b) : n;
-        if (it.a && lo < 0 && it.a->kind == Expr::Kind::unary) lo += n;
-        if (it.b && hi < 0 && it.b->kind == Expr::Kind::unary) hi += n;
+        int64_t lo = it.a ? eval_at(it.code_a, it.a) : 0;
+        int64_t hi = it.b ? eval_at(it.code_b, it.b) : n;
+        if (it.a && lo < 0 && it.a_negated) lo += n;
+        if (it.b && hi < 0 && it.b_negated) hi += n;
         if (lo < 0 || hi > n || lo > hi)
           throw ThunkyError("", "slice " + std::to_string(lo) + ":" + std::to_string(hi) + " out of bounds for dimension " + std::to_string(d) + " of size " + std::to_string(n));
         start = lo;

@@ -15,12 +15,26 @@
 
 namespace thunky {
 
+// One step of an index expression compiled to postfix form: push a
+// literal or an axis name's value, or apply an integer operator to the
+// top of the stack.
+struct IndexStep {
+  enum class Op : uint8_t { lit, name, add, sub, mul, floor_div, mod, neg, min, max, end };
+  Op op = Op::end;
+  int64_t value = 0;  // lit: the value; name: index into RefSyntax::names
+};
+
 struct IndexItem {
   enum class Kind { index, slice, ds };
   Kind kind = Kind::index;
   ExprPtr a;     // index, slice start, ds start
   ExprPtr b;     // slice stop, ds size
   ExprPtr step;  // slice step (must evaluate to 1)
+  // Where a, b and step start in RefSyntax::code (-1: absent, or not
+  // compiled, when the tree holds more than the integer operators), and
+  // whether a and b are negations (a negative literal counts from the end).
+  int32_t code_a = -1, code_b = -1, code_step = -1;
+  bool a_negated = false, b_negated = false;
 };
 
 // One `[...]` group; a ref is a chain of groups applied one after another.
@@ -33,6 +47,11 @@ struct RefSyntax {
   // places it at all; classify() sets both once `groups` is final (parse_ref
   // does), so the validator and the simulator ask in O(1).
   bool sized_by_rank = false, moves_with_rank = false;
+  // The index expressions compiled (by classify()) into one array, so that
+  // resolving the view per rank reads a few adjacent cache lines instead
+  // of a tree of separately allocated nodes.
+  std::vector<IndexStep> code;
+  std::vector<std::string> names;
   void classify();
   std::string text() const;  // canonical text
 };
@@ -123,10 +142,9 @@ struct View {
   }
 };
 
-// Resolves `groups` on a buffer of `shape`; `lookup` gives axis indices.
-// Throws ThunkyError for out-of-bounds or non-contiguous views.
-View resolve_view(int buffer, const std::vector<int64_t>& shape, const std::vector<IndexGroup>& groups,
-                  const NameLookup& lookup);
+// Resolves `ref`'s indexing on a buffer of `shape`; `lookup` gives axis
+// indices. Throws ThunkyError for out-of-bounds or non-contiguous views.
+View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax& ref, const NameLookup& lookup);
 
 std::string shape_str(const std::vector<int64_t>& shape);
 

@@ -9,7 +9,7 @@ namespace {
 
 View view(const std::string& ref, std::vector<int64_t> shape, int64_t x = 0) {
   RefSyntax r = parse_ref(ref);
-  return resolve_view(0, shape, r.groups, [&](std::string_view n) -> std::optional<int64_t> {
+  return resolve_view(0, shape, r, [&](std::string_view n) -> std::optional<int64_t> {
     if (n == "x") return x;
     return std::nullopt;
   });
@@ -91,6 +91,35 @@ TEST(Ref, NonContiguousAndOutOfBoundsAreErrors) {
   EXPECT_THROW(parse_ref("a[1"), ThunkyError);
   EXPECT_THROW(parse_ref("[1]"), ThunkyError);
   EXPECT_THROW(parse_ref("a[]"), ThunkyError);
+}
+
+TEST(Ref, CompiledIndexCodeAgreesWithTheTree) {
+  // Each view's start is compiled to postfix code; the tree evaluator is
+  // the reference: offset = eval(E) + 500 rows of 1 element.
+  const char* exprs[] = {"x", "-x", "x * 3 - 7", "(x - 5) // 2", "(x - 5) % 3", "min(x, 4) * max(x, 2)", "-(x + 1) * -2", "x // -3"};
+  for (const char* e : exprs) {
+    const RefSyntax r = parse_ref(std::string("a[ds(") + e + " + 500, 1)]");
+    ASSERT_GE(r.groups[0][0].code_a, 0) << e;  // compiled
+    for (int64_t x = -4; x <= 9; ++x) {
+      const int64_t want = eval_int(*parse_expr(e), [&](std::string_view) -> std::optional<int64_t> { return x; }) + 500;
+      EXPECT_EQ(view(std::string("a[ds(") + e + " + 500, 1)]", {1000}, x).offset, want) << e << " at x = " << x;
+    }
+  }
+  // Where the code cannot finish, the tree gives the error.
+  auto message = [](const std::string& ref, int64_t x) {
+    try {
+      view(ref, {1000}, x);
+    } catch (const ThunkyError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message("a[ds(7 // (x + 1), 1)]", -1).find("division by zero"), std::string::npos);
+  EXPECT_NE(message("a[ds(9223372036854775807 + x, 1)]", 1).find("overflow"), std::string::npos);
+  EXPECT_NE(message("a[ds(y, 1)]", 0).find("unknown name 'y'"), std::string::npos);
+  // True division is no integer operator: left to the tree, which refuses it.
+  EXPECT_LT(parse_ref("a[ds(x / 2, 1)]").groups[0][0].code_a, 0);
+  EXPECT_NE(message("a[ds(x / 2, 1)]", 0).find("not an integer index expression"), std::string::npos);
 }
 
 TEST(Ref, TextIsCanonical) {

@@ -33,21 +33,42 @@ std::vector<int64_t> shape_of(Value j, const std::string& ptr) {
   return s;
 }
 
-// Schedules repeat the same ref strings many times; parse_program keeps a
-// cache of parsed refs for the duration of one parse (per thread).
 // Parsed refs and map expressions, shared by equal texts during one parse.
-// Looked up by the document's string_view, without a std::string for it.
-struct TextHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
+// Schedules name the same few views over and over, and many once each (a
+// step's slice): the texts parsed most recently are kept in a fixed table
+// of slots by hash, so a repeated text is parsed once and a text seen once
+// costs a slot, not a node of an ever-growing map. Looked up by the
+// document's string_view.
 template <class T>
-using TextMap = std::unordered_map<std::string, T, TextHash, std::equal_to<>>;
+class RecentParses {
+ public:
+  // The entry for `text`, made by make() (which may throw) when absent.
+  template <class Make>
+  const T& get(std::string_view text, Make&& make) {
+    const size_t h = std::hash<std::string_view>{}(text);
+    Slot& s = slots_[h & (kSlots - 1)];
+    if (!s.value || s.hash != h || s.text != text) {
+      s.value = make();
+      s.hash = h;
+      s.text.assign(text);
+    }
+    return s.value;
+  }
+
+ private:
+  static constexpr size_t kSlots = 1024;
+  struct Slot {
+    size_t hash = 0;
+    std::string text;
+    T value;
+  };
+  std::vector<Slot> slots_ = std::vector<Slot>(kSlots);
+};
 // Every parse has one (read_program installs it, and each thread that
 // parses a chunk its own): `texts` receives the refs' JSON pointers.
 struct ParseCache {
-  TextMap<std::shared_ptr<const RefSyntax>> refs;
-  TextMap<ExprPtr> exprs;
+  RecentParses<std::shared_ptr<const RefSyntax>> refs;
+  RecentParses<ExprPtr> exprs;
   TextArena* texts = nullptr;
 };
 thread_local ParseCache* t_cache = nullptr;
@@ -58,9 +79,7 @@ Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<s
   if (!j.is_string()) fail(std::string(ptr), "expected a ref string such as \"a[2:4]\", got " + type_name(j));
   try {
     const std::string_view text = j.str();
-    auto it = t_cache->refs.find(text);
-    if (it == t_cache->refs.end()) it = t_cache->refs.emplace(text, std::make_shared<const RefSyntax>(parse_ref(text))).first;
-    return Ref{it->second, -1, ptr};
+    return Ref{t_cache->refs.get(text, [&] { return std::make_shared<const RefSyntax>(parse_ref(text)); }), -1, ptr};
   } catch (const ThunkyError& e) {
     fail(std::string(ptr), e.what());
   }
@@ -272,9 +291,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     m.expr_text = mo.str("expr");
     try {
       if (t_cache) {
-        auto it = t_cache->exprs.find(m.expr_text);
-        if (it == t_cache->exprs.end()) it = t_cache->exprs.emplace(m.expr_text, parse_expr(m.expr_text)).first;
-        m.expr = it->second;
+        m.expr = t_cache->exprs.get(m.expr_text, [&] { return parse_expr(m.expr_text); });
       } else {
         m.expr = parse_expr(m.expr_text);
       }

@@ -34,7 +34,7 @@ View resolve(const Program& p, const Ref& r, const RankCtx& ctx) {
     return ctx.coords[*ax];
   };
   try {
-    return resolve_view(r.buffer, b.shape, r.syntax->groups, lookup);
+    return resolve_view(r.buffer, b.shape, *r.syntax, lookup);
   } catch (const ThunkyError& e) {
     std::string where = p.mesh.size() > 1 ? " (on " + rank_label(p.mesh, ctx.rank) + ")" : "";
     throw ThunkyError(std::string(r.pointer), "ref '" + r.syntax->text() + "' of buffer '" + b.name + "' " + shape_str(b.shape) + ": " + e.what() + where);
