@@ -25,6 +25,7 @@ class Lowerer {
     p_.command_count = 0;
     lower_block(p_.program, "/program", top);
     p_.functions.clear();
+    p_.rank_use = use_;
   }
 
  private:
@@ -37,11 +38,15 @@ class Lowerer {
       composed->classify();
       r.syntax = std::move(composed);
       r.buffer = outer.buffer;
-      return;
+    } else {
+      auto b = index_.find(r.syntax->buffer);
+      if (b == index_.end()) throw ThunkyError(std::string(r.pointer), "unknown buffer '" + r.syntax->buffer + "'");
+      r.buffer = b->second;
     }
-    auto b = index_.find(r.syntax->buffer);
-    if (b == index_.end()) throw ThunkyError(std::string(r.pointer), "unknown buffer '" + r.syntax->buffer + "'");
-    r.buffer = b->second;
+    // A call's argument counts too, used or not: the flags may only err
+    // towards walking every rank.
+    use_.moves = use_.moves || r.syntax->moves_with_rank;
+    use_.sized = use_.sized || r.syntax->sized_by_rank;
   }
   void bind(OptRef& r, const Scope& s) {
     if (r) bind(*r, s);
@@ -68,6 +73,7 @@ class Lowerer {
     if (!c.body.empty()) lower_block(c.body, sub("/body"), s);
     if (c.has_rare()) {
       Command::Rare& x = c.set_rare();
+      if (x.groups) use_.moves = true;  // group membership differs by rank
       if (x.cpu) {
         bind(x.cpu->out, s);
         for (auto& [k, r] : x.cpu->in) bind(r, s);
@@ -123,6 +129,7 @@ class Lowerer {
   Program& p_;
   std::map<std::string, int> index_;
   int calls_ = 0;
+  Program::RankUse use_;
 };
 
 }  // namespace

@@ -256,6 +256,13 @@ struct Program {
   // Commands of the lowered program, nested and inlined ones included (set
   // by lower(); a capacity hint for whoever indexes every command).
   int64_t command_count = 0;
+  // How the program's views depend on the rank (set by lower(), which
+  // binds every ref): some view moves with it, or a communicator's groups
+  // differ by it (`moves`); some view's size depends on it (`sized`).
+  struct RankUse {
+    bool moves = false, sized = false;
+  };
+  std::optional<RankUse> rank_use;
 
   int find_buffer(std::string_view n) const {
     for (size_t i = 0; i < buffers.size(); ++i)

@@ -101,6 +101,12 @@ bool same_sig(const Program& p, const CollectiveSig& a, const CollectiveSig& b) 
   return sig_text(p, a) == sig_text(p, b);
 }
 
+// A token as the schedule wrote it (inside a call, lowering appends
+// "$<instance>").
+std::string display_token(std::string_view token) {
+  return std::string(token.substr(0, token.find('$')));
+}
+
 // What rank 0's walk did, for the other ranks to replay: every
 // happens-before operation, every access (with its ref when the ref's view
 // moves with the rank) and every collective. The walk's structure (streams,
@@ -208,7 +214,7 @@ class RankWalker {
         if (entry.second.live) live.push_back(&entry);
       std::sort(live.begin(), live.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
       for (const auto* entry : live)
-        unawaited.push_back(ThunkyError(entry->second.start->pointer + "/token", "token '" + display(entry->first) + "' is never awaited (every async_start needs one later async_done)"));
+        unawaited.push_back(ThunkyError(entry->second.start->pointer + "/token", "token '" + display_token(entry->first) + "' is never awaited (every async_start needs one later async_done)"));
     }
   }
 
@@ -231,11 +237,6 @@ class RankWalker {
     bool live = false;
     const Command* start = nullptr;  // the async_start that last started it
   };
-
-  static std::string display(const std::string& token) {
-    auto pos = token.find('$');
-    return pos == std::string::npos ? token : token.substr(0, pos);
-  }
 
   // Happens-before operations, taped when recording.
   int new_slot() {
@@ -325,7 +326,7 @@ class RankWalker {
       const TokenMap::value_type* first = nullptr;
       for (const auto& entry : tokens_)
         if (entry.second.live && entry.second.frame == frame_ && (!first || entry.first < first->first)) first = &entry;
-      throw ThunkyError(first->second.start->pointer + "/token", "token '" + display(first->first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
+      throw ThunkyError(first->second.start->pointer + "/token", "token '" + display_token(first->first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
     }
     --frame_;
   }
@@ -557,7 +558,7 @@ class RankWalker {
         // Elements of the map keep their place while the body adds more.
         TokenState& t = tokens_[c.token];
         if (structural_ && t.live)
-          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
         // The target slot first: a new one must not move the clock joined.
         const int target = slot_for(ns, c.stream, slot);
         join(target, hb_.clock(slot));
@@ -577,11 +578,11 @@ class RankWalker {
         auto it = tokens_.find(c.token);
         if (it == tokens_.end() || !it->second.live) {
           if (!structural_) break;
-          if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display(c.token) + "', which no earlier async_start started");
-          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
+          if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display_token(c.token) + "', which no earlier async_start started");
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
         }
         if (it->second.frame != frame_ && structural_)
-          throw ThunkyError(c.pointer + "/token", "token '" + display(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
         join(slot, it->second.clock);
         it->second.live = false;
         --live_at_depth(it->second.frame);
@@ -695,7 +696,8 @@ class RankWalker {
   HappensBefore hb_;
   RaceDetector detector_;
   std::vector<BranchNode> branches_;
-  using TokenMap = std::unordered_map<std::string, TokenState>;
+  // Keyed by the commands' own token texts (the program outlives the walk).
+  using TokenMap = std::unordered_map<std::string_view, TokenState>;
   TokenMap tokens_;
   // How many live tokens were started at each region depth.
   std::vector<int> live_per_depth_;
@@ -724,11 +726,6 @@ bool program_rank_dependent(const Block& b) {
 
 // Whether some view's element count differs between ranks.
 bool program_sized_by_rank(const Block& b) { return any_command(b, work_depends_on_rank); }
-
-std::string display_token(const std::string& token) {
-  auto pos = token.find('$');
-  return pos == std::string::npos ? token : token.substr(0, pos);
-}
 
 std::string rank_list(const std::vector<int64_t>& ranks) {
   std::string s;
@@ -818,10 +815,12 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   }
 
   const int64_t ranks = p.mesh.size();
-  const bool dependent = ranks > 1 && program_rank_dependent(p.program);
+  // A lowered program knows how its views use the rank; any other is scanned.
+  const Program::RankUse use = p.rank_use ? *p.rank_use : Program::RankUse{program_rank_dependent(p.program), program_sized_by_rank(p.program)};
+  const bool dependent = ranks > 1 && use.moves;
   // Ranks other than 0 replay rank 0's walk unless some view's size moves
   // with the rank (then shapes, not just offsets, differ: walk each rank).
-  const bool replay = ranks > 1 && !program_sized_by_rank(p.program);
+  const bool replay = ranks > 1 && !use.sized;
   // A replayed walk issues the same collectives, of the same sizes, on
   // every rank, and each communicator's members all meet each of them
   // (its members are one class of the axes' or groups' partition): the

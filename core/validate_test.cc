@@ -224,6 +224,30 @@ TEST(Validation, ViewsAreCheckedOnEveryRank) {
   EXPECT_NE(errs[0].message.find("rank 2"), std::string::npos);
 }
 
+TEST(Validation, LoweringRecordsHowViewsUseTheRank) {
+  auto use = [](const std::string& program) {
+    auto p = load_schedule_text(sched(program, 2), "t.json");
+    EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.errors()[0].str());
+    return p.ok() ? p.value().rank_use.value_or(Program::RankUse{true, true}) : Program::RankUse{true, true};
+  };
+  // Fixed views: neither flag.
+  auto u = use(R"([{"op": "memzero", "dst": "a[2:4]"}])");
+  EXPECT_FALSE(u.moves);
+  EXPECT_FALSE(u.sized);
+  // A ds start over x places the view by rank; a ds size over x sizes it.
+  u = use(R"([{"op": "memzero", "dst": "a[ds(x * 2, 2)]"}])");
+  EXPECT_TRUE(u.moves);
+  EXPECT_FALSE(u.sized);
+  u = use(R"([{"op": "memzero", "dst": "a[ds(0, x + 1)]"}])");
+  EXPECT_TRUE(u.sized);
+  // Nested in an async body counts; so do communicator groups.
+  u = use("[" + start("t", R"([{"op": "memzero", "dst": "b[ds(x, 1)]"}])") + "," + done("t") + "]");
+  EXPECT_TRUE(u.moves);
+  u = use(R"([{"op": "all_reduce", "src": "a", "dst": "b", "axis": "x", "groups": [[0], [1]]}])");
+  EXPECT_TRUE(u.moves);
+  EXPECT_FALSE(u.sized);
+}
+
 TEST(Validation, MovingViewsAreCheckedOnEveryRankWithoutRaceTracking) {
   // a[ds(x * 3, 3)] overflows a's 8 rows on rank 2 (rows 6..9), whether or
   // not races are tracked, and inside a PTX kernel's CPU fallback too.
