@@ -134,49 +134,6 @@ bool compile_int(const Expr& e, std::vector<IndexStep>& code, std::vector<std::s
   }
 }
 
-constexpr int kIndexStack = 32;
-
-// Runs one compiled expression; false where the tree must give the error
-// (an unknown name, an overflow, a division by zero).
-bool run_index_code(const IndexStep* at, const std::vector<std::string>& names, const NameLookup& lookup, int64_t& out) {
-  using O = IndexStep::Op;
-  int64_t st[kIndexStack];
-  int sp = 0;
-  for (;; ++at) {
-    switch (at->op) {
-      case O::lit: st[sp++] = at->value; break;
-      case O::name: {
-        const auto v = lookup(names[static_cast<size_t>(at->value)]);
-        if (!v) return false;
-        st[sp++] = *v;
-        break;
-      }
-      case O::neg:
-        if (st[sp - 1] == INT64_MIN) return false;
-        st[sp - 1] = -st[sp - 1];
-        break;
-      case O::end: out = st[0]; return true;
-      default: {
-        const int64_t a = st[sp - 2], b = st[--sp];
-        int64_t& r = st[sp - 1];
-        switch (at->op) {
-          case O::add: if (__builtin_add_overflow(a, b, &r)) return false; break;
-          case O::sub: if (__builtin_sub_overflow(a, b, &r)) return false; break;
-          case O::mul: if (__builtin_mul_overflow(a, b, &r)) return false; break;
-          case O::floor_div:
-          case O::mod:
-            if (b == 0 || (a == INT64_MIN && b == -1)) return false;
-            r = at->op == O::floor_div ? floor_div(a, b) : floor_mod(a, b);
-            break;
-          case O::min: r = std::min(a, b); break;
-          case O::max: r = std::max(a, b); break;
-          default: return false;
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void RefSyntax::classify() {
@@ -186,7 +143,7 @@ void RefSyntax::classify() {
   auto compile = [&](const ExprPtr& e) -> int32_t {
     if (!e) return -1;
     const size_t start = code.size();
-    if (!compile_int(*e, code, names, kIndexStack)) {
+    if (!compile_int(*e, code, names, kIndexStackDepth)) {
       code.resize(start);
       return -1;
     }
@@ -241,7 +198,8 @@ View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax
   // The compiled code where there is one; the tree says what went wrong.
   auto eval_at = [&](int32_t code, const ExprPtr& e) {
     int64_t r;
-    if (code >= 0 && run_index_code(ref.code.data() + code, ref.names, lookup, r)) return r;
+    auto name = [&](int64_t i) { return lookup(ref.names[static_cast<size_t>(i)]); };
+    if (code >= 0 && run_index_code(ref.code.data() + code, name, r)) return r;
     return eval_int(*e, lookup);
   };
   for (const auto& g : groups) {

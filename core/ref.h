@@ -2,6 +2,7 @@
 // `a`, `a[3]`, `a[2:6]`, `a[1, 0:4]`, `a[1][0:4]`, `a[ds(start, size)]`.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <algorithm>
 #include <functional>
@@ -23,6 +24,52 @@ struct IndexStep {
   Op op = Op::end;
   int64_t value = 0;  // lit: the value; name: index into RefSyntax::names
 };
+
+// The deepest stack compiled code may use (deeper trees stay trees).
+constexpr int kIndexStackDepth = 32;
+
+// Runs one compiled expression up to its end step; `name(i)` gives the
+// value of name i (an optional). False where the tree must give the
+// error: an unknown name, an overflow, a division by zero.
+template <class Name>
+bool run_index_code(const IndexStep* at, const Name& name, int64_t& out) {
+  using O = IndexStep::Op;
+  int64_t st[kIndexStackDepth];
+  int sp = 0;
+  for (;; ++at) {
+    switch (at->op) {
+      case O::lit: st[sp++] = at->value; break;
+      case O::name: {
+        const std::optional<int64_t> v = name(at->value);
+        if (!v) return false;
+        st[sp++] = *v;
+        break;
+      }
+      case O::neg:
+        if (st[sp - 1] == INT64_MIN) return false;
+        st[sp - 1] = -st[sp - 1];
+        break;
+      case O::end: out = st[0]; return true;
+      default: {
+        const int64_t a = st[sp - 2], b = st[--sp];
+        int64_t& r = st[sp - 1];
+        switch (at->op) {
+          case O::add: if (__builtin_add_overflow(a, b, &r)) return false; break;
+          case O::sub: if (__builtin_sub_overflow(a, b, &r)) return false; break;
+          case O::mul: if (__builtin_mul_overflow(a, b, &r)) return false; break;
+          case O::floor_div:
+          case O::mod:
+            if (b == 0 || (a == INT64_MIN && b == -1)) return false;
+            r = at->op == O::floor_div ? floor_div(a, b) : floor_mod(a, b);
+            break;
+          case O::min: r = std::min(a, b); break;
+          case O::max: r = std::max(a, b); break;
+          default: return false;
+        }
+      }
+    }
+  }
+}
 
 struct IndexItem {
   enum class Kind { index, slice, ds };

@@ -136,7 +136,47 @@ struct Tape {
   std::vector<uint32_t> clocks;  // the joined clocks, end to end
   std::vector<Collective> collectives;
   std::vector<char> buffer_moves;  // per buffer: some access to it moves with the rank
+
+  // A moving ref in the form most take (one index group of ds() and plain
+  // indices, every bound but the starts fixed), flattened by rank 0's walk
+  // so that a replay reads a few adjacent entries instead of the ref's
+  // parse, and does not touch the ref unless the view is wrong.
+  struct MovingItem {
+    int64_t n, stride;  // the dimension's size and row-major stride
+    int64_t start;      // where it does not move
+    int64_t len;        // ds: its size; an index: 1
+    int32_t code;       // into `code` when the start moves, else -1
+    bool ds, negated;
+  };
+  struct Moving {
+    uint32_t first, count;  // into moving_items
+  };
+  std::vector<MovingItem> moving_items;
+  std::vector<Moving> movings;
+  std::vector<IndexStep> code;  // the starts' code, names as mesh axis numbers
 };
+
+// Where a flattened view starts on the rank of `coords`, in elements;
+// false where the view is out of bounds or not one range there (the
+// caller resolves the ref whole, which says why).
+bool moving_offset(const Tape& t, const Tape::Moving& m, const std::vector<int64_t>& coords, int64_t& offset) {
+  auto coord = [&](int64_t axis) -> std::optional<int64_t> { return coords[static_cast<size_t>(axis)]; };
+  offset = 0;
+  bool sliced = false;  // as resolve_view: after a kept dimension, only whole ones
+  for (uint32_t k = 0; k < m.count; ++k) {
+    const Tape::MovingItem& it = t.moving_items[m.first + k];
+    int64_t start = it.start;
+    if (it.code >= 0) {
+      if (!run_index_code(t.code.data() + it.code, coord, start)) return false;
+      if (!it.ds && start < 0 && it.negated) start += it.n;
+    }
+    if (it.ds ? (start < 0 || start > it.n || it.len > it.n - start) : (start < 0 || start >= it.n)) return false;
+    if (sliced && (start != 0 || it.len != it.n)) return false;
+    if (it.ds) sliced = true;
+    offset += start * it.stride;
+  }
+  return true;
+}
 
 // One access a command makes: the ref it came from, its view on this rank
 // and whether it writes.
@@ -175,10 +215,13 @@ class RankWalker {
         // A moving ref is resolved on every rank (its bounds), raced only
         // where race tracking is on.
         if (st.ref) {
-          const View v = resolve(p_, *st.ref, ctx_);
-          const size_t es = dtype_size(p_.buffers[v.buffer].dtype);
-          a.lo = static_cast<uint64_t>(v.offset) * es;
-          a.hi = a.lo + static_cast<uint64_t>(v.count()) * es;
+          // Sizes do not move in a replay: only where the range starts.
+          const uint64_t bytes = st.access.hi - st.access.lo;
+          const size_t es = dtype_size(p_.buffers[st.access.buffer].dtype);
+          int64_t offset;
+          if (st.arg < 0 || !moving_offset(t, t.movings[static_cast<size_t>(st.arg)], ctx_.coords, offset)) offset = resolve(p_, *st.ref, ctx_).offset;
+          a.lo = static_cast<uint64_t>(offset) * es;
+          a.hi = a.lo + bytes;
         }
         if (!races_ || !t.buffer_moves[st.access.buffer]) break;
         detector_.access(a, hb_, branches_, races, 64);
@@ -259,6 +302,54 @@ class RankWalker {
     hb_.set_component(slot, component, value);
   }
 
+  // Flattens a moving ref for the replays (Tape::Moving); -1 where it
+  // takes another form.
+  int flatten(const Ref& r) {
+    const RefSyntax& x = *r.syntax;
+    const Shape& shape = p_.buffers[r.buffer].shape;
+    if (x.groups.size() != 1 || x.groups[0].size() > shape.size()) return -1;
+    const IndexGroup& g = x.groups[0];
+    Tape& t = *tape_;
+    const size_t items = t.moving_items.size(), code = t.code.size();
+    auto decline = [&] {
+      t.moving_items.resize(items);
+      t.code.resize(code);
+      return -1;
+    };
+    int64_t stride = 1;
+    for (size_t d = g.size(); d < shape.size(); ++d) stride *= shape[d];
+    std::vector<Tape::MovingItem> flat(g.size());
+    for (size_t d = g.size(); d-- > 0;) {
+      const IndexItem& it = g[d];
+      if (it.kind == IndexItem::Kind::slice || it.code_a < 0 || (it.kind == IndexItem::Kind::ds && it.code_b < 0)) return decline();
+      Tape::MovingItem& m = flat[d];
+      m = {shape[d], stride, 0, 1, -1, it.kind == IndexItem::Kind::ds, it.a_negated};
+      stride *= shape[d];
+      // A ds size is fixed in a replay (sizes that move rule replays out).
+      auto no_names = [](int64_t) { return std::optional<int64_t>(); };
+      if (m.ds && !run_index_code(x.code.data() + it.code_b, no_names, m.len)) return decline();
+      if (run_index_code(x.code.data() + it.code_a, no_names, m.start)) {
+        if (!m.ds && m.start < 0 && m.negated) m.start += m.n;
+        continue;
+      }
+      // The start names axes: its code, with each name as its axis number.
+      m.code = static_cast<int32_t>(t.code.size());
+      for (const IndexStep* s = x.code.data() + it.code_a;; ++s) {
+        IndexStep step = *s;
+        if (step.op == IndexStep::Op::name) {
+          const auto axis = p_.mesh.axis(x.names[static_cast<size_t>(step.value)]);
+          if (!axis) return decline();
+          step.value = *axis;
+        }
+        t.code.push_back(step);
+        if (step.op == IndexStep::Op::end) break;
+      }
+    }
+    t.moving_items.insert(t.moving_items.end(), flat.begin(), flat.end());
+    t.movings.push_back({static_cast<uint32_t>(items), static_cast<uint32_t>(g.size())});
+    return static_cast<int>(t.movings.size()) - 1;
+  }
+
   void add_access(const Command& c, int slot, uint32_t seq, int branch, const Use& u) {
     if (!races_ && !tape_) return;
     const View& v = u.view;
@@ -275,7 +366,7 @@ class RankWalker {
     a.branch = branch;
     if (tape_) {
       const bool moves = ref_moves_with_rank(*u.ref);
-      tape_->steps.push_back({Tape::Step::Kind::access, slot, 0, 0, a, moves ? u.ref : nullptr});
+      tape_->steps.push_back({Tape::Step::Kind::access, slot, moves ? flatten(*u.ref) : -1, 0, a, moves ? u.ref : nullptr});
       if (moves) tape_->buffer_moves[v.buffer] = 1;
     }
     if (races_) detector_.access(a, hb_, branches_, races, 64);

@@ -330,6 +330,24 @@ TEST(Races, RankDependentViewsRaceOnlyWhereTheyOverlap) {
   EXPECT_NE(on_b.find("(on every rank)"), std::string::npos) << on_b;
 }
 
+TEST(Races, MovingRowsOfAMatrixAreCheckedOnEveryRank) {
+  // c is f32[4, 8]. The main stream writes c[x, ds(2, 2)] (elements 8x+2,
+  // 8x+3) while the communication stream, unjoined, writes c[2, 3:5]
+  // (elements 19, 20): they meet on rank 2 only, at element 19, bytes
+  // [76, 80).
+  const std::string c = R"(, "c": {"shape": [4, 8], "dtype": "f32"})";
+  auto errs = load_errors(sched("[" + start("t", R"([{"op": "memzero", "dst": "c[2, 3:5]"}])") +
+                                R"(, {"op": "memzero", "dst": "c[x, ds(2, 2)]"}, )" + done("t") + "]", 4, c));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].message.find("bytes [76, 80)"), std::string::npos) << errs[0].message;
+  EXPECT_NE(errs[0].message.find("(on ranks 2)"), std::string::npos) << errs[0].message;
+  // c[x + 1, ds(0, 2)] leaves c's 4 rows on rank 3 (row 4) only.
+  errs = load_errors(sched(R"([{"op": "memzero", "dst": "c[x + 1, ds(0, 2)]"}])", 4, c));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].message.find("index 4 out of bounds"), std::string::npos) << errs[0].message;
+  EXPECT_NE(errs[0].message.find("rank 3"), std::string::npos) << errs[0].message;
+}
+
 TEST(Races, ExclusiveBranchesAndJoinedWorkDoNotRace) {
   const std::string w = R"([{"op": "memset", "dst": "b", "value": 1}])";
   load_ok(sched(R"([{"op": "cond", "pred": "p", "then": [)" + start("t", w) + "," + done("t") + R"(], "else": [)" +
