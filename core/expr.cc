@@ -2,12 +2,36 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <functional>
 
 #include "core/status.h"
 
 namespace thunky {
 
 namespace {
+
+// Literals and names recur across a schedule's expressions (`x`, `8`):
+// the leaves parsed last on this thread are kept in a small table by
+// text and shared, nodes being immutable. A leaf's kind follows from its
+// text, so the text alone is the key.
+class LeafTable {
+ public:
+  template <class Make>
+  ExprPtr get(std::string_view text, Make&& make) {
+    if (text.size() > 16) return make();
+    Slot& s = slots_[std::hash<std::string_view>{}(text) & (kSlots - 1)];
+    if (!s.leaf || s.leaf->text != text) s.leaf = make();
+    return s.leaf;
+  }
+
+ private:
+  static constexpr size_t kSlots = 256;
+  struct Slot {
+    ExprPtr leaf;
+  };
+  Slot slots_[kSlots];
+};
+thread_local LeafTable t_leaves;
 
 class Parser {
  public:
@@ -181,7 +205,7 @@ class Parser {
         }
         return make(Expr::Kind::call, name, std::move(args));
       }
-      return make(Expr::Kind::name, name);
+      return t_leaves.get(name, [&] { return make(Expr::Kind::name, name); });
     }
     fail(std::string("unexpected character '") + c + "'");
   }
@@ -205,17 +229,20 @@ class Parser {
         pos_ = save;
       }
     }
-    std::string text(s_.substr(start, pos_ - start));
+    const std::string_view text = s_.substr(start, pos_ - start);
     if (text == ".") fail("expected a number");
+    return t_leaves.get(text, [&] { return make_number(text, is_float); });
+  }
+  ExprPtr make_number(std::string_view text, bool is_float) {
     auto e = std::make_shared<Expr>();
     e->text = text;
     if (is_float) {
       e->kind = Expr::Kind::float_lit;
-      e->fval = std::strtod(text.c_str(), nullptr);
+      e->fval = std::strtod(e->text.c_str(), nullptr);
     } else {
       e->kind = Expr::Kind::int_lit;
       auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), e->ival);
-      if (ec != std::errc()) fail("integer literal out of range: " + text);
+      if (ec != std::errc()) fail("integer literal out of range: " + std::string(text));
       e->fval = static_cast<double>(e->ival);
     }
     return e;

@@ -134,6 +134,11 @@ class Lowerer {
 
 }  // namespace
 
-void lower(Program& p) { Lowerer(p).run(); }
+void lower(Program& p) {
+  // The parser binds the top-level program and records how its views use
+  // the rank; without calls or functions nothing is left to inline.
+  if (p.rank_use && p.functions.empty()) return;
+  Lowerer(p).run();
+}
 
 }  // namespace thunky

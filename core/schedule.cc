@@ -70,6 +70,19 @@ struct ParseCache {
   RecentParses<std::shared_ptr<const RefSyntax>> refs;
   RecentParses<ExprPtr> exprs;
   TextArena* texts = nullptr;
+  // The top-level program binds its refs as it is read (every name there
+  // is one of the schedule's buffers) and gathers what lowering would:
+  // the command count, how views use the rank, whether anything is called.
+  const std::unordered_map<std::string_view, int>* buffers = nullptr;
+  int64_t commands = 0;
+  Program::RankUse use;
+  bool calls = false;
+  void merge(const ParseCache& o) {
+    commands += o.commands;
+    use.moves = use.moves || o.use.moves;
+    use.sized = use.sized || o.use.sized;
+    calls = calls || o.calls;
+  }
 };
 thread_local ParseCache* t_cache = nullptr;
 
@@ -77,12 +90,21 @@ thread_local ParseCache* t_cache = nullptr;
 Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<size_t> index = std::nullopt) {
   const std::string_view ptr = t_cache->texts->pointer(base, key, index);
   if (!j.is_string()) fail(std::string(ptr), "expected a ref string such as \"a[2:4]\", got " + type_name(j));
+  Ref r;
   try {
     const std::string_view text = j.str();
-    return Ref{t_cache->refs.get(text, [&] { return std::make_shared<const RefSyntax>(parse_ref(text)); }), -1, ptr};
+    r = Ref{t_cache->refs.get(text, [&] { return std::make_shared<const RefSyntax>(parse_ref(text)); }), -1, ptr};
   } catch (const ThunkyError& e) {
     fail(std::string(ptr), e.what());
   }
+  if (const auto* buffers = t_cache->buffers) {
+    const auto b = buffers->find(r.syntax->buffer);
+    if (b == buffers->end()) fail(std::string(ptr), "unknown buffer '" + r.syntax->buffer + "'");
+    r.buffer = b->second;
+    t_cache->use.moves = t_cache->use.moves || r.syntax->moves_with_rank;
+    t_cache->use.sized = t_cache->use.sized || r.syntax->sized_by_rank;
+  }
+  return r;
 }
 
 void flatten_values(Value j, const std::string& ptr, std::vector<double>& out) {
@@ -240,6 +262,8 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
   const std::string_view op = o.str_ref("op");
+  const bool top = t_cache && t_cache->buffers;
+  if (top) ++t_cache->commands;
   if (std::string name = o.str_or("name", ""); !name.empty()) c.set_rare().name = std::move(name);
   if (auto cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
   auto ref = [&](std::string_view k) { return ref_of(o.need(k), ptr, k); };
@@ -278,6 +302,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
       std::vector<std::vector<int64_t>> groups;
       g->each_element([&](size_t i, Value e) { groups.push_back(int_list(e, child(o.at("groups"), i))); });
       c.set_rare().groups = std::move(groups);
+      if (top) t_cache->use.moves = true;  // group membership differs by rank
     }
   };
   auto reduction = [&] {
@@ -457,6 +482,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     sim("trip_count");
   } else if (op == "call") {
     c.op = Op::call;
+    if (top) t_cache->calls = true;
     Command::Rare& x = c.set_rare();
     x.fn = o.str("fn");
     if (std::optional<Value> args = o.get("args")) {
@@ -504,9 +530,12 @@ Block parse_program_block(Value j, const std::string& ptr) {
   Block b(n);
   std::vector<std::exception_ptr> failures(chunks);  // each chunk's first
   std::vector<TextArena> texts(chunks);
+  std::vector<ParseCache> caches(chunks);
+  const auto* buffers = t_cache->buffers;  // t_cache is this thread's
   auto run_chunk = [&](size_t k) {
-    ParseCache cache;
+    ParseCache& cache = caches[k];
     cache.texts = &texts[k];
+    cache.buffers = buffers;
     CacheScope scope(&cache);
     for (size_t i = n * k / chunks, hi = n * (k + 1) / chunks; i < hi; ++i) {
       try {
@@ -519,6 +548,7 @@ Block parse_program_block(Value j, const std::string& ptr) {
   };
   run_chunks(chunks, run_chunk);
   for (auto& t : texts) t_cache->texts->adopt(std::move(t));
+  for (const auto& c : caches) t_cache->merge(c);
   for (const auto& f : failures)
     if (f) std::rethrow_exception(f);  // chunks run in document order
   return b;
@@ -609,8 +639,15 @@ Program read_program(Value doc, const std::string& file) {
       p.functions.emplace(std::string(name), std::move(fn));
     });
   }
+  std::unordered_map<std::string_view, int> buffers;
+  for (size_t i = 0; i < p.buffers.size(); ++i) buffers.emplace(p.buffers[i].name, static_cast<int>(i));
+  cache.buffers = &buffers;
   p.program = parse_program_block(o.need("program"), "/program");
+  cache.buffers = nullptr;
   o.done();
+  // Without calls, the program is as lowering would leave it.
+  p.command_count = cache.commands;
+  if (!cache.calls) p.rank_use = cache.use;
   return p;
 }
 

@@ -209,6 +209,23 @@ struct Command::Rare {
   std::vector<std::pair<std::string, Ref>> args_map;  // call args
 };
 
+// Asks memory for what a front-to-back walk of a long block reads next:
+// the command 16 ahead (its first two lines), and the refs of the one 8
+// ahead, separate heap objects whose pointers are at hand by then.
+inline void prefetch_ahead(const Block& b, size_t pos) {
+  constexpr size_t kCommandAhead = 16, kRefsAhead = 8;
+  if (pos + kCommandAhead < b.size()) {
+    const char* next = reinterpret_cast<const char*>(&b[pos + kCommandAhead]);
+    __builtin_prefetch(next);
+    __builtin_prefetch(next + 64);
+  }
+  if (pos + kRefsAhead < b.size()) {
+    const Command& c = b[pos + kRefsAhead];
+    for (const OptRef* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out})
+      if (*r) __builtin_prefetch(&**r);
+  }
+}
+
 inline const Command::Rare& Command::rare() const {
   static const Rare defaults;
   return rare_ ? *rare_ : defaults;

@@ -388,7 +388,10 @@ class RankWalker {
   }
 
   void walk(const Block& block, int slot, Namespace& ns, int branch) {
-    for (const auto& c : block) command(c, slot, ns, branch);
+    for (size_t i = 0; i < block.size(); ++i) {
+      prefetch_ahead(block, i);
+      command(block[i], slot, ns, branch);
+    }
   }
 
   int slot_for(Namespace& ns, const StreamId& s, int current) {
@@ -410,7 +413,7 @@ class RankWalker {
       if (s == slot) inner.slots[sid] = slot;
     ++frame_;
     ns_stack_.push_back(&inner);
-    walk_in(block, slot, inner, branch);
+    walk(block, slot, inner, branch);
     ns_stack_.pop_back();
     // Only a region that leaves a token live looks for it (by name order).
     if (structural_ && live_at_depth(frame_) > 0) {
@@ -420,10 +423,6 @@ class RankWalker {
       throw ThunkyError(first->second.start->pointer + "/token", "token '" + display_token(first->first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
     }
     --frame_;
-  }
-
-  void walk_in(const Block& block, int slot, Namespace& ns, int branch) {
-    for (const auto& c : block) command(c, slot, ns, branch);
   }
 
   void check_collective_group(const Command& g) {

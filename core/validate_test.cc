@@ -248,6 +248,23 @@ TEST(Validation, LoweringRecordsHowViewsUseTheRank) {
   EXPECT_FALSE(u.sized);
 }
 
+TEST(Loading, TheTopLevelProgramIsBoundAsItIsRead) {
+  // Without calls, parsing leaves the program as lowering would: every ref
+  // bound, the commands counted (the async_start, the memzero in its body,
+  // the async_done, the copy: 4) and how views use the rank.
+  auto p = load_schedule_text(sched("[" + start("t", R"([{"op": "memzero", "dst": "b[ds(x, 2)]"}])") + "," + done("t") +
+                                    R"(, {"op": "copy", "src": "a", "dst": "b"}])", 2), "t.json");
+  ASSERT_TRUE(p.ok()) << p.errors()[0].str();
+  EXPECT_EQ(p.value().command_count, 4);
+  EXPECT_EQ(p.value().program[0].body[0].dst->buffer, 1);  // b, the second buffer
+  EXPECT_EQ(p.value().program[2].src->buffer, 0);          // a
+  ASSERT_TRUE(p.value().rank_use.has_value());
+  EXPECT_TRUE(p.value().rank_use->moves);
+  // An unknown buffer is found where it is read: before a later command's
+  // own error.
+  EXPECT_TRUE(has(load_errors(sched(R"([{"op": "memzero", "dst": "nope"}, {"op": "bogus"}])")), "/program/0/dst", "unknown buffer 'nope'"));
+}
+
 TEST(Validation, MovingViewsAreCheckedOnEveryRankWithoutRaceTracking) {
   // a[ds(x * 3, 3)] overflows a's 8 rows on rank 2 (rows 6..9), whether or
   // not races are tracked, and inside a PTX kernel's CPU fallback too.

@@ -495,24 +495,6 @@ class Engine {
     if (!b.empty()) issuers_[rank].stack.push_back({Frame::Kind::block, stream, in_loop, &b, 0, base});
   }
 
-  // A long block is read once, front to back, and each command's refs are
-  // separate heap objects the cost computation reads soon after: they are
-  // asked of memory some commands ahead (the command itself further ahead,
-  // so that its ref pointers are at hand by then).
-  static void prefetch_ahead(const Block& b, size_t pos) {
-    constexpr size_t kCommandAhead = 16, kRefsAhead = 8;
-    if (pos + kCommandAhead < b.size()) {
-      const char* next = reinterpret_cast<const char*>(&b[pos + kCommandAhead]);
-      __builtin_prefetch(next);
-      __builtin_prefetch(next + 64);
-    }
-    if (pos + kRefsAhead < b.size()) {
-      const Command& c = b[pos + kRefsAhead];
-      for (const OptRef* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out})
-        if (*r) __builtin_prefetch(&**r);
-    }
-  }
-
   // Issues until stream `si` has a task to run; false when the rank's
   // program is exhausted first.
   bool issue_until(int si) {
