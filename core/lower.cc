@@ -25,6 +25,7 @@ class Lowerer {
     p_.command_count = 0;
     lower_block(p_.program, "/program", top);
     p_.functions.clear();
+    use_.moving_buffers.resize(p_.buffers.size(), 0);
     p_.rank_use = use_;
   }
 
@@ -47,6 +48,10 @@ class Lowerer {
     // towards walking every rank.
     use_.moves = use_.moves || r.syntax->moves_with_rank;
     use_.sized = use_.sized || r.syntax->sized_by_rank;
+    if (r.syntax->moves_with_rank) {
+      if (use_.moving_buffers.size() <= static_cast<size_t>(r.buffer)) use_.moving_buffers.resize(static_cast<size_t>(r.buffer) + 1, 0);
+      use_.moving_buffers[static_cast<size_t>(r.buffer)] = 1;
+    }
   }
   void bind(OptRef& r, const Scope& s) {
     if (r) bind(*r, s);

@@ -138,29 +138,34 @@ bool compile_int(const Expr& e, std::vector<IndexStep>& code, std::vector<std::s
 
 void RefSyntax::classify() {
   sized_by_rank = moves_with_rank = false;
-  code.clear();
+  // Compiled into a scratch array first, so that `code` is allocated once
+  // at its final size.
+  static thread_local std::vector<IndexStep> scratch;
+  scratch.clear();
   names.clear();
   auto compile = [&](const ExprPtr& e) -> int32_t {
     if (!e) return -1;
-    const size_t start = code.size();
-    if (!compile_int(*e, code, names, kIndexStackDepth)) {
-      code.resize(start);
+    const size_t start = scratch.size();
+    if (!compile_int(*e, scratch, names, kIndexStackDepth)) {
+      scratch.resize(start);
       return -1;
     }
-    code.push_back({IndexStep::Op::end, 0});
+    scratch.push_back({IndexStep::Op::end, 0});
     return static_cast<int32_t>(start);
   };
   for (auto& g : groups)
     for (auto& it : g) {
-      if (it.kind == IndexItem::Kind::slice && (mentions_names(it.a.get()) || mentions_names(it.b.get()))) sized_by_rank = true;
-      if (it.kind == IndexItem::Kind::ds && mentions_names(it.b.get())) sized_by_rank = true;
-      if (mentions_names(it.a.get()) || mentions_names(it.b.get()) || mentions_names(it.step.get())) moves_with_rank = true;
+      const bool na = mentions_names(it.a.get()), nb = mentions_names(it.b.get()), ns = mentions_names(it.step.get());
+      if (it.kind == IndexItem::Kind::slice && (na || nb)) sized_by_rank = true;
+      if (it.kind == IndexItem::Kind::ds && nb) sized_by_rank = true;
+      if (na || nb || ns) moves_with_rank = true;
       it.code_a = compile(it.a);
       it.code_b = compile(it.b);
       it.code_step = compile(it.step);
       it.a_negated = it.a && it.a->kind == Expr::Kind::unary;
       it.b_negated = it.b && it.b->kind == Expr::Kind::unary;
     }
+  code.assign(scratch.begin(), scratch.end());
 }
 
 std::string RefSyntax::text() const {

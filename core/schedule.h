@@ -278,6 +278,7 @@ struct Program {
   // differ by it (`moves`); some view's size depends on it (`sized`).
   struct RankUse {
     bool moves = false, sized = false;
+    std::vector<char> moving_buffers;  // by buffer: a view of it moves with the rank
   };
   std::optional<RankUse> rank_use;
 

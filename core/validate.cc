@@ -364,7 +364,9 @@ class RankWalker {
     a.seq = seq;
     a.command = static_cast<int>(commands.size()) - 1;
     a.branch = branch;
-    if (tape_) {
+    // A replay skips buffers no view of which moves: the program knows them.
+    const bool keep = ref_moves_with_rank(*u.ref) || !p_.rank_use || p_.rank_use->moving_buffers[static_cast<size_t>(v.buffer)];
+    if (tape_ && keep) {
       const bool moves = ref_moves_with_rank(*u.ref);
       tape_->steps.push_back({Tape::Step::Kind::access, slot, moves ? flatten(*u.ref) : -1, 0, a, moves ? u.ref : nullptr});
       if (moves) tape_->buffer_moves[v.buffer] = 1;
