@@ -108,29 +108,34 @@ std::string display_token(std::string_view token) {
 }
 
 // What rank 0's walk did, for the other ranks to replay: every
-// happens-before operation, every access (with its ref when the ref's view
-// moves with the rank) and every collective. The walk's structure (streams,
+// happens-before operation, the accesses to buffers some moving view
+// touches (with the ref when its view moves with the rank) and the
+// collectives whose rules read the rank. The walk's structure (streams,
 // tokens, both sides of every branch) is the same on every rank; only
 // views and communicators differ, so a replay re-resolves just those.
+// A step is 16 bytes: most are ticks, and what an access or a collective
+// needs lives beside the steps.
 struct Tape {
   struct Step {
     enum class Kind : uint8_t { new_slot, tick, join, set, access, collective, resolve };
     Kind kind;
     int slot = 0;
-    int arg = 0;         // join: offset into clocks; set: component; collective: index into collectives
+    int arg = 0;         // join: offset into clocks; set: component; access: into accesses;
+                         // collective: into collectives; resolve: into resolves
     uint32_t value = 0;  // set: the value; join: the clock's length
-    Access access;
-    const Ref* ref = nullptr;  // access: the rank-dependent ref, else null
   };
+  struct TapedAccess {
+    Access access;
+    const Ref* ref;  // the rank-dependent ref, else null
+    int moving;      // its flattened view (into movings), else -1
+  };
+  std::vector<TapedAccess> accesses;
+  std::vector<const Ref*> resolves;
   struct Collective {
     const Command* cmd;
     const Ref *src, *dst;
     View src_view, dst_view;
     bool src_moves, dst_moves;
-    // Whether every rule checked on rank 0 holds on every rank: the views
-    // stay put, the communicator has one size everywhere (no groups) and
-    // no in-place rule reads the rank's position.
-    bool same_on_every_rank;
   };
   std::vector<Step> steps;
   std::vector<uint32_t> clocks;  // the joined clocks, end to end
@@ -209,27 +214,27 @@ class RankWalker {
       case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
       case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks.data() + st.arg, st.value); break;
       case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
-      case Tape::Step::Kind::resolve: resolve(p_, *st.ref, ctx_); break;
+      case Tape::Step::Kind::resolve: resolve(p_, *t.resolves[static_cast<size_t>(st.arg)], ctx_); break;
       case Tape::Step::Kind::access: {
-        Access a = st.access;
+        const Tape::TapedAccess& ta = t.accesses[static_cast<size_t>(st.arg)];
+        Access a = ta.access;
         // A moving ref is resolved on every rank (its bounds), raced only
         // where race tracking is on.
-        if (st.ref) {
+        if (ta.ref) {
           // Sizes do not move in a replay: only where the range starts.
-          const uint64_t bytes = st.access.hi - st.access.lo;
-          const size_t es = dtype_size(p_.buffers[st.access.buffer].dtype);
+          const uint64_t bytes = ta.access.hi - ta.access.lo;
+          const size_t es = dtype_size(p_.buffers[ta.access.buffer].dtype);
           int64_t offset;
-          if (st.arg < 0 || !moving_offset(t, t.movings[static_cast<size_t>(st.arg)], ctx_.coords, offset)) offset = resolve(p_, *st.ref, ctx_).offset;
+          if (ta.moving < 0 || !moving_offset(t, t.movings[static_cast<size_t>(ta.moving)], ctx_.coords, offset)) offset = resolve(p_, *ta.ref, ctx_).offset;
           a.lo = static_cast<uint64_t>(offset) * es;
           a.hi = a.lo + bytes;
         }
-        if (!races_ || !t.buffer_moves[st.access.buffer]) break;
+        if (!races_ || !t.buffer_moves[ta.access.buffer]) break;
         detector_.access(a, hb_, branches_, races, 64);
         break;
       }
       case Tape::Step::Kind::collective: {
         const Tape::Collective& c = t.collectives[st.arg];
-        if (c.same_on_every_rank) break;
         const View s = c.src_moves ? resolve(p_, *c.src, ctx_) : c.src_view;
         const View d = c.dst_moves ? resolve(p_, *c.dst, ctx_) : c.dst_view;
         collective(*c.cmd, s, d);
@@ -283,22 +288,22 @@ class RankWalker {
 
   // Happens-before operations, taped when recording.
   int new_slot() {
-    if (tape_) tape_->steps.push_back({Tape::Step::Kind::new_slot, 0, 0, 0, {}, nullptr});
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::new_slot, 0, 0, 0});
     return hb_.new_slot();
   }
   uint32_t tick(int slot) {
-    if (tape_) tape_->steps.push_back({Tape::Step::Kind::tick, slot, 0, 0, {}, nullptr});
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::tick, slot, 0, 0});
     return hb_.tick(slot);
   }
   void join(int slot, const Clock& c) {
     if (tape_) {
-      tape_->steps.push_back({Tape::Step::Kind::join, slot, static_cast<int>(tape_->clocks.size()), static_cast<uint32_t>(c.size()), {}, nullptr});
+      tape_->steps.push_back({Tape::Step::Kind::join, slot, static_cast<int>(tape_->clocks.size()), static_cast<uint32_t>(c.size())});
       tape_->clocks.insert(tape_->clocks.end(), c.begin(), c.end());
     }
     hb_.join(slot, c);
   }
   void set_component(int slot, int component, uint32_t value) {
-    if (tape_) tape_->steps.push_back({Tape::Step::Kind::set, slot, component, value, {}, nullptr});
+    if (tape_) tape_->steps.push_back({Tape::Step::Kind::set, slot, component, value});
     hb_.set_component(slot, component, value);
   }
 
@@ -368,7 +373,8 @@ class RankWalker {
     const bool keep = ref_moves_with_rank(*u.ref) || !p_.rank_use || p_.rank_use->moving_buffers[static_cast<size_t>(v.buffer)];
     if (tape_ && keep) {
       const bool moves = ref_moves_with_rank(*u.ref);
-      tape_->steps.push_back({Tape::Step::Kind::access, slot, moves ? flatten(*u.ref) : -1, 0, a, moves ? u.ref : nullptr});
+      tape_->steps.push_back({Tape::Step::Kind::access, slot, static_cast<int>(tape_->accesses.size()), 0});
+      tape_->accesses.push_back({a, moves ? u.ref : nullptr, moves ? flatten(*u.ref) : -1});
       if (moves) tape_->buffer_moves[v.buffer] = 1;
     }
     if (races_) detector_.access(a, hb_, branches_, races, 64);
@@ -378,7 +384,10 @@ class RankWalker {
   // that the other ranks check its bounds too when it moves with the rank.
   View checked(const Ref& r, bool writable, bool tape) {
     View v = writable ? need_writable(r) : resolve(p_, r, ctx_);
-    if (tape && tape_ && ref_moves_with_rank(r)) tape_->steps.push_back({Tape::Step::Kind::resolve, 0, 0, 0, {}, &r});
+    if (tape && tape_ && ref_moves_with_rank(r)) {
+      tape_->steps.push_back({Tape::Step::Kind::resolve, 0, static_cast<int>(tape_->resolves.size()), 0});
+      tape_->resolves.push_back(&r);
+    }
     return v;
   }
 
@@ -515,10 +524,13 @@ class RankWalker {
   void record_collective(const Command& c, const View& src, const View& dst) {
     collective(c, src, dst);
     if (!tape_) return;
-    tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size()), 0, {}, nullptr});
+    // Whether every rule checked here holds on every rank: the views stay
+    // put, the communicator has one size everywhere (no groups) and no
+    // in-place rule reads the rank's position. Then no replay needs it.
     const bool src_moves = ref_moves_with_rank(*c.src), dst_moves = ref_moves_with_rank(*c.dst);
-    const bool same = !src_moves && !dst_moves && !c.rare().groups && src.buffer != dst.buffer;
-    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, src_moves, dst_moves, same});
+    if (!src_moves && !dst_moves && !c.rare().groups && src.buffer != dst.buffer) return;
+    tape_->steps.push_back({Tape::Step::Kind::collective, 0, static_cast<int>(tape_->collectives.size()), 0});
+    tape_->collectives.push_back({&c, &*c.src, &*c.dst, src, dst, src_moves, dst_moves});
   }
 
   void gemm_check(const Command& c, const View& a, const View& b, const View& cv) {
@@ -969,7 +981,9 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
         w->run();
         // Accesses to buffers no rank-dependent ref touches replay to nothing.
         if (r == 0 && replay)
-          std::erase_if(tape.steps, [&](const Tape::Step& st) { return st.kind == Tape::Step::Kind::access && !tape.buffer_moves[st.access.buffer]; });
+          std::erase_if(tape.steps, [&](const Tape::Step& st) {
+            return st.kind == Tape::Step::Kind::access && !tape.buffer_moves[tape.accesses[static_cast<size_t>(st.arg)].access.buffer];
+          });
       } else {
         // Ranks whose views equal rank 0's skip race tracking; the replay
         // still resolves their communicators.
