@@ -153,11 +153,13 @@ class Obj {
   Obj& operator=(const Obj&) = delete;
   const std::string& ptr() const { return *ptr_; }
   bool has(std::string_view k) const {
+    if (!(keys_ >> key_bit(k) & 1)) return false;
     for (size_t i = 0; i < n_; ++i)
       if (same_key(fields_[i].key, k)) return true;
     return false;
   }
   std::optional<Value> get(std::string_view k) {
+    if (!(keys_ >> key_bit(k) & 1)) return std::nullopt;  // most optional keys are absent
     for (size_t i = 0; i < n_; ++i) {
       if (same_key(fields_[i].key, k)) {
         mark(i);
@@ -234,6 +236,7 @@ class Obj {
   void check() {
     if (!j_.is_object()) fail(*ptr_, "expected an object, got " + type_name(j_));
     for (auto field : object()) {
+      keys_ |= uint64_t{1} << key_bit(field.key);
       if (n_ < kInline) new (&small()[n_]) Field{field.key, field.value};
       else {
         if (n_ == kInline) large_.assign(small(), small() + kInline);
@@ -243,6 +246,13 @@ class Obj {
     }
     fields_ = n_ <= kInline ? small() : large_.data();
   }
+  // One of 64 bits for a key, from its length and first letters: a key
+  // whose bit no member has is absent without a comparison.
+  static unsigned key_bit(std::string_view k) {
+    const unsigned a = k.empty() ? 0 : static_cast<unsigned char>(k[0]), b = k.size() > 1 ? static_cast<unsigned char>(k[1]) : 0;
+    return (static_cast<unsigned>(k.size()) * 7 + a + b * 3) & 63;
+  }
+  uint64_t keys_ = 0;  // the members' key bits
   // Keys mostly differ in length or first letter: those are tested
   // before the bytes are compared.
   static bool same_key(std::string_view a, std::string_view b) {
