@@ -113,9 +113,17 @@ class Document {
   // `padded`: the caller's buffer holds SIMDJSON_PADDING readable bytes
   // past the text (a std::string with that much spare capacity does), so
   // the parser needs no padded copy of it.
+  // Arrays and objects may nest kMaxDepth deep in all (deeper documents
+  // would cost deep recursion later); the parser refuses more.
+  static constexpr size_t kMaxDepth = 256;
   explicit Document(std::string_view text, bool padded = false) {
     if (text.size() > parser_.max_capacity()) fail("", "the document is larger than the parser's 4 GiB limit");
-    if (auto err = parser_.parse(text.data(), text.size(), !padded).get(root_)) fail("", "malformed JSON: " + malformed(text, err));
+    // simdjson's depth counts one level more than the containers.
+    if (parser_.allocate(text.size(), kMaxDepth + 1)) fail("", "cannot allocate the JSON parser");
+    if (auto err = parser_.parse(text.data(), text.size(), !padded).get(root_)) {
+      if (err == simdjson::DEPTH_ERROR) fail("", "JSON nested more than " + std::to_string(kMaxDepth) + " levels deep");
+      fail("", "malformed JSON: " + malformed(text, err));
+    }
   }
   explicit Document(const std::string& text) : Document(std::string_view(text), text.capacity() - text.size() >= simdjson::SIMDJSON_PADDING) {}
   Document(const Document&) = delete;

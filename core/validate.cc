@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -1043,41 +1042,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   return out;
 }
 
-namespace {
-
-// Whether arrays and objects nest more than `limit` deep in a JSON text
-// (brackets inside strings do not count). Strings are skipped by searching
-// for their closing quote, most of a schedule's text being strings.
-bool nests_deeper_than(std::string_view text, int limit) {
-  int depth = 0;
-  const char* p = text.data();
-  const char* const end = p + text.size();
-  while (p < end) {
-    const char ch = *p++;
-    if (ch == '"') {
-      for (;;) {  // the closing quote: one after an even run of backslashes
-        const char* q = static_cast<const char*>(std::memchr(p, '"', static_cast<size_t>(end - p)));
-        if (!q) return false;  // unterminated: the parser reports it
-        const char* run = q;
-        while (run > p && run[-1] == '\\') --run;
-        p = q + 1;
-        if ((q - run) % 2 == 0) break;
-      }
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > limit) return true;
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
 Expected<Program> load_schedule_text(const std::string& text, const std::string& file, const ValidateOptions& opts) {
-  // Bound the nesting before parsing: deep documents would otherwise cost
-  // deep recursion later.
-  if (nests_deeper_than(text, 256)) return std::vector<Diagnostic>{{ErrorKind::input, file, "", "JSON nested more than 256 levels deep"}};
   Program p;
   try {
     p = parse_program_text(text, file);

@@ -151,7 +151,7 @@ TEST(Loading, MalformedJsonNamesLineAndColumn) {
   EXPECT_TRUE(has(errs, "/buffers/big/shape/0", "out of range"));
 }
 
-// Nesting is bounded before parsing; brackets inside strings (after
+// Nesting is bounded by the parser; brackets inside strings (after
 // escaped quotes and backslashes) do not count.
 TEST(Loading, NestingDeeperThan256IsRefusedOutsideStrings) {
   const std::string deep = std::string(300, '[') + "1" + std::string(300, ']');
@@ -165,6 +165,10 @@ TEST(Loading, NestingDeeperThan256IsRefusedOutsideStrings) {
   ASSERT_EQ(errs.size(), 1u);
   EXPECT_EQ(errs[0].message.find("nested more than"), std::string::npos) << errs[0].str();
   EXPECT_EQ(errs[0].pointer, "/program/0/name");
+  // One more (257) is refused.
+  errs = load_errors(sched(R"([{"op": "memzero", "dst": "b", "name": )" + std::string(254, '[') + "1" + std::string(254, ']') + "}]"));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].message.find("nested more than 256 levels"), std::string::npos) << errs[0].str();
   // Escaped quotes and backslashes, the last one just before the closing
   // quote: were it taken for escaping that quote, the next command's name
   // (300 brackets) would be counted as nesting.
