@@ -369,7 +369,9 @@ class RankWalker {
     a.command = static_cast<int>(commands.size()) - 1;
     a.branch = branch;
     // A replay skips buffers no view of which moves: the program knows them.
-    const bool keep = ref_moves_with_rank(*u.ref) || !p_.rank_use || p_.rank_use->moving_buffers[static_cast<size_t>(v.buffer)];
+    static const std::vector<char> unknown;  // every buffer may move
+    const std::vector<char>& moving = p_.rank_use ? p_.rank_use->moving_buffers : unknown;
+    const bool keep = ref_moves_with_rank(*u.ref) || static_cast<size_t>(v.buffer) >= moving.size() || moving[static_cast<size_t>(v.buffer)];
     if (tape_ && keep) {
       const bool moves = ref_moves_with_rank(*u.ref);
       tape_->steps.push_back({Tape::Step::Kind::access, slot, static_cast<int>(tape_->accesses.size()), 0});
