@@ -46,12 +46,7 @@ class Lowerer {
     }
     // A call's argument counts too, used or not: the flags may only err
     // towards walking every rank.
-    use_.moves = use_.moves || r.syntax->moves_with_rank;
-    use_.sized = use_.sized || r.syntax->sized_by_rank;
-    if (r.syntax->moves_with_rank) {
-      if (use_.moving_buffers.size() <= static_cast<size_t>(r.buffer)) use_.moving_buffers.resize(static_cast<size_t>(r.buffer) + 1, 0);
-      use_.moving_buffers[static_cast<size_t>(r.buffer)] = 1;
-    }
+    use_.add(r);
   }
   void bind(OptRef& r, const Scope& s) {
     if (r) bind(*r, s);

@@ -81,6 +81,7 @@ struct ParseCache {
     commands += o.commands;
     use.moves = use.moves || o.use.moves;
     use.sized = use.sized || o.use.sized;
+    if (use.moving_buffers.size() < o.use.moving_buffers.size()) use.moving_buffers.resize(o.use.moving_buffers.size(), 0);
     for (size_t i = 0; i < o.use.moving_buffers.size(); ++i) use.moving_buffers[i] |= o.use.moving_buffers[i];
     calls = calls || o.calls;
   }
@@ -102,9 +103,7 @@ Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<s
     const auto b = buffers->find(r.syntax->buffer);
     if (b == buffers->end()) fail(std::string(ptr), "unknown buffer '" + r.syntax->buffer + "'");
     r.buffer = b->second;
-    if (r.syntax->moves_with_rank) t_cache->use.moving_buffers[static_cast<size_t>(r.buffer)] = 1;
-    t_cache->use.moves = t_cache->use.moves || r.syntax->moves_with_rank;
-    t_cache->use.sized = t_cache->use.sized || r.syntax->sized_by_rank;
+    t_cache->use.add(r);
   }
   return r;
 }
@@ -538,7 +537,6 @@ Block parse_program_block(Value j, const std::string& ptr) {
     ParseCache& cache = caches[k];
     cache.texts = &texts[k];
     cache.buffers = buffers;
-    cache.use.moving_buffers.assign(buffers ? buffers->size() : 0, 0);
     CacheScope scope(&cache);
     for (size_t i = n * k / chunks, hi = n * (k + 1) / chunks; i < hi; ++i) {
       try {

@@ -279,6 +279,14 @@ struct Program {
   struct RankUse {
     bool moves = false, sized = false;
     std::vector<char> moving_buffers;  // by buffer: a view of it moves with the rank
+    // Counts in a ref bound to its buffer.
+    void add(const Ref& r) {
+      moves = moves || r.syntax->moves_with_rank;
+      sized = sized || r.syntax->sized_by_rank;
+      if (!r.syntax->moves_with_rank) return;
+      if (moving_buffers.size() <= static_cast<size_t>(r.buffer)) moving_buffers.resize(static_cast<size_t>(r.buffer) + 1, 0);
+      moving_buffers[static_cast<size_t>(r.buffer)] = 1;
+    }
   };
   std::optional<RankUse> rank_use;
 
