@@ -2,8 +2,8 @@
 
 #include <charconv>
 #include <cstdlib>
-#include <functional>
 
+#include "core/recent_table.h"
 #include "core/status.h"
 
 namespace thunky {
@@ -11,27 +11,11 @@ namespace thunky {
 namespace {
 
 // Literals and names recur across a schedule's expressions (`x`, `8`):
-// the leaves parsed last on this thread are kept in a small table by
-// text and shared, nodes being immutable. A leaf's kind follows from its
-// text, so the text alone is the key.
-class LeafTable {
- public:
-  template <class Make>
-  ExprPtr get(std::string_view text, Make&& make) {
-    if (text.size() > 16) return make();
-    Slot& s = slots_[std::hash<std::string_view>{}(text) & (kSlots - 1)];
-    if (!s.leaf || s.leaf->text != text) s.leaf = make();
-    return s.leaf;
-  }
-
- private:
-  static constexpr size_t kSlots = 256;
-  struct Slot {
-    ExprPtr leaf;
-  };
-  Slot slots_[kSlots];
-};
-thread_local LeafTable t_leaves;
+// the leaves parsed last on this thread are kept by text and shared,
+// nodes being immutable. A leaf's kind follows from its text, so the text
+// alone is the key.
+thread_local RecentTable<ExprPtr, 256> t_leaves;
+constexpr size_t kLeafText = 16;  // longer leaves are rarely repeated
 
 class Parser {
  public:
@@ -205,7 +189,8 @@ class Parser {
         }
         return make(Expr::Kind::call, name, std::move(args));
       }
-      return t_leaves.get(name, [&] { return make(Expr::Kind::name, name); });
+      auto leaf = [&] { return make(Expr::Kind::name, name); };
+      return name.size() > kLeafText ? leaf() : t_leaves.get(name, leaf);
     }
     fail(std::string("unexpected character '") + c + "'");
   }
@@ -231,7 +216,8 @@ class Parser {
     }
     const std::string_view text = s_.substr(start, pos_ - start);
     if (text == ".") fail("expected a number");
-    return t_leaves.get(text, [&] { return make_number(text, is_float); });
+    auto leaf = [&] { return make_number(text, is_float); };
+    return text.size() > kLeafText ? leaf() : t_leaves.get(text, leaf);
   }
   ExprPtr make_number(std::string_view text, bool is_float) {
     auto e = std::make_shared<Expr>();

@@ -2,6 +2,7 @@
 
 #include "core/json_reader.h"
 #include "core/parallel.h"
+#include "core/recent_table.h"
 
 #include <algorithm>
 #include <exception>
@@ -35,40 +36,13 @@ std::vector<int64_t> shape_of(Value j, const std::string& ptr) {
 
 // Parsed refs and map expressions, shared by equal texts during one parse.
 // Schedules name the same few views over and over, and many once each (a
-// step's slice): the texts parsed most recently are kept in a fixed table
-// of slots by hash, so a repeated text is parsed once and a text seen once
-// costs a slot, not a node of an ever-growing map. Looked up by the
-// document's string_view.
-template <class T>
-class RecentParses {
- public:
-  // The entry for `text`, made by make() (which may throw) when absent.
-  template <class Make>
-  const T& get(std::string_view text, Make&& make) {
-    const size_t h = std::hash<std::string_view>{}(text);
-    Slot& s = slots_[h & (kSlots - 1)];
-    if (!s.value || s.hash != h || s.text != text) {
-      s.value = make();
-      s.hash = h;
-      s.text.assign(text);
-    }
-    return s.value;
-  }
-
- private:
-  static constexpr size_t kSlots = 1024;
-  struct Slot {
-    size_t hash = 0;
-    std::string text;
-    T value;
-  };
-  std::vector<Slot> slots_ = std::vector<Slot>(kSlots);
-};
+// step's slice): the texts parsed most recently are kept (RecentTable),
+// looked up by the document's string_view.
 // Every parse has one (read_program installs it, and each thread that
 // parses a chunk its own): `texts` receives the refs' JSON pointers.
 struct ParseCache {
-  RecentParses<std::shared_ptr<const RefSyntax>> refs;
-  RecentParses<ExprPtr> exprs;
+  RecentTable<std::shared_ptr<const RefSyntax>> refs;
+  RecentTable<ExprPtr> exprs;
   TextArena* texts = nullptr;
   // The top-level program binds its refs as it is read (every name there
   // is one of the schedule's buffers) and gathers what lowering would:

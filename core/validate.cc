@@ -322,11 +322,11 @@ class RankWalker {
     };
     int64_t stride = 1;
     for (size_t d = g.size(); d < shape.size(); ++d) stride *= shape[d];
-    std::vector<Tape::MovingItem> flat(g.size());
+    t.moving_items.resize(items + g.size());  // filled innermost first, for the strides
     for (size_t d = g.size(); d-- > 0;) {
       const IndexItem& it = g[d];
       if (it.kind == IndexItem::Kind::slice || it.code_a < 0 || (it.kind == IndexItem::Kind::ds && it.code_b < 0)) return decline();
-      Tape::MovingItem& m = flat[d];
+      Tape::MovingItem& m = t.moving_items[items + d];
       m = {shape[d], stride, 0, 1, -1, it.kind == IndexItem::Kind::ds, it.a_negated};
       stride *= shape[d];
       // A ds size is fixed in a replay (sizes that move rule replays out).
@@ -349,7 +349,6 @@ class RankWalker {
         if (step.op == IndexStep::Op::end) break;
       }
     }
-    t.moving_items.insert(t.moving_items.end(), flat.begin(), flat.end());
     t.movings.push_back({static_cast<uint32_t>(items), static_cast<uint32_t>(g.size())});
     return static_cast<int>(t.movings.size()) - 1;
   }
