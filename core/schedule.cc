@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <mutex>
 #include <set>
 #include <unordered_map>
 
@@ -488,44 +489,63 @@ struct CacheScope {
   ParseCache* saved;
 };
 
-// Top-level programs at least this long are parsed in contiguous chunks,
-// one thread each: a command's parse reads only its own JSON.
-constexpr size_t kParallelParse = 8192;
-
-// The top-level program. In chunks, each thread has its own cache (equal
-// ref texts are shared within a chunk), and the error thrown is the one a
-// single thread would meet first: that of the earliest command.
-Block parse_program_block(Value j, const std::string& ptr) {
+// The top-level program. Long ones are parsed in chunks of
+// ParseProgress::kChunk commands, which the threads take in document order
+// (a command's parse reads only its own JSON). Each thread has its own
+// cache (equal ref texts are shared within a thread), and the error thrown
+// is the one a single thread would meet first: that of the earliest
+// command. `consume`, when given, runs on this thread meanwhile, and
+// parses chunks while it waits for one.
+Block parse_program_block(Value j, const std::string& ptr, const Program& p, const ProgramConsumer& consume) {
   const size_t n = j.is_array() ? j.size() : 0;
-  size_t chunks = std::min<size_t>({hardware_threads(), 8, n / (kParallelParse / 2)});  // 4,096 or more each
-  if (n < kParallelParse || chunks < 2) return parse_block(j, ptr, 0);
+  const size_t workers = std::min<size_t>(hardware_threads(), 8);
+  if (n < kStreamedProgram || (workers < 2 && !consume)) return parse_block(j, ptr, 0);
   std::vector<Value> elements;
   elements.reserve(n);
   j.each_element([&](size_t, Value e) { elements.push_back(e); });
   Block b(n);
-  std::vector<std::exception_ptr> failures(chunks);  // each chunk's first
-  std::vector<TextArena> texts(chunks);
-  std::vector<ParseCache> caches(chunks);
-  const auto* buffers = t_cache->buffers;  // t_cache is this thread's
-  auto run_chunk = [&](size_t k) {
-    ParseCache& cache = caches[k];
-    cache.texts = &texts[k];
-    cache.buffers = buffers;
-    CacheScope scope(&cache);
-    for (size_t i = n * k / chunks, hi = n * (k + 1) / chunks; i < hi; ++i) {
-      try {
+  const size_t chunks = (n + ParseProgress::kChunk - 1) / ParseProgress::kChunk;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stopped{false};
+  // The earliest chunk that failed, and its error.
+  std::mutex failed_mutex;
+  size_t failed_chunk = SIZE_MAX;
+  std::exception_ptr failure;
+  std::vector<TextArena> texts(workers);
+  std::vector<ParseCache> caches(workers);
+  for (size_t w = 0; w < workers; ++w) caches[w].texts = &texts[w], caches[w].buffers = t_cache->buffers;
+  ParseProgress* progress = nullptr;
+  // Parses the next chunk with worker w's cache; false when none is left.
+  // A chunk after a failed one cannot hold the first error: none is taken
+  // once one failed (those before it were all taken already).
+  auto parse_next = [&](size_t w) {
+    size_t k;
+    if (stopped.load(std::memory_order_relaxed) || (k = next.fetch_add(1)) >= chunks) return false;
+    CacheScope scope(&caches[w]);
+    try {
+      for (size_t i = k * ParseProgress::kChunk, hi = std::min(n, i + ParseProgress::kChunk); i < hi; ++i)
         parse_command(b[i], elements[i], child(ptr, i), 0);
-      } catch (...) {  // a later command of this chunk cannot fail first
-        failures[k] = std::current_exception();
-        return;
+      if (progress) progress->finish(k);
+    } catch (...) {
+      {
+        std::lock_guard lock(failed_mutex);
+        if (k < failed_chunk) failed_chunk = k, failure = std::current_exception();
       }
+      stopped = true;
+      if (progress) progress->stop();
     }
+    return true;
   };
-  run_chunks(chunks, run_chunk);
+  ParseProgress streamed(b, [&] { return parse_next(0); });
+  if (consume) progress = &streamed;
+  run_chunks(workers, [&](size_t w) {
+    if (w == 0 && consume) consume(p, streamed);
+    while (parse_next(w)) {
+    }
+  });
   for (auto& t : texts) t_cache->texts->adopt(std::move(t));
   for (const auto& c : caches) t_cache->merge(c);
-  for (const auto& f : failures)
-    if (f) std::rethrow_exception(f);  // chunks run in document order
+  if (failure) std::rethrow_exception(failure);
   return b;
 }
 
@@ -550,7 +570,7 @@ std::string_view op_name(Op op) {
 }
 
 namespace {
-Program read_program(Value doc, const std::string& file) {
+Program read_program(Value doc, const std::string& file, const ProgramConsumer& consume) {
   Program p;
   ParseCache cache;
   cache.texts = p.texts.get();
@@ -618,7 +638,7 @@ Program read_program(Value doc, const std::string& file) {
   for (size_t i = 0; i < p.buffers.size(); ++i) buffers.emplace(p.buffers[i].name, static_cast<int>(i));
   cache.buffers = &buffers;
   cache.use.moving_buffers.assign(p.buffers.size(), 0);
-  p.program = parse_program_block(o.need("program"), "/program");
+  p.program = parse_program_block(o.need("program"), "/program", p, consume);
   cache.buffers = nullptr;
   o.done();
   // Without calls, the program is as lowering would leave it.
@@ -629,9 +649,9 @@ Program read_program(Value doc, const std::string& file) {
 
 }  // namespace
 
-Program parse_program_text(const std::string& text, const std::string& file) {
+Program parse_program_text(const std::string& text, const std::string& file, const ProgramConsumer& consume) {
   Document doc(text);
-  return read_program(doc.root(), file);
+  return read_program(doc.root(), file, consume);
 }
 
 Program parse_program(const json& doc, const std::string& file) { return parse_program_text(doc.dump(), file); }

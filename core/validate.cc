@@ -196,12 +196,12 @@ class RankWalker {
   // `sequences`: keep each communicator's collective sequence for the
   // collective-order check.
   RankWalker(const Program& p, int64_t rank, bool structural, bool races, bool sequences)
-      : p_(p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), sequences_(sequences), detector_(p.buffers.size()) {}
+      : p_(&p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), sequences_(sequences), detector_(p.buffers.size()) {}
 
   // Records the walk for replay on the other ranks.
   void record_into(Tape* t) {
     tape_ = t;
-    t->buffer_moves.assign(p_.buffers.size(), 0);
+    t->buffer_moves.assign(p_->buffers.size(), 0);
   }
 
   // Replays one step of rank 0's walk on this rank: happens-before as
@@ -213,7 +213,7 @@ class RankWalker {
       case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
       case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks.data() + st.arg, st.value); break;
       case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
-      case Tape::Step::Kind::resolve: resolve(p_, *t.resolves[static_cast<size_t>(st.arg)], ctx_); break;
+      case Tape::Step::Kind::resolve: resolve(*p_, *t.resolves[static_cast<size_t>(st.arg)], ctx_); break;
       case Tape::Step::Kind::access: {
         const Tape::TapedAccess& ta = t.accesses[static_cast<size_t>(st.arg)];
         Access a = ta.access;
@@ -222,9 +222,9 @@ class RankWalker {
         if (ta.ref) {
           // Sizes do not move in a replay: only where the range starts.
           const uint64_t bytes = ta.access.hi - ta.access.lo;
-          const size_t es = dtype_size(p_.buffers[ta.access.buffer].dtype);
+          const size_t es = dtype_size(p_->buffers[ta.access.buffer].dtype);
           int64_t offset;
-          if (ta.moving < 0 || !moving_offset(t, t.movings[static_cast<size_t>(ta.moving)], ctx_.coords, offset)) offset = resolve(p_, *ta.ref, ctx_).offset;
+          if (ta.moving < 0 || !moving_offset(t, t.movings[static_cast<size_t>(ta.moving)], ctx_.coords, offset)) offset = resolve(*p_, *ta.ref, ctx_).offset;
           a.lo = static_cast<uint64_t>(offset) * es;
           a.hi = a.lo + bytes;
         }
@@ -234,25 +234,45 @@ class RankWalker {
       }
       case Tape::Step::Kind::collective: {
         const Tape::Collective& c = t.collectives[st.arg];
-        const View s = c.src_moves ? resolve(p_, *c.src, ctx_) : c.src_view;
-        const View d = c.dst_moves ? resolve(p_, *c.dst, ctx_) : c.dst_view;
+        const View s = c.src_moves ? resolve(*p_, *c.src, ctx_) : c.src_view;
+        const View d = c.dst_moves ? resolve(*p_, *c.dst, ctx_) : c.dst_view;
         collective(*c.cmd, s, d);
         break;
       }
     }
   }
 
+  // The walk goes on reading `p`, a move of the program walked so far
+  // (whose commands therefore stay where they were).
+  void rebind(const Program& p) { p_ = &p; }
+
   // rank 0's branch nodes, which a replay shares.
   void share_branches(const std::vector<BranchNode>& b) { branches_ = b; }
   const std::vector<BranchNode>& branch_nodes() const { return branches_; }
 
-  void run() {
+  // Thrown by run() when the parse it follows stopped at an error.
+  struct ParseStopped {};
+
+  // Walks the top-level program, or, with `progress`, the one being parsed
+  // (each command once the parse has counted it).
+  void run(ParseProgress* progress = nullptr) {
     Namespace ns;
     int main_slot = new_slot();
     StreamId main;
     ns.slots[main] = main_slot;
     slot_names_.push_back(main.str());
-    walk(p_.program, main_slot, ns, -1);
+    if (progress) {
+      const Block& top = progress->block();
+      size_t ready = 0;
+      for (size_t i = 0; i < top.size(); ++i) {
+        if (i >= ready && (ready = progress->wait_past(i)) <= i) throw ParseStopped{};
+        // What prefetching reads ahead must be parsed already.
+        if (i + 16 < ready) prefetch_ahead(top, i);
+        command(top[i], main_slot, ns, -1);
+      }
+    } else {
+      walk(p_->program, main_slot, ns, -1);
+    }
     // Reported after the race check: a missing async_done usually leaves a
     // race behind, and both are worth showing.
     if (structural_) {
@@ -310,7 +330,7 @@ class RankWalker {
   // takes another form.
   int flatten(const Ref& r) {
     const RefSyntax& x = *r.syntax;
-    const Shape& shape = p_.buffers[r.buffer].shape;
+    const Shape& shape = p_->buffers[r.buffer].shape;
     if (x.groups.size() != 1 || x.groups[0].size() > shape.size()) return -1;
     const IndexGroup& g = x.groups[0];
     Tape& t = *tape_;
@@ -341,7 +361,7 @@ class RankWalker {
       for (const IndexStep* s = x.code.data() + it.code_a;; ++s) {
         IndexStep step = *s;
         if (step.op == IndexStep::Op::name) {
-          const auto axis = p_.mesh.axis(x.names[static_cast<size_t>(step.value)]);
+          const auto axis = p_->mesh.axis(x.names[static_cast<size_t>(step.value)]);
           if (!axis) return decline();
           step.value = *axis;
         }
@@ -357,7 +377,7 @@ class RankWalker {
     if (!races_ && !tape_) return;
     const View& v = u.view;
     const bool write = u.write;
-    size_t es = dtype_size(p_.buffers[v.buffer].dtype);
+    size_t es = dtype_size(p_->buffers[v.buffer].dtype);
     Access a;
     a.buffer = v.buffer;
     a.lo = static_cast<uint64_t>(v.offset) * es;
@@ -369,7 +389,7 @@ class RankWalker {
     a.branch = branch;
     // A replay skips buffers no view of which moves: the program knows them.
     static const std::vector<char> unknown;  // every buffer may move
-    const std::vector<char>& moving = p_.rank_use ? p_.rank_use->moving_buffers : unknown;
+    const std::vector<char>& moving = p_->rank_use ? p_->rank_use->moving_buffers : unknown;
     const bool keep = ref_moves_with_rank(*u.ref) || static_cast<size_t>(v.buffer) >= moving.size() || moving[static_cast<size_t>(v.buffer)];
     if (tape_ && keep) {
       const bool moves = ref_moves_with_rank(*u.ref);
@@ -383,7 +403,7 @@ class RankWalker {
   // A ref resolved only to check it (a PTX kernel's CPU fallback): taped so
   // that the other ranks check its bounds too when it moves with the rank.
   View checked(const Ref& r, bool writable, bool tape) {
-    View v = writable ? need_writable(r) : resolve(p_, r, ctx_);
+    View v = writable ? need_writable(r) : resolve(*p_, r, ctx_);
     if (tape && tape_ && ref_moves_with_rank(r)) {
       tape_->steps.push_back({Tape::Step::Kind::resolve, 0, static_cast<int>(tape_->resolves.size()), 0});
       tape_->resolves.push_back(&r);
@@ -392,10 +412,10 @@ class RankWalker {
   }
 
   View need_writable(const Ref& r) {
-    const Buffer& b = p_.buffers[r.buffer];
+    const Buffer& b = p_->buffers[r.buffer];
     if (b.role == Role::input)
       throw ThunkyError(std::string(r.pointer), "writes buffer '" + b.name + "', which has role input (read-only); declare it inout to mutate it");
-    return resolve(p_, r, ctx_);
+    return resolve(*p_, r, ctx_);
   }
 
   void walk(const Block& block, int slot, Namespace& ns, int branch) {
@@ -461,7 +481,7 @@ class RankWalker {
     auto cached = participants_.find(key);
     if (cached == participants_.end()) {
       try {
-        cached = participants_.emplace(key, participants(p_.mesh, ctx_.rank, c.axis, c.rare().groups)).first;
+        cached = participants_.emplace(key, participants(p_->mesh, ctx_.rank, c.axis, c.rare().groups)).first;
       } catch (const ThunkyError& e) {
         throw ThunkyError(c.pointer + (groups ? "/groups" : "/axis"), e.what());
       }
@@ -481,13 +501,13 @@ class RankWalker {
     const Comm comm = communicator(c);
     const Participants& part = *comm.part;
     const int64_t n = static_cast<int64_t>(part.ranks.size());
-    const Buffer& sb = p_.buffers[src.buffer];
-    const Buffer& db = p_.buffers[dst.buffer];
+    const Buffer& sb = p_->buffers[src.buffer];
+    const Buffer& db = p_->buffers[dst.buffer];
     if (sb.dtype != db.dtype)
-      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " needs src and dst of one dtype: src is " + view_str(p_, src) + ", dst is " + view_str(p_, dst));
+      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " needs src and dst of one dtype: src is " + view_str(*p_, src) + ", dst is " + view_str(*p_, dst));
     const int64_t sc = src.count(), dc = dst.count();
     auto mismatch = [&](const std::string& rule) {
-      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(p_, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(p_, dst) + " (" + std::to_string(dc) + " elements)");
+      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(*p_, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(*p_, dst) + " (" + std::to_string(dc) + " elements)");
     };
     if (c.op == Op::all_gather && dc != n * sc) mismatch("dst to hold n x src elements");
     if (c.op == Op::reduce_scatter && sc != n * dc) mismatch("src to hold n x dst elements");
@@ -535,9 +555,9 @@ class RankWalker {
 
   void gemm_check(const Command& c, const View& a, const View& b, const View& cv) {
     auto fail = [&](const std::string& why) {
-      throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(p_, a) + (c.transpose_a ? " (transposed)" : "") + ", b is " + view_str(p_, b) + (c.transpose_b ? " (transposed)" : "") + ", c is " + view_str(p_, cv));
+      throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(*p_, a) + (c.transpose_a ? " (transposed)" : "") + ", b is " + view_str(*p_, b) + (c.transpose_b ? " (transposed)" : "") + ", c is " + view_str(*p_, cv));
     };
-    const DType ta = p_.buffers[a.buffer].dtype, tb = p_.buffers[b.buffer].dtype, tc = p_.buffers[cv.buffer].dtype;
+    const DType ta = p_->buffers[a.buffer].dtype, tb = p_->buffers[b.buffer].dtype, tc = p_->buffers[cv.buffer].dtype;
     if (ta != tb) fail("needs a and b of one dtype");
     if (!is_float(ta) || !is_float(tc)) fail("works on floating-point dtypes");
     auto rank_ok = [](const View& v) { return v.shape.size() == 2 || v.shape.size() == 3; };
@@ -561,16 +581,16 @@ class RankWalker {
   void command(const Command& c, int slot, Namespace& ns, int branch) {
     commands.push_back(&c);
     command_token.push_back(cur_token_);
-    auto R = [&](const Ref& r) { return resolve(p_, r, ctx_); };
+    auto R = [&](const Ref& r) { return resolve(*p_, r, ctx_); };
     auto leaf = [&](std::initializer_list<Use> acc) {
       uint32_t seq = tick(slot);
       for (const auto& u : acc) add_access(c, slot, seq, branch, u);
     };
     auto scalar = [&](const Ref& r, DType want, const char* what) {
       View v = R(r);
-      const Buffer& b = p_.buffers[v.buffer];
+      const Buffer& b = p_->buffers[v.buffer];
       if (v.count() != 1 || b.dtype != want)
-        throw ThunkyError(std::string(r.pointer), std::string(what) + " must be a " + std::string(dtype_name(want)) + " scalar, got " + view_str(p_, v));
+        throw ThunkyError(std::string(r.pointer), std::string(what) + " must be a " + std::string(dtype_name(want)) + " scalar, got " + view_str(*p_, v));
       return v;
     };
     switch (c.op) {
@@ -578,9 +598,9 @@ class RankWalker {
       case Op::memset: leaf({{&*c.dst, need_writable(*c.dst), true}}); break;
       case Op::copy: {
         View s = R(*c.src), d = need_writable(*c.dst);
-        size_t sb = s.count() * dtype_size(p_.buffers[s.buffer].dtype), db = d.count() * dtype_size(p_.buffers[d.buffer].dtype);
+        size_t sb = s.count() * dtype_size(p_->buffers[s.buffer].dtype), db = d.count() * dtype_size(p_->buffers[d.buffer].dtype);
         if (sb != db)
-          throw ThunkyError(c.pointer + "/dst", "copy needs equal byte sizes: src " + view_str(p_, s) + " is " + std::to_string(sb) + " bytes, dst " + view_str(p_, d) + " is " + std::to_string(db) + " bytes");
+          throw ThunkyError(c.pointer + "/dst", "copy needs equal byte sizes: src " + view_str(*p_, s) + " is " + std::to_string(sb) + " bytes, dst " + view_str(*p_, d) + " is " + std::to_string(db) + " bytes");
         leaf({{&*c.src, s, false}, {&*c.dst, d, true}});
         break;
       }
@@ -600,13 +620,13 @@ class RankWalker {
           int64_t ax = c.rare().axes_i[i];
           if (ax < 0) ax += static_cast<int64_t>(in.shape.size());
           if (ax < 0 || ax >= static_cast<int64_t>(in.shape.size()))
-            throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(p_, in));
+            throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(*p_, in));
           if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
         }
         for (size_t d = 0; d < in.shape.size(); ++d)
           if (!axes.count(static_cast<int64_t>(d))) kept *= in.shape[d];
         if (out.count() != kept)
-          throw ThunkyError(c.pointer + "/out", "reduce of " + view_str(p_, in) + " over the listed axes leaves " + std::to_string(kept) + " elements, out " + view_str(p_, out) + " has " + std::to_string(out.count()));
+          throw ThunkyError(c.pointer + "/out", "reduce of " + view_str(*p_, in) + " over the listed axes leaves " + std::to_string(kept) + " elements, out " + view_str(*p_, out) + " has " + std::to_string(out.count()));
         leaf({{&*c.src, in, false}, {&*c.out, out, true}});
         break;
       }
@@ -753,20 +773,20 @@ class RankWalker {
   // `fallback`: a PTX kernel's CPU map, whose refs are checked but not
   // accessed (a plain map's accesses are taped already).
   void check_map(const Command& m, bool fallback = false) {
-    if (structural_) check_map_names(p_, m, *m.expr);
+    if (structural_) check_map_names(*p_, m, *m.expr);
     View out = checked(*m.out, true, fallback);
     for (const auto& [k, r] : m.in) {
       View v = checked(r, false, fallback);
       if (v.count() != out.count() && v.count() != 1)
-        throw ThunkyError(std::string(r.pointer), "map input '" + k + "' is " + view_str(p_, v) + "; inputs must be scalars or have out's " + std::to_string(out.count()) + " elements (out is " + view_str(p_, out) + ")");
+        throw ThunkyError(std::string(r.pointer), "map input '" + k + "' is " + view_str(*p_, v) + "; inputs must be scalars or have out's " + std::to_string(out.count()) + " elements (out is " + view_str(*p_, out) + ")");
     }
   }
 
   void map_command(const Command& c, const Command& m, int slot, int branch) {
     check_map(m);
     uint32_t seq = tick(slot);
-    for (const auto& [k, r] : m.in) add_access(c, slot, seq, branch, {&r, resolve(p_, r, ctx_), false});
-    add_access(c, slot, seq, branch, {&*m.out, resolve(p_, *m.out, ctx_), true});
+    for (const auto& [k, r] : m.in) add_access(c, slot, seq, branch, {&r, resolve(*p_, r, ctx_), false});
+    add_access(c, slot, seq, branch, {&*m.out, resolve(*p_, *m.out, ctx_), true});
   }
 
   void custom_call_check(const Command& c) {
@@ -781,18 +801,18 @@ class RankWalker {
       throw ThunkyError(c.pointer + "/backend_config", "cholesky needs backend_config.lower (true or false, in cuSOLVER's column-major sense)");
     if (c.refs.size() != 1) throw ThunkyError(c.pointer + "/operands", "cholesky takes one operand [a]");
     if (c.refs2.size() != 2) throw ThunkyError(c.pointer + "/results", "cholesky has two results [a, info]");
-    View a = resolve(p_, c.refs[0], ctx_), r = resolve(p_, c.refs2[0], ctx_), info = resolve(p_, c.refs2[1], ctx_);
-    DType t = p_.buffers[a.buffer].dtype;
+    View a = resolve(*p_, c.refs[0], ctx_), r = resolve(*p_, c.refs2[0], ctx_), info = resolve(*p_, c.refs2[1], ctx_);
+    DType t = p_->buffers[a.buffer].dtype;
     if (a.shape.size() < 2 || a.shape[a.shape.size() - 1] != a.shape[a.shape.size() - 2] || (t != DType::f32 && t != DType::f64))
-      throw ThunkyError(std::string(c.refs[0].pointer), "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(p_, a));
-    if (r.shape != a.shape || p_.buffers[r.buffer].dtype != t)
-      throw ThunkyError(std::string(c.refs2[0].pointer), "result 0 must have the operand's shape and dtype " + view_str(p_, a) + ", got " + view_str(p_, r));
+      throw ThunkyError(std::string(c.refs[0].pointer), "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(*p_, a));
+    if (r.shape != a.shape || p_->buffers[r.buffer].dtype != t)
+      throw ThunkyError(std::string(c.refs2[0].pointer), "result 0 must have the operand's shape and dtype " + view_str(*p_, a) + ", got " + view_str(*p_, r));
     int64_t batch = a.count() / (a.shape.back() * a.shape.back());
-    if (p_.buffers[info.buffer].dtype != DType::s32 || info.count() != batch)
-      throw ThunkyError(std::string(c.refs2[1].pointer), "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(p_, info));
+    if (p_->buffers[info.buffer].dtype != DType::s32 || info.count() != batch)
+      throw ThunkyError(std::string(c.refs2[1].pointer), "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(*p_, info));
   }
 
-  const Program& p_;
+  const Program* p_;
   RankCtx ctx_;
   bool structural_;
   bool races_;
@@ -877,9 +897,26 @@ void replay_all(const Tape& tape, std::vector<std::unique_ptr<RankWalker>>& walk
   if (first) std::rethrow_exception(first->error);
 }
 
-}  // namespace
+// Rank 0's walk, made while the program was still being parsed
+// (load_schedule_text): as validate() would have made it when `replay`
+// turns out as guessed, with the tape it recorded and the error it
+// stopped at.
+struct EarlyWalk {
+  bool replay = false;
+  std::unique_ptr<RankWalker> walker;
+  Tape tape;
+  std::exception_ptr error;
+};
 
-std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) {
+// The walker validate() starts rank 0 with: `replay` records its walk for
+// the other ranks, which then do not compare collective sequences.
+std::unique_ptr<RankWalker> first_walker(const Program& p, const ValidateOptions& opts, bool replay, Tape& tape) {
+  auto w = std::make_unique<RankWalker>(p, 0, true, opts.races, opts.collective_order && !replay);
+  if (replay) w->record_into(&tape);
+  return w;
+}
+
+std::vector<Diagnostic> validate_program(const Program& p, const ValidateOptions& opts, EarlyWalk* early) {
   std::vector<Diagnostic> out;
   auto input_error = [&](const ThunkyError& e) { out.push_back({e.kind(), p.file, e.pointer(), e.what()}); };
   // Buffers and global layouts.
@@ -930,7 +967,10 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   // (its members are one class of the axes' or groups' partition): the
   // sequences cannot differ, so only walks of every rank are compared.
   const bool check_order = opts.collective_order && !replay;
-  Tape tape;
+  // An early walk of rank 0 stands if it guessed `replay` right.
+  if (early && early->replay != replay) early = nullptr;
+  Tape own_tape;
+  Tape& tape = early ? early->tape : own_tape;
   std::unique_ptr<RankWalker> first;  // rank 0's walk: names for every report
   std::map<std::string, std::vector<int64_t>> race_ranks;  // message -> ranks
   std::vector<std::string> race_order;
@@ -974,11 +1014,17 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   std::vector<std::unique_ptr<RankWalker>> replays;
   for (int64_t r = 0; r < ranks; ++r) {
     const bool full = r == 0 || dependent;
-    auto w = std::make_unique<RankWalker>(p, r, r == 0, opts.races && full, check_order);
+    std::unique_ptr<RankWalker> w;
+    if (r == 0) w = early ? std::move(early->walker) : first_walker(p, opts, replay, tape);
+    else w = std::make_unique<RankWalker>(p, r, false, opts.races && full, check_order);
     try {
-      if (r == 0 || !replay) {
-        if (r == 0 && replay) w->record_into(&tape);
+      if (r == 0 && early) {
+        w->rebind(p);
+        if (early->error) std::rethrow_exception(early->error);
+      } else if (r == 0 || !replay) {
         w->run();
+      }
+      if (r == 0 || !replay) {
         // Accesses to buffers no rank-dependent ref touches replay to nothing.
         if (r == 0 && replay)
           std::erase_if(tape.steps, [&](const Tape::Step& st) {
@@ -1043,10 +1089,34 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   return out;
 }
 
+}  // namespace
+
+std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) { return validate_program(p, opts, nullptr); }
+
 Expected<Program> load_schedule_text(const std::string& text, const std::string& file, const ValidateOptions& opts) {
   Program p;
+  // A long program's rank 0 walk follows its parse, on a thread of its
+  // own (the walk is serial, the parse is not). Whether the other ranks
+  // replay it is known only once every view is read: it is guessed that
+  // they do (no view's size moves with the rank), and walked again if not.
+  // A program with functions is walked once lowered.
+  EarlyWalk early;
+  bool walked = false;
+  auto consume = [&](const Program& head, ParseProgress& progress) {
+    if (!head.functions.empty()) return;
+    early.replay = head.mesh.size() > 1;
+    try {
+      early.walker = first_walker(head, opts, early.replay, early.tape);
+      early.walker->run(&progress);
+    } catch (const RankWalker::ParseStopped&) {
+      return;  // the parse's error is reported
+    } catch (...) {
+      early.error = std::current_exception();
+    }
+    walked = true;
+  };
   try {
-    p = parse_program_text(text, file);
+    p = parse_program_text(text, file, consume);
     lower(p);
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{e.kind(), file, e.pointer(), e.what()}};
@@ -1055,7 +1125,7 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
   }
   std::vector<Diagnostic> errors;
   try {
-    errors = validate(p, opts);
+    errors = validate_program(p, opts, walked ? &early : nullptr);
   } catch (const ThunkyError& e) {
     errors = {{e.kind(), file, e.pointer(), e.what()}};
   } catch (const std::exception& e) {

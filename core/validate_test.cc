@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "core/lower.h"
 #include "tests/test_util.h"
 #include "tools/gen.h"
 
@@ -108,9 +109,9 @@ TEST(Loading, LargeProgramsParseWholeAndInOrder) {
   // The last command writes an input: found by validation, after parsing.
   auto errs = load_errors(sched(program(-1, -1) + R"(, {"op": "memzero", "dst": "in"}])"));
   EXPECT_TRUE(has(errs, "/program/24000/dst", "role input"));
-  // Two chunks on two threads (commands 0..11999 and 12000..23999) each
-  // meet an error; the first in the document is the one reported, on one
-  // thread or many.
+  // Chunks of 1,024 commands, taken in order by the threads: chunks 2
+  // (command 3000) and 19 (command 20000) each meet an error, and the
+  // first in the document is the one reported, on one thread or many.
   errs = load_errors(sched(program(3000, 20000) + "]"));
   ASSERT_EQ(errs.size(), 1u);
   EXPECT_EQ(errs[0].pointer, "/program/3000/op") << errs[0].str();
@@ -179,6 +180,74 @@ TEST(Loading, NestingDeeperThan256IsRefusedOutsideStrings) {
   ASSERT_TRUE(p) << p.errors().front().str();
   EXPECT_EQ(p->program[0].rare().name, std::string(300, '{') + R"(" \ "\)");
   EXPECT_EQ(p->program[1].rare().name, std::string(300, '['));
+}
+
+// A long program's rank 0 walk follows its parse (load_schedule_text);
+// whatever it finds must be what parsing first and validating after finds.
+TEST(Loading, AWalkDuringTheParseReportsWhatAWalkAfterItWould) {
+  // 12,000 commands (12 chunks): pairs of a map on a, then `extra` at
+  // command `at` and `tail` appended.
+  auto program = [](int at, const std::string& extra, const std::string& tail = "") {
+    std::string prog = "[";
+    for (int i = 0; i < 12000; ++i) {
+      prog += std::string(i ? "," : "") + (i == at ? extra : R"({"op": "map", "out": "a", "expr": "v + 1.0", "in": {"v": "a"}})");
+    }
+    return prog + tail + "]";
+  };
+  auto after = [](const std::string& text) {
+    Program p = parse_program_text(text, "test.json");
+    lower(p);
+    return validate(p);
+  };
+  auto same = [&](const std::string& text, int n = 1, const std::string& extra_buffers = "") {
+    const std::string s = sched(text, n, extra_buffers);
+    std::vector<Diagnostic> during = load_errors(s), then = after(s);
+    EXPECT_FALSE(during.empty());
+    EXPECT_EQ(during.size(), then.size());
+    for (size_t i = 0; i < std::min(during.size(), then.size()); ++i) EXPECT_EQ(during[i].str(), then[i].str());
+    return during;
+  };
+  // A token awaited twice at command 100, in the walk's first chunk.
+  auto errs = same(program(100, done("t"), ""), 1);
+  EXPECT_TRUE(has(errs, "/program/100/token", "no earlier async_start"));
+  // A race late in the program: a map of b on a communication stream
+  // never joined, and a later memzero of b (commands 11000 and 12000).
+  errs = same(program(11000, start("t", R"([{"op": "map", "out": "b", "expr": "v", "in": {"v": "in"}}])"),
+                      R"(, {"op": "memzero", "dst": "b"}, )" + done("t")),
+              4);
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_TRUE(has(errs, "/program/12000", "race on buffer 'b'")) << errs[0].str();
+  EXPECT_NE(errs[0].message.find("(on every rank)"), std::string::npos) << errs[0].str();
+  // Never awaited.
+  errs = same(program(5000, start("late", "[]")), 2);
+  EXPECT_TRUE(has(errs, "/program/5000/token", "never awaited"));
+  // A view whose size moves with the rank: the other ranks cannot replay
+  // rank 0's walk, so each walks; the guess is undone and rank 2 goes out
+  // of bounds at command 7000 (x + 7 > 8 elements of a).
+  errs = same(program(7000, R"({"op": "memzero", "dst": "a[0:x + 7]"})"), 4);
+  EXPECT_TRUE(has(errs, "/program/7000/dst", "rank 2"));
+  // Sizes that move with the rank may make the collective sequences
+  // differ, which only walks of every rank compare: rank 0 all-reduces 1
+  // element at command 6000, rank 1 two.
+  errs = same(program(6000, R"({"op": "all_reduce", "src": "a[ds(0, x + 1)]", "dst": "b[ds(0, x + 1)]", "axis": "x"})"), 2);
+  EXPECT_TRUE(has(errs, "/program/6000", "deadlock: ranks 0 and 1")) << errs[0].str();
+  // A rank-dependent view out of bounds on ranks 3 and up only, replayed.
+  errs = same(program(9000, R"({"op": "memzero", "dst": "a[ds(x * 2, 2)]"})"), 8);
+  EXPECT_TRUE(has(errs, "/program/9000/dst", "rank 4"));
+  // A buffer error (a values list too short) comes before the walk's.
+  errs = same(program(100, done("t")), 1, R"(, "v": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "values", "values": [1]}})");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/buffers/v/init/values");
+  // An error the walk meets early is dropped when the parse fails later:
+  // the parse's error is the load's.
+  errs = load_errors(sched(program(100, done("t"), R"(, {"op": "memzero", "dst": "nowhere"})")));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/program/12000/dst") << errs[0].str();
+  EXPECT_NE(errs[0].message.find("unknown buffer 'nowhere'"), std::string::npos);
+  // And a valid long program loads whole, its walk finished.
+  auto p = load_schedule_text(sched(program(-1, "")), "big.json");
+  ASSERT_TRUE(p) << p.errors().front().str();
+  EXPECT_EQ(p->program.size(), 12000u);
 }
 
 // Ranks other than 0 replay rank 0's walk, split across threads when the
