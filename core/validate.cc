@@ -204,15 +204,32 @@ class RankWalker {
     t->buffer_moves.assign(p_->buffers.size(), 0);
   }
 
-  // Replays one step of rank 0's walk on this rank: happens-before as
-  // recorded, races only on buffers some rank-dependent access touches,
-  // every collective.
-  void replay(const Tape& t, const Tape::Step& st) {
+  // Whether a step of rank 0's walk only moves the clocks. Those move
+  // alike on every rank that replays the walk, so replays share one
+  // happens-before state, which apply_clock() advances.
+  static bool clock_step(const Tape::Step& st) {
+    using K = Tape::Step::Kind;
+    return st.kind == K::new_slot || st.kind == K::tick || st.kind == K::join || st.kind == K::set;
+  }
+  static void apply_clock(HappensBefore& hb, const Tape& t, const Tape::Step& st) {
     switch (st.kind) {
-      case Tape::Step::Kind::new_slot: hb_.new_slot(); break;
-      case Tape::Step::Kind::tick: hb_.tick(st.slot); break;
-      case Tape::Step::Kind::join: hb_.join(st.slot, t.clocks.data() + st.arg, st.value); break;
-      case Tape::Step::Kind::set: hb_.set_component(st.slot, st.arg, st.value); break;
+      case Tape::Step::Kind::new_slot: hb.new_slot(); break;
+      case Tape::Step::Kind::tick: hb.tick(st.slot); break;
+      case Tape::Step::Kind::join: hb.join(st.slot, t.clocks.data() + st.arg, st.value); break;
+      case Tape::Step::Kind::set: hb.set_component(st.slot, st.arg, st.value); break;
+      default: break;
+    }
+  }
+
+  // Replays one step of rank 0's walk that is not a clock step on this
+  // rank, with `hb` the replays' clocks: races only on buffers some
+  // rank-dependent access touches, every collective.
+  void replay(const Tape& t, const Tape::Step& st, const HappensBefore& hb) {
+    switch (st.kind) {
+      case Tape::Step::Kind::new_slot:
+      case Tape::Step::Kind::tick:
+      case Tape::Step::Kind::join:
+      case Tape::Step::Kind::set: break;
       case Tape::Step::Kind::resolve: resolve(*p_, *t.resolves[static_cast<size_t>(st.arg)], ctx_); break;
       case Tape::Step::Kind::access: {
         const Tape::TapedAccess& ta = t.accesses[static_cast<size_t>(st.arg)];
@@ -229,7 +246,7 @@ class RankWalker {
           a.hi = a.lo + bytes;
         }
         if (!races_ || !t.buffer_moves[ta.access.buffer]) break;
-        detector_.access(a, hb_, branches_, races, 64);
+        detector_.access(a, hb, branches_, races, 64);
         break;
       }
       case Tape::Step::Kind::collective: {
@@ -880,15 +897,19 @@ void replay_all(const Tape& tape, std::vector<std::unique_ptr<RankWalker>>& walk
   std::vector<Failure> failures(chunks);
   auto run_chunk = [&](size_t k) {
     const size_t lo = n * k / chunks, hi = n * (k + 1) / chunks;
-    for (size_t s = 0; s < steps; ++s)
-      for (size_t w = lo; w < hi; ++w) {
-        try {
-          walkers[w]->replay(tape, tape.steps[s]);
-        } catch (...) {  // a later step of this chunk cannot fail first
-          failures[k] = {s, w, std::current_exception()};
-          return;
-        }
+    HappensBefore hb;  // the chunk's ranks' clocks
+    for (size_t s = 0; s < steps; ++s) {
+      const Tape::Step& st = tape.steps[s];
+      size_t w = lo;
+      try {
+        if (RankWalker::clock_step(st)) RankWalker::apply_clock(hb, tape, st);
+        else
+          for (; w < hi; ++w) walkers[w]->replay(tape, st, hb);
+      } catch (...) {  // a later step of this chunk cannot fail first
+        failures[k] = {s, w, std::current_exception()};
+        return;
       }
+    }
   };
   run_chunks(chunks, run_chunk);
   const Failure* first = nullptr;
