@@ -42,7 +42,14 @@ std::vector<int64_t> shape_of(Value j, const std::string& ptr) {
 // Every parse has one (read_program installs it, and each thread that
 // parses a chunk its own): `texts` receives the refs' JSON pointers.
 struct ParseCache {
-  RecentTable<std::shared_ptr<const RefSyntax>> refs;
+  // A ref text's parse, and the buffer it names where the parse that made
+  // it bound refs (-1 otherwise).
+  struct ParsedRef {
+    std::shared_ptr<const RefSyntax> syntax;
+    int buffer = -1;
+    explicit operator bool() const { return syntax != nullptr; }
+  };
+  RecentTable<ParsedRef> refs;
   RecentTable<ExprPtr> exprs;
   TextArena* texts = nullptr;
   // The top-level program binds its refs as it is read (every name there
@@ -67,17 +74,25 @@ thread_local ParseCache* t_cache = nullptr;
 Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<size_t> index = std::nullopt) {
   const std::string_view ptr = t_cache->texts->pointer(base, key, index);
   if (!j.is_string()) fail(std::string(ptr), "expected a ref string such as \"a[2:4]\", got " + type_name(j));
-  Ref r;
+  const auto* buffers = t_cache->buffers;
+  auto bind = [&](const RefSyntax& syntax) {
+    const auto b = buffers->find(syntax.buffer);
+    if (b == buffers->end()) fail(std::string(ptr), "unknown buffer '" + syntax.buffer + "'");
+    return b->second;
+  };
+  const ParseCache::ParsedRef* parsed = nullptr;
   try {
     const std::string_view text = j.str();
-    r = Ref{t_cache->refs.get(text, [&] { return std::make_shared<const RefSyntax>(parse_ref(text)); }), -1, ptr};
+    parsed = &t_cache->refs.get(text, [&] {
+      auto syntax = std::make_shared<const RefSyntax>(parse_ref(text));
+      return ParseCache::ParsedRef{syntax, buffers ? bind(*syntax) : -1};
+    });
   } catch (const ThunkyError& e) {
-    fail(std::string(ptr), e.what());
+    fail(e.pointer().empty() ? std::string(ptr) : e.pointer(), e.what());
   }
-  if (const auto* buffers = t_cache->buffers) {
-    const auto b = buffers->find(r.syntax->buffer);
-    if (b == buffers->end()) fail(std::string(ptr), "unknown buffer '" + r.syntax->buffer + "'");
-    r.buffer = b->second;
+  Ref r{parsed->syntax, -1, ptr};
+  if (buffers) {
+    r.buffer = parsed->buffer >= 0 ? parsed->buffer : bind(*r.syntax);
     t_cache->use.add(r);
   }
   return r;
