@@ -199,8 +199,12 @@ class RankWalker {
       : p_(&p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), sequences_(sequences), detector_(p.buffers.size()) {}
 
   // Records the walk for replay on the other ranks.
-  void record_into(Tape* t) {
+  // `commands`: about how many the walk meets (room is made for their
+  // steps up front; what is not written is never touched).
+  void record_into(Tape* t, size_t commands) {
     tape_ = t;
+    t->steps.reserve(commands * 3);
+    t->accesses.reserve(commands * 2);
     t->buffer_moves.assign(p_->buffers.size(), 0);
   }
 
@@ -931,9 +935,9 @@ struct EarlyWalk {
 
 // The walker validate() starts rank 0 with: `replay` records its walk for
 // the other ranks, which then do not compare collective sequences.
-std::unique_ptr<RankWalker> first_walker(const Program& p, const ValidateOptions& opts, bool replay, Tape& tape) {
+std::unique_ptr<RankWalker> first_walker(const Program& p, const ValidateOptions& opts, bool replay, Tape& tape, size_t commands) {
   auto w = std::make_unique<RankWalker>(p, 0, true, opts.races, opts.collective_order && !replay);
-  if (replay) w->record_into(&tape);
+  if (replay) w->record_into(&tape, commands);
   return w;
 }
 
@@ -1036,7 +1040,7 @@ std::vector<Diagnostic> validate_program(const Program& p, const ValidateOptions
   for (int64_t r = 0; r < ranks; ++r) {
     const bool full = r == 0 || dependent;
     std::unique_ptr<RankWalker> w;
-    if (r == 0) w = early ? std::move(early->walker) : first_walker(p, opts, replay, tape);
+    if (r == 0) w = early ? std::move(early->walker) : first_walker(p, opts, replay, tape, static_cast<size_t>(p.command_count));
     else w = std::make_unique<RankWalker>(p, r, false, opts.races && full, check_order);
     try {
       if (r == 0 && early) {
@@ -1127,7 +1131,7 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
     if (!head.functions.empty()) return;
     early.replay = head.mesh.size() > 1;
     try {
-      early.walker = first_walker(head, opts, early.replay, early.tape);
+      early.walker = first_walker(head, opts, early.replay, early.tape, progress.block().size());
       early.walker->run(&progress);
     } catch (const RankWalker::ParseStopped&) {
       return;  // the parse's error is reported
