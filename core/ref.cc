@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <climits>
 
 #include "core/status.h"
@@ -83,6 +84,100 @@ RefSyntax parse_ref(std::string_view text) {
     r.groups.push_back(std::move(g));
   }
   r.classify();
+  return r;
+}
+
+std::string ref_form(std::string_view text, std::vector<std::string_view>& literals) {
+  literals.clear();
+  auto touches = [](char c) { return is_ident(c); };  // letters, digits, '_', '.', '$'
+  std::string form;
+  size_t copied = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] < '0' || text[i] > '9' || (i > 0 && touches(text[i - 1]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+    // A number's exponent or fraction, or an identifier, goes on: not an
+    // integer literal.
+    if (j < text.size() && (touches(text[j]) || text[j] == 'e' || text[j] == 'E')) {
+      i = j;
+      continue;
+    }
+    form.append(text.substr(copied, i - copied)).push_back('#');
+    literals.push_back(text.substr(i, j - i));
+    copied = i = j;
+  }
+  if (literals.empty()) return {};
+  form.append(text.substr(copied));
+  return form;
+}
+
+namespace {
+// `e` with its integer literals taken, in order, from lits[k...] (vals
+// their values); subtrees without one are shared. False in `ok` where the
+// literals run out.
+ExprPtr relit(const ExprPtr& e, const std::vector<std::string_view>& lits, const std::vector<int64_t>& vals, size_t& k, bool& ok) {
+  if (!e || !ok) return e;
+  if (e->kind == Expr::Kind::int_lit) {
+    if (k >= lits.size()) {
+      ok = false;
+      return e;
+    }
+    auto x = std::make_shared<Expr>();
+    x->kind = Expr::Kind::int_lit;
+    x->text = lits[k];
+    x->ival = vals[k++];
+    x->fval = static_cast<double>(x->ival);
+    return x;
+  }
+  if (e->args.empty()) return e;
+  ExprArgs args;
+  bool changed = false;
+  for (const auto& a : e->args) {
+    args.push_back(relit(a, lits, vals, k, ok));
+    changed = changed || args[args.size() - 1] != a;
+  }
+  if (!changed) return e;
+  auto x = std::make_shared<Expr>(*e);
+  x->args = std::move(args);
+  return x;
+}
+}  // namespace
+
+std::optional<RefSyntax> with_literals(const RefSyntax& form, const std::vector<std::string_view>& literals) {
+  std::vector<int64_t> vals(literals.size());
+  for (size_t i = 0; i < literals.size(); ++i) {
+    const auto [end, ec] = std::from_chars(literals[i].data(), literals[i].data() + literals[i].size(), vals[i]);
+    if (ec != std::errc() || end != literals[i].data() + literals[i].size()) return std::nullopt;
+  }
+  RefSyntax r = form;
+  size_t k = 0;
+  bool ok = true;
+  // Compiled code holds a tree's literals in the tree's order (postfix).
+  auto redo = [&](ExprPtr& e, int32_t code) {
+    const size_t first = k;
+    e = relit(e, literals, vals, k, ok);
+    if (!ok || code < 0) return;
+    size_t lit = first;
+    for (IndexStep* s = r.code.data() + code; s->op != IndexStep::Op::end; ++s)
+      if (s->op == IndexStep::Op::lit) {
+        if (lit >= k) {
+          ok = false;
+          return;
+        }
+        s->value = vals[lit++];
+      }
+    ok = ok && lit == k;
+  };
+  for (auto& g : r.groups)
+    for (auto& it : g) {
+      redo(it.a, it.code_a);
+      redo(it.b, it.code_b);
+      redo(it.step, it.code_step);
+    }
+  if (!ok || k != literals.size()) return std::nullopt;
   return r;
 }
 

@@ -50,6 +50,19 @@ struct ParseCache {
     explicit operator bool() const { return syntax != nullptr; }
   };
   RecentTable<ParsedRef> refs;
+  // Parses by form (ref_form()): texts that differ only in their numbers
+  // take a parse of the first and put their own numbers in.
+  RecentTable<std::shared_ptr<const RefSyntax>> forms;
+  std::vector<std::string_view> literals;  // scratch
+  std::shared_ptr<const RefSyntax> parse(std::string_view text) {
+    const std::string form = ref_form(text, literals);
+    if (form.empty()) return std::make_shared<const RefSyntax>(parse_ref(text));
+    std::shared_ptr<const RefSyntax> made;
+    const auto& known = forms.get(form, [&] { return made = std::make_shared<const RefSyntax>(parse_ref(text)); });
+    if (made) return made;
+    if (std::optional<RefSyntax> r = with_literals(*known, literals)) return std::make_shared<const RefSyntax>(std::move(*r));
+    return std::make_shared<const RefSyntax>(parse_ref(text));
+  }
   RecentTable<ExprPtr> exprs;
   TextArena* texts = nullptr;
   // The top-level program binds its refs as it is read (every name there
@@ -84,7 +97,7 @@ Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<s
   try {
     const std::string_view text = j.str();
     parsed = &t_cache->refs.get(text, [&] {
-      auto syntax = std::make_shared<const RefSyntax>(parse_ref(text));
+      auto syntax = t_cache->parse(text);
       return ParseCache::ParsedRef{syntax, buffers ? bind(*syntax) : -1};
     });
   } catch (const ThunkyError& e) {
