@@ -116,13 +116,17 @@ std::string ref_form(std::string_view text, std::vector<std::string_view>& liter
 
 namespace {
 // `e` with its integer literals taken, in order, from lits[k...] (vals
-// their values); subtrees without one are shared. False in `ok` where the
+// their values); subtrees whose literals stay as they are are shared. False in `ok` where the
 // literals run out.
 ExprPtr relit(const ExprPtr& e, const std::vector<std::string_view>& lits, const std::vector<int64_t>& vals, size_t& k, bool& ok) {
   if (!e || !ok) return e;
   if (e->kind == Expr::Kind::int_lit) {
     if (k >= lits.size()) {
       ok = false;
+      return e;
+    }
+    if (e->text == lits[k]) {  // the form's own number: shared
+      ++k;
       return e;
     }
     auto x = std::make_shared<Expr>();
@@ -140,7 +144,12 @@ ExprPtr relit(const ExprPtr& e, const std::vector<std::string_view>& lits, const
     changed = changed || args[args.size() - 1] != a;
   }
   if (!changed) return e;
-  auto x = std::make_shared<Expr>(*e);
+  auto x = std::make_shared<Expr>();  // not a copy of e: its operands would be counted twice
+  x->kind = e->kind;
+  x->int_op = e->int_op;
+  x->text = e->text;
+  x->ival = e->ival;
+  x->fval = e->fval;
   x->args = std::move(args);
   return x;
 }
