@@ -982,7 +982,7 @@ std::vector<Diagnostic> validate_program(const Program& p, const ValidateOptions
 
   const int64_t ranks = p.mesh.size();
   // A lowered program knows how its views use the rank; any other is scanned.
-  const Program::RankUse use = p.rank_use ? *p.rank_use : Program::RankUse{program_rank_dependent(p.program), program_sized_by_rank(p.program)};
+  const Program::RankUse use = p.rank_use ? *p.rank_use : Program::RankUse{program_rank_dependent(p.program), program_sized_by_rank(p.program), {}};
   const bool dependent = ranks > 1 && use.moves;
   // Ranks other than 0 replay rank 0's walk unless some view's size moves
   // with the rank (then shapes, not just offsets, differ: walk each rank).

@@ -301,7 +301,7 @@ TEST(Validation, LoweringRecordsHowViewsUseTheRank) {
   auto use = [](const std::string& program) {
     auto p = load_schedule_text(sched(program, 2), "t.json");
     EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.errors()[0].str());
-    return p.ok() ? p.value().rank_use.value_or(Program::RankUse{true, true}) : Program::RankUse{true, true};
+    return p.ok() ? p.value().rank_use.value_or(Program::RankUse{true, true, {}}) : Program::RankUse{true, true, {}};
   };
   // Fixed views: neither flag.
   auto u = use(R"([{"op": "memzero", "dst": "a[2:4]"}])");
