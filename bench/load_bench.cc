@@ -60,6 +60,59 @@ void BM_LoadValidate(benchmark::State& state) {
 // Parsing and replaying use threads, so rates are over wall-clock time.
 BENCHMARK(BM_LoadValidate)->Args({100000, 8})->Args({100000, 1})->Args({10000, 8})->Args({100000, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// A mix of every common op, per step of ten commands: a gemm on a block
+// of rows, an all_gather on one of two communication streams, a map of
+// two inputs, a copy of a slice, the join, a reduce over a rank-dependent
+// row, a memset, a kernel, a map in place and a memzero.
+std::string mixed_schedule(int64_t commands, int64_t ranks) {
+  nlohmann::ordered_json s;
+  s["format"] = "thunky.sched/1";
+  s["name"] = "mixed";
+  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {ranks}}};
+  s["buffers"] = {{"a", {{"shape", {64, 16}}, {"dtype", "f32"}, {"role", "input"}, {"init", {{"kind", "iota"}}}}},
+                  {"w", {{"shape", {16, 16}}, {"dtype", "f32"}, {"role", "input"}, {"init", {{"kind", "ones"}}}}},
+                  {"h", {{"shape", {64, 16}}, {"dtype", "f32"}}},
+                  {"g", {{"shape", {8 * ranks, 16}}, {"dtype", "f32"}}},
+                  {"s", {{"shape", {16}}, {"dtype", "f32"}}},
+                  {"out", {{"shape", {64, 16}}, {"dtype", "f32"}, {"role", "output"}}}};
+  nlohmann::ordered_json prog = nlohmann::ordered_json::array();
+  auto n = [](int64_t v) { return std::to_string(v); };
+  for (int64_t step = 0; static_cast<int64_t>(prog.size()) + 10 <= commands; ++step) {
+    const int64_t r = step % 8 * 8;
+    const std::string tok = "g" + n(step);
+    prog.push_back({{"op", "gemm"}, {"a", "a[ds(" + n(r) + ", 8)]"}, {"b", "w"}, {"c", "h[ds(" + n(r) + ", 8)]"}});
+    prog.push_back({{"op", "async_start"}, {"token", tok}, {"stream", {{"kind", "communication"}, {"id", step % 2}}},
+                    {"body", {{{"op", "all_gather"}, {"src", "h[ds(" + n(r) + ", 1)]"}, {"dst", "g[0:" + n(ranks) + "]"}, {"axis", "x"}}}}});
+    prog.push_back({{"op", "map"}, {"out", "out[" + n(r + 1) + "]"}, {"expr", "p * 0.5 + q"}, {"in", {{"p", "h[" + n(r + 1) + "]"}, {"q", "w[3]"}}}});
+    prog.push_back({{"op", "copy"}, {"src", "a[" + n(r + 2) + ":" + n(r + 4) + "]"}, {"dst", "out[" + n(r + 2) + ":" + n(r + 4) + "]"}});
+    prog.push_back({{"op", "async_done"}, {"token", tok}});
+    prog.push_back({{"op", "reduce"}, {"in", "g[ds((x * 8 + " + n(step % 8) + ") % " + n(8 * ranks) + ", 1)]"}, {"out", "s"}, {"fn", "sum"}, {"axes", {0}}});
+    prog.push_back({{"op", "memset"}, {"dst", "out[" + n(r + 5) + "]"}, {"value", static_cast<double>(step)}});
+    prog.push_back({{"op", "kernel"}, {"name", "k"}, {"cost", {{"seconds", 1e-6}}}, {"reads", {"out[" + n(r + 5) + "]"}}, {"writes", {"out[" + n(r + 6) + "]"}}});
+    prog.push_back({{"op", "map"}, {"out", "s"}, {"expr", "max(v, 0.0)"}, {"in", {{"v", "s"}}}});
+    prog.push_back({{"op", "memzero"}, {"dst", "h[ds(" + n(r + 7) + ", 1)]"}});
+  }
+  s["program"] = prog;
+  return s.dump();
+}
+
+void BM_LoadValidateMixed(benchmark::State& state) {
+  const int64_t commands = state.range(0), ranks = state.range(1);
+  const std::string text = mixed_schedule(commands, ranks);
+  const int64_t counted = commands + commands / 10;  // the async_start bodies
+  std::optional<thunky::Expected<thunky::Program>> p;
+  for (auto _ : state) {
+    state.PauseTiming();
+    p.reset();
+    state.ResumeTiming();
+    p.emplace(thunky::load_schedule_text(text, "mixed.json"));
+    if (!*p) state.SkipWithError(p->errors().front().str().c_str());
+    benchmark::DoNotOptimize(*p);
+  }
+  state.counters["commands/s"] = benchmark::Counter(static_cast<double>(counted * state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LoadValidateMixed)->Args({100000, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // Parsing JSON alone, for reference: the tape the loader reads, and a
 // nlohmann-json tree of the same text.
 void BM_JsonParseOnly(benchmark::State& state) {
