@@ -218,6 +218,16 @@ TEST(Loading, AWalkDuringTheParseReportsWhatAWalkAfterItWould) {
   ASSERT_EQ(errs.size(), 1u);
   EXPECT_TRUE(has(errs, "/program/12000", "race on buffer 'b'")) << errs[0].str();
   EXPECT_NE(errs[0].message.find("(on every rank)"), std::string::npos) << errs[0].str();
+  // Control flow in the walk: a token started inside a cond branch at
+  // command 4000 and awaited after it.
+  errs = same(program(4000, R"({"op": "cond", "pred": "p", "then": [)" + start("c", "[]") + R"(], "else": []})", ", " + done("c")), 2);
+  EXPECT_TRUE(has(errs, "/program/4000/then/0/token", "not awaited there")) << errs[0].str();
+  // A map of b on a communication stream (command 8000) and a while loop
+  // whose body zeroes b (command 12000), joined only after it.
+  errs = same(program(8000, start("w", R"([{"op": "map", "out": "b", "expr": "v", "in": {"v": "b"}}])"),
+                      R"(, {"op": "while", "cond_buf": "p", "cond": [], "body": [{"op": "memzero", "dst": "b"}]}, )" + done("w")),
+              2);
+  EXPECT_TRUE(has(errs, "/program/12000/body/0", "race on buffer 'b'")) << errs[0].str();
   // Never awaited.
   errs = same(program(5000, start("late", "[]")), 2);
   EXPECT_TRUE(has(errs, "/program/5000/token", "never awaited"));
