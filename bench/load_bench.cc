@@ -38,13 +38,11 @@ std::string big_schedule(int64_t commands, int64_t ranks) {
   return s.dump();
 }
 
-void BM_LoadValidate(benchmark::State& state) {
-  const int64_t commands = state.range(0), ranks = state.range(1);
-  const std::string text = big_schedule(commands, ranks);
-  // The async_start and its body are two commands.
-  const int64_t counted = commands + commands / 4;
-  // Freeing the previous iteration's program is not part of a load (a tool
-  // frees it once, at exit), so it happens with the clock stopped.
+// Loads `text` once per iteration; `counted` commands (nested ones
+// included) on `ranks` ranks each time. Freeing the previous iteration's
+// program is not part of a load (a tool frees it once, at exit), so it
+// happens with the clock stopped.
+void load_repeatedly(benchmark::State& state, const std::string& text, int64_t counted, int64_t ranks) {
   std::optional<thunky::Expected<thunky::Program>> p;
   for (auto _ : state) {
     state.PauseTiming();
@@ -56,6 +54,12 @@ void BM_LoadValidate(benchmark::State& state) {
   }
   state.counters["commands/s"] = benchmark::Counter(static_cast<double>(counted * state.iterations()), benchmark::Counter::kIsRate);
   state.counters["rank-commands/s"] = benchmark::Counter(static_cast<double>(counted * ranks * state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_LoadValidate(benchmark::State& state) {
+  const int64_t commands = state.range(0), ranks = state.range(1);
+  // The async_start and its body are two commands.
+  load_repeatedly(state, big_schedule(commands, ranks), commands + commands / 4, ranks);
 }
 // Parsing and replaying use threads, so rates are over wall-clock time.
 BENCHMARK(BM_LoadValidate)->Args({100000, 8})->Args({100000, 1})->Args({10000, 8})->Args({100000, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -98,18 +102,7 @@ std::string mixed_schedule(int64_t commands, int64_t ranks) {
 
 void BM_LoadValidateMixed(benchmark::State& state) {
   const int64_t commands = state.range(0), ranks = state.range(1);
-  const std::string text = mixed_schedule(commands, ranks);
-  const int64_t counted = commands + commands / 10;  // the async_start bodies
-  std::optional<thunky::Expected<thunky::Program>> p;
-  for (auto _ : state) {
-    state.PauseTiming();
-    p.reset();
-    state.ResumeTiming();
-    p.emplace(thunky::load_schedule_text(text, "mixed.json"));
-    if (!*p) state.SkipWithError(p->errors().front().str().c_str());
-    benchmark::DoNotOptimize(*p);
-  }
-  state.counters["commands/s"] = benchmark::Counter(static_cast<double>(counted * state.iterations()), benchmark::Counter::kIsRate);
+  load_repeatedly(state, mixed_schedule(commands, ranks), commands + commands / 10, ranks);  // and the async_start bodies
 }
 BENCHMARK(BM_LoadValidateMixed)->Args({100000, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
 
