@@ -116,8 +116,8 @@ std::string ref_form(std::string_view text, std::vector<std::string_view>& liter
 
 namespace {
 // `e` with its integer literals taken, in order, from lits[k...] (vals
-// their values); subtrees whose literals stay as they are are shared. False in `ok` where the
-// literals run out.
+// their values); subtrees whose literals stay as they are are shared.
+// False in `ok` where the literals run out.
 ExprPtr relit(const ExprPtr& e, const std::vector<std::string_view>& lits, const std::vector<int64_t>& vals, size_t& k, bool& ok) {
   if (!e || !ok) return e;
   if (e->kind == Expr::Kind::int_lit) {

@@ -1120,13 +1120,14 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
 
 Expected<Program> load_schedule_text(const std::string& text, const std::string& file, const ValidateOptions& opts) {
   Program p;
-  // A long program's rank 0 walk follows its parse, on a thread of its
-  // own (the walk is serial, the parse is not). Whether the other ranks
+  // A long program's rank 0 walk follows its parse on the parsing thread
+  // (the walk is serial, the parse is not). Whether the other ranks
   // replay it is known only once every view is read: it is guessed that
   // they do (no view's size moves with the rank), and walked again if not.
-  // A program with functions is walked once lowered.
+  // A program with functions is walked once lowered. The walk stands when
+  // its walker was made (the parse then succeeded, or its error is the
+  // load's).
   EarlyWalk early;
-  bool walked = false;
   auto consume = [&](const Program& head, ParseProgress& progress) {
     if (!head.functions.empty()) return;
     early.replay = head.mesh.size() > 1;
@@ -1134,11 +1135,10 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
       early.walker = first_walker(head, opts, early.replay, early.tape, progress.block().size());
       early.walker->run(&progress);
     } catch (const RankWalker::ParseStopped&) {
-      return;  // the parse's error is reported
+      // the parse's error is reported
     } catch (...) {
       early.error = std::current_exception();
     }
-    walked = true;
   };
   try {
     p = parse_program_text(text, file, consume);
@@ -1150,7 +1150,7 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
   }
   std::vector<Diagnostic> errors;
   try {
-    errors = validate_program(p, opts, walked ? &early : nullptr);
+    errors = validate_program(p, opts, early.walker ? &early : nullptr);
   } catch (const ThunkyError& e) {
     errors = {{e.kind(), file, e.pointer(), e.what()}};
   } catch (const std::exception& e) {
