@@ -8,9 +8,10 @@
 
 namespace thunky {
 
-// What kind of failure: bad input (exit 2) or a schedule that is wrong as a
-// program, a race or a deadlock (exit 1).
-enum class ErrorKind { input, schedule };
+// What kind of failure: bad input or a missing device (exit 2), a schedule
+// that is wrong as a program, a race or a deadlock (exit 1), or a
+// collective that did not finish within the executor's timeout (exit 3).
+enum class ErrorKind { input, schedule, timeout };
 
 struct Diagnostic {
   ErrorKind kind = ErrorKind::input;
@@ -54,9 +55,12 @@ class Expected {
   T& operator*() { return value_; }
   T* operator->() { return &value_; }
   const std::vector<Diagnostic>& errors() const { return errors_; }
-  // Exit code for a failed result: 2 for bad input, 1 for a wrong schedule.
+  // Exit code for a failed result: 3 for a timed-out collective, 2 for
+  // bad input, 1 for a wrong schedule.
   int exit_code() const {
     if (ok_) return 0;
+    for (const auto& e : errors_)
+      if (e.kind == ErrorKind::timeout) return 3;
     for (const auto& e : errors_)
       if (e.kind == ErrorKind::input) return 2;
     return 1;

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/accounting.h"
+#include "core/command_facts.h"
 #include "core/init.h"
 #include "core/lower.h"
 #include "core/mesh.h"
@@ -79,20 +80,7 @@ struct CollectiveSig {
 };
 
 std::string sig_text(const Program& p, const CollectiveSig& g) {
-  const Command& c = *g.cmd;
-  std::string s(op_name(c.op));
-  s += " " + view_str(p, g.src) + "->" + view_str(p, g.dst);
-  if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) s += " " + c.rare().reduction;
-  if (c.op == Op::collective_permute) {
-    std::vector<std::pair<int64_t, int64_t>> pairs;
-    if (c.rare().pairs) pairs = *c.rare().pairs;
-    else
-      for (int64_t i = 0; i < g.n; ++i) pairs.emplace_back(i, floor_mod(i + *c.shift, g.n));
-    std::sort(pairs.begin(), pairs.end());
-    s += " pairs";
-    for (auto [a, b] : pairs) s += " " + std::to_string(a) + ">" + std::to_string(b);
-  }
-  return s;
+  return collective_signature(p, *g.cmd, g.src, g.dst, g.n);
 }
 
 bool same_sig(const Program& p, const CollectiveSig& a, const CollectiveSig& b) {
@@ -655,23 +643,10 @@ class RankWalker {
       case Op::ptx_kernel:
       case Op::custom_call: {
         uint32_t seq = tick(slot);
+        if (c.op == Op::ptx_kernel && c.rare().cpu) check_map(*c.rare().cpu, true);
+        if (c.op == Op::custom_call) custom_call_check(c);
         std::vector<Use> acc;
-        if (c.op == Op::kernel) {
-          for (const auto& r : c.refs) acc.push_back({&r, R(r), false});
-          for (const auto& r : c.refs2) acc.push_back({&r, need_writable(r), true});
-        } else if (c.op == Op::ptx_kernel) {
-          for (size_t i = 0; i < c.refs.size(); ++i) {
-            acc.push_back({&c.refs[i], c.rare().written[i] ? need_writable(c.refs[i]) : R(c.refs[i]), false});
-            if (c.rare().written[i]) acc.push_back({&c.refs[i], acc.back().view, true});
-          }
-          if (c.rare().cpu) {
-            check_map(*c.rare().cpu, true);
-          }
-        } else {
-          custom_call_check(c);
-          for (const auto& r : c.refs) acc.push_back({&r, R(r), false});
-          for (const auto& r : c.refs2) acc.push_back({&r, need_writable(r), true});
-        }
+        for_each_use(c, [&](RefUse u) { acc.push_back({u.ref, u.write ? need_writable(*u.ref) : R(*u.ref), u.write}); });
         for (const auto& u : acc) add_access(c, slot, seq, branch, u);
         break;
       }

@@ -1,5 +1,5 @@
-// The executor's backend interface: plan (check what the backend can run),
-// then execute the schedule and measure every command.
+// The executor's backend interface: plan, initialise, execute (only the
+// last is timed), and what a run gives back.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,13 @@ struct ExecOptions {
   int warmup = 0;
   int iters = 1;
   int64_t max_trip_count = 1'000'000;  // a while loop past this is reported, never a hang
+  // cuda: capture the whole schedule into one CUDA graph (eager where capture is impossible).
+  bool graph = false;
+  // cuda: the GPUs of the ranks, one per rank ("--devices 0,1,2,3"); empty
+  // = one per rank when the machine has enough, else every rank on GPU 0.
+  std::vector<int> devices;
+  // cuda: seconds a collective may take before the run is aborted (0 = no limit).
+  double timeout_s = 0;
 };
 
 struct ExecResult {
@@ -30,16 +37,36 @@ struct ExecResult {
   std::vector<std::map<std::string, std::vector<int64_t>>> decisions;
 };
 
+// A backend runs a schedule in three stages, as DESIGN.md section 6 fixes:
+//  - plan: everything the backend cannot run is refused, and what it needs
+//    is worked out (files read, kernels to build, views per rank), before
+//    any memory or device is touched;
+//  - initialise: memory, streams, handles, communicators and compiled
+//    kernels;
+//  - execute: the warm-up and timed iterations; only this is timed.
+// Errors come back as diagnostics (exit 2 for bad input or a missing
+// device, 1 for a wrong schedule, 3 for a collective that timed out).
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  virtual Expected<ExecResult> run(const Program& p, const ExecOptions& opts) = 0;
+  // `p` and `opts` must outlive the backend's later stages.
+  virtual std::vector<Diagnostic> plan(const Program& p, const ExecOptions& opts) = 0;
+  virtual std::vector<Diagnostic> initialise() = 0;
+  virtual Expected<ExecResult> execute() = 0;
+  // The three stages in turn.
+  Expected<ExecResult> run(const Program& p, const ExecOptions& opts);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The cuda backend, or null when this build has none.
+std::unique_ptr<Backend> make_cuda_backend();
 // "cpu" or "cuda"; an error names what this build lacks.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name);
+
+// The timeline of the median makespan among the timed iterations, with
+// every iteration's makespan in iteration_makespans_s. Needs one or more.
+Report median_timeline(std::vector<Report> timelines);
 
 // Gathers a buffer that declares `global` from every rank's shard into the
 // global array (row-major bytes).

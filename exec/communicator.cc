@@ -39,86 +39,96 @@ void reduce_into(const CollectiveCall& c, const std::vector<const uint8_t*>& src
   }
 }
 
-struct Rendezvous {
-  size_t expected = 0;
-  std::map<int, std::vector<CollectiveCall>*> calls;
-  std::map<int, std::vector<std::vector<uint8_t>>> staged;
-  bool done = false;
-  size_t left = 0;
-};
+std::string list(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
 
-class InProcess final : public Communicator {
+// Host memory: every member's sources are copied before the rendezvous,
+// so an in-place collective reads them before anyone's dst changes.
+class InProcess final : public RendezvousCommunicator {
  public:
-  InProcess(Monitor& m, int ranks) : monitor_(m), ranks_(ranks) {}
+  using RendezvousCommunicator::RendezvousCommunicator;
 
-  void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) override {
-    const std::vector<int>& key = members;
-    // Stage the sources first: an in-place collective must read every
-    // participant's data before anyone's dst changes.
+ protected:
+  void stage(int rank, std::vector<CollectiveCall>& group) override {
     std::vector<std::vector<uint8_t>> staged;
     for (const auto& c : group) staged.emplace_back(c.src, c.src + c.src_count * dtype_size(c.dtype));
-    std::unique_lock<std::mutex> lock(monitor_.mutex());
-    if (monitor_.aborted()) throw Aborted(monitor_.reason());
-    const int64_t seq = seq_[{rank, key}]++;
-    auto& rv = pending_[{key, seq}];
-    rv.expected = key.size();
-    rv.calls[rank] = &group;
-    rv.staged[rank] = std::move(staged);
-    if (rv.calls.size() == rv.expected) {
-      complete(lock, key, rv);
-    } else {
-      try {
-        monitor_.wait(lock, [&] { return rv.done; },
-                      waiter + " in collective #" + std::to_string(seq) + " (" + group.front().id + ") with ranks {" + list(key) + "}, joined by " + std::to_string(rv.calls.size()) + " of " + std::to_string(rv.expected));
-      } catch (const Aborted&) {
-        rv.calls.erase(rank);  // `group` dies with this frame
-        throw;
-      }
-    }
-    if (--rv.left == 0) pending_.erase({key, seq});
+    std::lock_guard<std::mutex> l(staged_mu_);
+    staged_[&group] = std::move(staged);
   }
 
- private:
-  static std::string list(const std::vector<int>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-    return s;
-  }
-
-  void complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, Rendezvous& rv) {
-    rv.left = rv.expected;
-    // Every participant must have issued the same collectives.
-    const int first = rv.calls.begin()->first;
-    const auto& ref = *rv.calls.begin()->second;
-    for (const auto& [r, calls] : rv.calls) {
-      bool same = calls->size() == ref.size();
-      for (size_t i = 0; same && i < ref.size(); ++i) same = (*calls)[i].signature == ref[i].signature;
-      if (!same) {
-        std::string a = ref.front().id + " " + ref.front().signature + (ref.size() > 1 ? " (+" + std::to_string(ref.size() - 1) + " grouped)" : "");
-        std::string b = calls->front().id + " " + calls->front().signature + (calls->size() > 1 ? " (+" + std::to_string(calls->size() - 1) + " grouped)" : "");
-        monitor_.abort(lock, "deadlock: ranks " + std::to_string(first) + " and " + std::to_string(r) + " of communicator {" + list(key) + "} issue different collectives: rank " + std::to_string(first) + " " + a + ", rank " + std::to_string(r) + " " + b, true);
-        throw Aborted(monitor_.reason());
-      }
-    }
+  void move(const Launch& launch) override {
+    const auto& ref = *launch.begin()->second;
+    std::lock_guard<std::mutex> l(staged_mu_);
     for (size_t i = 0; i < ref.size(); ++i) {
-      for (const auto& [r, calls] : rv.calls) {
+      for (const auto& [r, calls] : launch) {
         const CollectiveCall& mine = (*calls)[i];
         std::vector<const uint8_t*> src(mine.ranks.size());
-        for (size_t p = 0; p < mine.ranks.size(); ++p) src[p] = rv.staged[mine.ranks[p]][i].data();
+        for (size_t p = 0; p < mine.ranks.size(); ++p) src[p] = staged_.at(launch.at(mine.ranks[p]))[i].data();
         collective_result(mine, src, mine.dst);
       }
     }
-    rv.done = true;
-    monitor_.notify_all();
+    for (const auto& [r, calls] : launch) staged_.erase(calls);
   }
 
-  Monitor& monitor_;
-  int ranks_;
-  std::map<std::pair<int, std::vector<int>>, int64_t> seq_;
-  std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> pending_;
+ private:
+  std::mutex staged_mu_;
+  // By the issuing thread's group (a rank's streams are threads of their
+  // own, so one rank may be in several launches at once).
+  std::map<const std::vector<CollectiveCall>*, std::vector<std::vector<uint8_t>>> staged_;
 };
 
 }  // namespace
+
+void RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) {
+  const std::vector<int>& key = members;
+  stage(rank, group);
+  std::unique_lock<std::mutex> lock(monitor_.mutex());
+  if (monitor_.aborted()) throw Aborted(monitor_.reason());
+  const int64_t seq = seq_[{rank, key}]++;
+  auto& rv = pending_[{key, seq}];
+  rv.expected = key.size();
+  rv.calls[rank] = &group;
+  if (rv.calls.size() == rv.expected) {
+    complete(lock, key, rv);
+  } else {
+    try {
+      monitor_.wait(lock, [&] { return rv.done; },
+                    waiter + " in collective #" + std::to_string(seq) + " (" + group.front().id + ") with ranks {" + list(key) + "}, joined by " + std::to_string(rv.calls.size()) + " of " + std::to_string(rv.expected));
+    } catch (const Aborted&) {
+      rv.calls.erase(rank);  // `group` dies with this frame
+      throw;
+    }
+  }
+  if (--rv.left == 0) pending_.erase({key, seq});
+}
+
+void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, Rendezvous& rv) {
+  rv.left = rv.expected;
+  // Every participant must have issued the same collectives.
+  const int first = rv.calls.begin()->first;
+  const auto& ref = *rv.calls.begin()->second;
+  for (const auto& [r, calls] : rv.calls) {
+    bool same = calls->size() == ref.size();
+    for (size_t i = 0; same && i < ref.size(); ++i) same = (*calls)[i].signature == ref[i].signature;
+    if (!same) {
+      std::string a = ref.front().id + " " + ref.front().signature + (ref.size() > 1 ? " (+" + std::to_string(ref.size() - 1) + " grouped)" : "");
+      std::string b = calls->front().id + " " + calls->front().signature + (calls->size() > 1 ? " (+" + std::to_string(calls->size() - 1) + " grouped)" : "");
+      monitor_.abort(lock, "deadlock: ranks " + std::to_string(first) + " and " + std::to_string(r) + " of communicator {" + list(key) + "} issue different collectives: rank " + std::to_string(first) + " " + a + ", rank " + std::to_string(r) + " " + b, true);
+      throw Aborted(monitor_.reason());
+    }
+  }
+  try {
+    move(rv.calls);
+  } catch (const std::exception& e) {
+    monitor_.abort(lock, e.what(), false);
+    throw Aborted(monitor_.reason());
+  }
+  rv.done = true;
+  monitor_.notify_all();
+}
 
 void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*>& src, uint8_t* dst) {
   const size_t es = dtype_size(c.dtype);
@@ -149,7 +159,7 @@ void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*
 }
 
 std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, int ranks) {
-  return std::make_unique<InProcess>(monitor, ranks);
+  return std::make_unique<InProcess>(monitor);
 }
 
 }  // namespace thunky

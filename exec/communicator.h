@@ -1,9 +1,13 @@
-// Collectives behind one interface. The in-process implementation serves
-// the CPU backend and the tests: every rank is a thread of one process and
-// a collective is a rendezvous of its participants.
+// Collectives behind one interface. Every transport that runs its ranks as
+// threads of one process shares one rendezvous (RendezvousCommunicator):
+// the participants meet, their signatures are compared, and the last to
+// arrive moves the data for all of them: host copies for the cpu backend,
+// device copies and kernels for the cuda backend's shared-device placement.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +29,8 @@ struct CollectiveCall {
   int position = 0;        // this rank's index among them
   std::vector<std::pair<int64_t, int64_t>> pairs;  // collective_permute, by position
   std::string id;          // command id, for messages
-  std::string signature;   // what must match across ranks
+  std::string signature;   // what must match across ranks (collective_signature)
+  void* stream = nullptr;  // device transports: the stream it is issued on
 };
 
 class Communicator {
@@ -36,6 +41,38 @@ class Communicator {
   // until every member has joined and the data has moved. Throws Aborted
   // when the run is aborted (deadlock, mismatch) while waiting.
   virtual void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) = 0;
+};
+
+// The rendezvous of in-process transports. run() stages the caller's
+// sources (stage()), waits for every member of the launch, compares their
+// signatures (a mismatch aborts the run as a deadlock naming both ranks)
+// and then, on the last thread to arrive, calls move() once with every
+// member's calls by rank; every member returns after that.
+class RendezvousCommunicator : public Communicator {
+ public:
+  explicit RendezvousCommunicator(Monitor& m) : monitor_(m) {}
+  void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) final;
+
+ protected:
+  // Calls of one launch, by rank; entry i of every rank is the same collective.
+  using Launch = std::map<int, std::vector<CollectiveCall>*>;
+  // Before the rendezvous, on the caller's thread, outside the lock: what
+  // must be read before any member's dst changes (in-place collectives).
+  virtual void stage(int rank, std::vector<CollectiveCall>& group) {}
+  // On the last thread to arrive, under the monitor's lock.
+  virtual void move(const Launch& launch) = 0;
+
+ private:
+  struct Rendezvous {
+    size_t expected = 0;
+    Launch calls;
+    bool done = false;
+    size_t left = 0;
+  };
+  void complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, Rendezvous& rv);
+  Monitor& monitor_;
+  std::map<std::pair<int, std::vector<int>>, int64_t> seq_;
+  std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> pending_;
 };
 
 // Exact in-process collectives for ranks that share one address space.

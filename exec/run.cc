@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "core/init.h"
@@ -5,11 +6,30 @@
 
 namespace thunky {
 
+Expected<ExecResult> Backend::run(const Program& p, const ExecOptions& opts) {
+  if (auto errors = plan(p, opts); !errors.empty()) return errors;
+  if (auto errors = initialise(); !errors.empty()) return errors;
+  return execute();
+}
+
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
-  if (name == "cuda")
-    return std::vector<Diagnostic>{{ErrorKind::input, "", "", "this build of thunky has no CUDA backend (configure with a CUDA toolkit present); use --backend cpu"}};
+  if (name == "cuda") {
+    if (auto b = make_cuda_backend()) return std::move(b);
+    return std::vector<Diagnostic>{{ErrorKind::input, "", "", "this build has no cuda backend (configure with a CUDA toolkit present, THUNKY_CUDA=ON); use --backend cpu"}};
+  }
   return std::vector<Diagnostic>{{ErrorKind::input, "", "", "unknown backend '" + name + "' (expected cpu or cuda)"}};
+}
+
+Report median_timeline(std::vector<Report> timelines) {
+  std::vector<double> spans;
+  for (const auto& t : timelines) spans.push_back(t.makespan_s);
+  std::vector<size_t> order(timelines.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return spans[a] < spans[b]; });
+  Report r = std::move(timelines[order[order.size() / 2]]);
+  r.iteration_makespans_s = spans;
+  return r;
 }
 
 std::vector<uint8_t> gather_global(const Program& p, int buffer, const ExecResult& r) {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/accounting.h"
+#include "core/command_facts.h"
 #include "core/mesh.h"
 #include "core/validate.h"
 #include "sim/collective_cost.h"
@@ -776,7 +777,7 @@ class Engine {
       const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
       for (size_t k = 0; k < npairs; ++k) {
         const int64_t s = c.rare().pairs ? (*c.rare().pairs)[k].first : fold_ ? part.position : static_cast<int64_t>(k);
-        const int64_t t = c.rare().pairs ? (*c.rare().pairs)[k].second : floor_mod(s + *c.shift, n);
+        const int64_t t = c.rare().pairs ? (*c.rare().pairs)[k].second : shift_target(c, s, n);
         if (s == t || (fold_ && s != part.position)) continue;
         const int f = new_flow(a, bytes);
         std::pmr::vector<int>& links = flows_[f].links;

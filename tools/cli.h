@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace thunky::cli {
 
@@ -22,6 +23,23 @@ inline std::optional<int> parse(CLI::App& app, const std::string& tool, int argc
     return 2;
   }
   return std::nullopt;
+}
+
+// "0,1,2" as integers from 0 to 1023; nullopt on anything else.
+inline std::optional<std::vector<int>> parse_int_list(const std::string& text) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string item = text.substr(i, j - i);
+    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const int v = std::stoi(item);
+    if (v > 1023) return std::nullopt;
+    out.push_back(v);
+    i = j + 1;
+  }
+  return out;
 }
 
 // main() of a tool: the library reports errors as values, this is a last resort.

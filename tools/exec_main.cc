@@ -17,6 +17,9 @@ struct Options {
   int iters = 1;
   std::string report, trace, dump;
   int64_t max_trip_count = 1'000'000;
+  bool graph = false;
+  std::string devices;
+  double timeout_s = 0;
 };
 
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
@@ -65,6 +68,9 @@ int run_main(int argc, char** argv) {
   app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
+  app.add_flag("--graph", o.graph, "cuda: capture the whole schedule into one CUDA graph (eager, with the reason on stderr, where it cannot)");
+  app.add_option("--devices", o.devices, "cuda: GPUs by rank, e.g. 0,1,2,3 (one per rank) or 0 (every rank on GPU 0)");
+  app.add_option("--timeout", o.timeout_s, "cuda: abort a collective that takes longer than this many seconds (exit 3)")->check(CLI::Range(0.0, 1e6));
   if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(o.schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
@@ -74,6 +80,15 @@ int run_main(int argc, char** argv) {
   eo.warmup = o.warmup;
   eo.iters = o.iters;
   eo.max_trip_count = o.max_trip_count;
+  eo.graph = o.graph;
+  eo.timeout_s = o.timeout_s;
+  if (!o.devices.empty()) {
+    auto devices = thunky::cli::parse_int_list(o.devices);
+    if (!devices) return std::cerr << "thunky-exec: --devices: expected a comma-separated list of GPU numbers, got '" << o.devices << "'\n", 2;
+    eo.devices = *devices;
+  }
+  if (o.backend == "cpu" && (o.graph || !o.devices.empty() || o.timeout_s > 0))
+    return std::cerr << "thunky-exec: --graph, --devices and --timeout apply to --backend cuda\n", 2;
   auto result = (*backend)->run(*prog, eo);
   if (!result) {
     auto errors = result.errors();

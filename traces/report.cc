@@ -157,6 +157,10 @@ ojson to_json(const Report& r) {
   summary["critical_path"] = r.critical_path;
   j["summary"] = summary;
   if (!r.iteration_makespans_s.empty()) j["iteration_makespans_s"] = r.iteration_makespans_s;
+  if (r.placement) j["placement"] = *r.placement;
+  if (r.timing_overhead_s) j["timing_overhead_s"] = *r.timing_overhead_s;
+  if (r.dispatch_s_per_command) j["dispatch_s_per_command"] = *r.dispatch_s_per_command;
+  if (r.graph_launch_s) j["graph_launch_s"] = *r.graph_launch_s;
   return j;
 }
 
@@ -204,6 +208,10 @@ Report report_from_json(const ojson& j) {
       r.ranks.push_back(std::move(rr));
     }
     if (j.contains("iteration_makespans_s")) r.iteration_makespans_s = j["iteration_makespans_s"].get<std::vector<double>>();
+    if (j.contains("placement")) r.placement = j["placement"].get<std::string>();
+    for (auto [key, field] : {std::pair{"timing_overhead_s", &r.timing_overhead_s}, std::pair{"dispatch_s_per_command", &r.dispatch_s_per_command},
+                              std::pair{"graph_launch_s", &r.graph_launch_s}})
+      if (j.contains(key)) *field = j[key].get<double>();
     summarize(r);
     return r;
   } catch (const ojson::exception& e) {
@@ -275,6 +283,14 @@ void print_table(const Report& r, std::ostream& os) {
     os << " (median of " << v.size() << " iterations; min " << us(v.front()) << ", max " << us(v.back()) << ")";
   }
   os << "\n";
+  if (r.placement) os << "placement: " << *r.placement << (*r.placement == "shared-device" ? " (every rank on one GPU: not the timings of N GPUs)" : "") << "\n";
+  if (r.timing_overhead_s || r.dispatch_s_per_command || r.graph_launch_s) {
+    os << "instrumentation:";
+    if (r.timing_overhead_s) os << " " << us(*r.timing_overhead_s) << " us of device time per timed command";
+    if (r.dispatch_s_per_command) os << "; eager dispatch " << us(*r.dispatch_s_per_command) << " us of host time per command";
+    if (r.graph_launch_s) os << "; graph launch " << us(*r.graph_launch_s) << " us";
+    os << "\n";
+  }
   std::snprintf(line, sizeof line, "%-26s %8s %14s %14s %14s %9s\n", "rank", "ops", "compute_us", "comm_us", "exposed_us", "overlap");
   os << line;
   auto row = [&](const std::string& label, size_t ops, const RankStats& s) {

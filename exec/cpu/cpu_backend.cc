@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/accounting.h"
+#include "core/command_facts.h"
 #include "core/init.h"
 #include "core/mesh.h"
 #include "core/validate.h"
@@ -244,14 +245,9 @@ class Run {
     call.ranks = part.ranks;
     call.position = part.position;
     const int64_t n = static_cast<int64_t>(part.ranks.size());
-    if (c.op == Op::collective_permute) {
-      if (c.rare().pairs) call.pairs = *c.rare().pairs;
-      else
-        for (int64_t i = 0; i < n; ++i) call.pairs.emplace_back(i, floor_mod(i + *c.shift, n));
-    }
+    if (c.op == Op::collective_permute) call.pairs = permute_pairs(c, n);
     call.id = c.id();
-    call.signature = std::string(op_name(c.op)) + " " + std::string(dtype_name(call.dtype)) + " x" + std::to_string(call.src_count) + "->" + std::to_string(call.dst_count);
-    if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) call.signature += " " + c.rare().reduction;
+    call.signature = collective_signature(p_, c, sv, dv, n);
     return call;
   }
 
@@ -385,40 +381,43 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
-  Expected<ExecResult> run(const Program& p, const ExecOptions& opts) override {
-    // Plan: everything the CPU cannot run is refused before anything runs.
+  // Plan: everything the CPU cannot run is refused, and the .npy inits are
+  // read, before any buffer is allocated.
+  std::vector<Diagnostic> plan(const Program& p, const ExecOptions& opts) override {
+    p_ = &p;
+    opts_ = &opts;
     std::vector<Diagnostic> errors;
-    plan(p, p.program, errors);
+    refuse_unrunnable(p, p.program, errors);
     if (!errors.empty()) return errors;
-    std::map<std::string, NpyArray> npy;
     try {
-      npy = load_npy_inits(p);
+      npy_ = load_npy_inits(p);
     } catch (const ThunkyError& e) {
-      return std::vector<Diagnostic>{{ErrorKind::input, p.file, e.pointer(), e.what()}};
+      return {{ErrorKind::input, p.file, e.pointer(), e.what()}};
     }
-    const int64_t ranks = p.mesh.size();
-    ExecResult result;
-    result.memory.assign(static_cast<size_t>(ranks), {});
-    for (auto& m : result.memory) {
+    return {};
+  }
+
+  // Initialise: every rank's buffers.
+  std::vector<Diagnostic> initialise() override {
+    const Program& p = *p_;
+    memory_.assign(static_cast<size_t>(p.mesh.size()), {});
+    for (auto& m : memory_) {
       m.resize(p.buffers.size());
       for (size_t b = 0; b < p.buffers.size(); ++b) m[b].resize(p.buffers[b].bytes());
     }
+    return {};
+  }
+
+  // Execute: every iteration sets the inputs afresh, then runs every rank.
+  Expected<ExecResult> execute() override {
+    const Program& p = *p_;
+    const ExecOptions& opts = *opts_;
+    ExecResult result;
     std::vector<Report> timelines;
     const int total = std::max(0, opts.warmup) + std::max(1, opts.iters);
     for (int it = 0; it < total; ++it) {
-      for (int64_t r = 0; r < ranks; ++r) {
-        for (size_t b = 0; b < p.buffers.size(); ++b) {
-          const Buffer& buf = p.buffers[b];
-          auto& bytes = result.memory[r][b];
-          if (buf.role == Role::input || buf.role == Role::inout) {
-            init_buffer(p, buf, r, npy, bytes.data());
-          } else {
-            // Undefined contents: NaN for floats, all-ones bits for integers, false for bool.
-            std::memset(bytes.data(), buf.dtype == DType::boolean ? 0 : 0xff, bytes.size());
-          }
-        }
-      }
-      Run run(p, opts, result.memory);
+      set_inputs();
+      Run run(p, opts, memory_);
       // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
@@ -430,31 +429,47 @@ class CpuBackend final : public Backend {
         timelines.push_back(std::move(rep));
       }
     }
-    std::vector<double> spans;
-    for (const auto& t : timelines) spans.push_back(t.makespan_s);
-    std::vector<size_t> order(timelines.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return spans[a] < spans[b]; });
-    result.report = std::move(timelines[order[order.size() / 2]]);
+    result.report = median_timeline(std::move(timelines));
     result.report.source = "exec";
     result.report.backend = "cpu";
     result.report.schedule = p.name.empty() ? p.file : p.name;
     result.report.axis_names = p.mesh.axis_names;
     result.report.mesh_shape = p.mesh.shape;
-    result.report.iteration_makespans_s = spans;
+    result.memory = memory_;
     return result;
   }
 
  private:
-  static void plan(const Program& p, const Block& b, std::vector<Diagnostic>& errors) {
+  void set_inputs() {
+    const Program& p = *p_;
+    for (int64_t r = 0; r < p.mesh.size(); ++r) {
+      for (size_t b = 0; b < p.buffers.size(); ++b) {
+        const Buffer& buf = p.buffers[b];
+        auto& bytes = memory_[r][b];
+        if (buf.role == Role::input || buf.role == Role::inout) {
+          init_buffer(p, buf, r, npy_, bytes.data());
+        } else {
+          // Undefined contents: NaN for floats, all-ones bits for integers, false for bool.
+          std::memset(bytes.data(), buf.dtype == DType::boolean ? 0 : 0xff, bytes.size());
+        }
+      }
+    }
+  }
+
+  static void refuse_unrunnable(const Program& p, const Block& b, std::vector<Diagnostic>& errors) {
     for (const auto& c : b) {
       if (c.op == Op::ptx_kernel && !c.rare().cpu)
         errors.push_back({ErrorKind::input, p.file, c.pointer,
                           "ptx_kernel '" + c.rare().launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
-      for (const Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) plan(p, *sub, errors);
-      for (const auto& br : c.rare().branches) plan(p, br, errors);
+      for (const Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) refuse_unrunnable(p, *sub, errors);
+      for (const auto& br : c.rare().branches) refuse_unrunnable(p, br, errors);
     }
   }
+
+  const Program* p_ = nullptr;
+  const ExecOptions* opts_ = nullptr;
+  std::map<std::string, NpyArray> npy_;
+  std::vector<std::vector<std::vector<uint8_t>>> memory_;
 };
 
 }  // namespace

@@ -1,0 +1,30 @@
+#include "core/command_facts.h"
+
+#include <algorithm>
+
+
+namespace thunky {
+
+std::vector<std::pair<int64_t, int64_t>> permute_pairs(const Command& c, int64_t n) {
+  if (c.rare().pairs) return *c.rare().pairs;
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  pairs.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, shift_target(c, i, n));
+  return pairs;
+}
+
+std::string collective_signature(const Program& p, const Command& c, const View& src, const View& dst, int64_t n) {
+  auto view = [&](const View& v) { return std::string(dtype_name(p.buffers[v.buffer].dtype)) + shape_str(v.shape); };
+  std::string s(op_name(c.op));
+  s += " " + view(src) + "->" + view(dst);
+  if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) s += " " + c.rare().reduction;
+  if (c.op == Op::collective_permute) {
+    auto pairs = permute_pairs(c, n);
+    std::sort(pairs.begin(), pairs.end());
+    s += " pairs";
+    for (auto [a, b] : pairs) s += " " + std::to_string(a) + ">" + std::to_string(b);
+  }
+  return s;
+}
+
+}  // namespace thunky

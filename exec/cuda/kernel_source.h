@@ -1,0 +1,78 @@
+// The device code of the cuda backend, as CUDA C++ source text that NVRTC
+// compiles at initialise: one kernel per distinct map expression (with its
+// input and output dtypes), one per reduce and collective-reduction
+// signature, and a small support module (fills, the `kernel` stand-in,
+// graph conditionals). Every kernel computes as the cpu backend does:
+// values widened to double, the same integer and float semantics, and
+// stores that round and wrap exactly as core/dtype.cc's, so both backends
+// give the same bits. Generating the text needs no CUDA headers; it is
+// tested (and compiled to PTX) on machines without a GPU.
+//
+// Kernel parameters are one struct of 8-byte fields passed by value; the
+// *_params functions below write the matching bytes on the host.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/expr.h"
+
+namespace thunky::cuda {
+
+struct KernelSource {
+  std::string entry;  // the extern "C" __global__ function to launch
+  std::string code;   // the whole translation unit (the cache key)
+};
+
+// A map input: its dtype and whether it is one element, broadcast.
+struct MapOperand {
+  std::string name;
+  DType dtype = DType::f32;
+  bool scalar = false;
+};
+
+// out[i] = expr(inputs...[i]) for i < n. Mesh axis names in the expression
+// are kernel parameters (one compiled kernel serves every rank).
+// Parameters: in_0 .. in_{k-1}, out, n, axis_0 .. axis_{a-1}.
+// Throws ThunkyError on a name that is neither an input nor an axis.
+KernelSource map_kernel(const Expr& expr, const std::vector<MapOperand>& inputs, const std::vector<std::string>& axis_names,
+                        DType out);
+std::vector<uint8_t> map_params(const std::vector<const void*>& inputs, void* out, int64_t n, const std::vector<int64_t>& axis_values);
+
+// Reduction over the listed axes of a row-major input of rank at most
+// kMaxRank, one thread per output element, accumulating in double in the
+// input's row-major order (as the cpu backend). fn: sum, prod, max, min.
+// Parameters: in, out, out_count, rank, shape[8], reduced[8].
+constexpr int kMaxRank = 8;
+KernelSource reduce_kernel(DType in, DType out, const std::string& fn);
+std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count, const std::vector<int64_t>& shape,
+                                   const std::vector<bool>& reduced);
+
+// A reducing collective between ranks of one GPU (shared-device
+// placement): out[i] = r(src_0[offset + i], ..., src_{k-1}[offset + i]),
+// folded left from src_0 in double, as the cpu backend's communicator.
+// Parameters: out, count, offset, k, src[kMaxCombine].
+constexpr int kMaxCombine = 256;
+KernelSource combine_kernel(DType t, const std::string& reduction);
+std::vector<uint8_t> combine_params(void* out, int64_t count, int64_t offset, const std::vector<const void*>& srcs);
+
+// The support module:
+//  - thunky_fill(dst, n, elem_bytes, pattern): n elements of a pattern of
+//    1, 2, 4 or 8 bytes (memset of a converted value);
+//  - thunky_touch(src, bytes, dst, dst_bytes): reads src, rewrites dst
+//    (the `kernel` stand-in's memory traffic);
+//  - thunky_spin(ns): every block's first thread waits on the global timer
+//    for ns nanoseconds (the stand-in's modelled time);
+//  - thunky_set_if(handle, pred) / thunky_set_switch(handle, index, n):
+//    sets a CUDA graph conditional from a bool or s32 scalar on the device
+//    (switch indices clamp as lax.switch).
+KernelSource support_kernels();
+
+// The fill pattern of `value` converted to dtype t (store_from_double's
+// bytes), little-endian in the low bytes.
+uint64_t fill_pattern(DType t, double value);
+
+}  // namespace thunky::cuda

@@ -1,0 +1,351 @@
+#include "exec/cuda/loopback.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <set>
+#include <thread>
+#include <cstring>
+
+namespace thunky::cuda {
+
+namespace {
+
+cudaStream_t stream_of(const CollectiveCall& c) { return static_cast<cudaStream_t>(c.stream); }
+size_t bytes_of(const CollectiveCall& c, int64_t count) { return static_cast<size_t>(count) * dtype_size(c.dtype); }
+
+// Every rank on one GPU: the data moves through each member's staging
+// buffer, all on the members' own streams.
+class Loopback final : public RendezvousCommunicator {
+ public:
+  Loopback(Monitor& m, int ranks, KernelCache& kernels, int sms) : RendezvousCommunicator(m), ranks_(static_cast<size_t>(ranks)), kernels_(kernels), sms_(sms) {}
+  ~Loopback() override {
+    for (auto& r : ranks_) {
+      if (r.stage) cudaFree(r.stage);
+      for (auto e : {r.staged, r.done})
+        if (e) cudaEventDestroy(e);
+    }
+  }
+
+ protected:
+  // On the issuing rank's thread and stream: copy every source aside, so
+  // that in-place collectives read them before any member's dst changes.
+  void stage(int rank, std::vector<CollectiveCall>& group) override {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    size_t total = 0;
+    r.offsets.clear();
+    for (const auto& c : group) {
+      r.offsets.push_back(total);
+      total += (bytes_of(c, c.src_count) + 255) & ~size_t{255};
+    }
+    if (total > r.capacity) {
+      if (r.stage) THUNKY_CUDA_CHECK(cudaFree(r.stage));
+      int device = 0;
+      THUNKY_CUDA_CHECK(cudaGetDevice(&device));
+      r.stage = static_cast<uint8_t*>(device_alloc(total, "the collective staging buffer of rank " + std::to_string(rank), device));
+      r.capacity = total;
+    }
+    for (auto* e : {&r.staged, &r.done})
+      if (!*e) THUNKY_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    for (size_t i = 0; i < group.size(); ++i) {
+      const CollectiveCall& c = group[i];
+      if (c.src_count) THUNKY_CUDA_CHECK(cudaMemcpyAsync(r.stage + r.offsets[i], c.src, bytes_of(c, c.src_count), cudaMemcpyDeviceToDevice, stream_of(c)));
+    }
+    THUNKY_CUDA_CHECK(cudaEventRecord(r.staged, stream_of(group.front())));
+  }
+
+  void move(const Launch& launch) override {
+    for (const auto& [rank, calls] : launch) {
+      cudaStream_t s = stream_of(calls->front());
+      for (const auto& [q, other] : launch) THUNKY_CUDA_CHECK(cudaStreamWaitEvent(s, ranks_[static_cast<size_t>(q)].staged, 0));
+      for (size_t i = 0; i < calls->size(); ++i) build_dst((*calls)[i], i);
+      THUNKY_CUDA_CHECK(cudaEventRecord(ranks_[static_cast<size_t>(rank)].done, s));
+    }
+    // Nobody's staging is reused, and nobody runs past the collective,
+    // before every member has built its dst: as NCCL, a collective ends
+    // together on all its members.
+    for (const auto& [rank, calls] : launch) {
+      cudaStream_t s = stream_of(calls->front());
+      for (const auto& [q, other] : launch)
+        if (q != rank) THUNKY_CUDA_CHECK(cudaStreamWaitEvent(s, ranks_[static_cast<size_t>(q)].done, 0));
+    }
+  }
+
+ private:
+  struct Rank {
+    uint8_t* stage = nullptr;
+    size_t capacity = 0;
+    std::vector<size_t> offsets;  // of the calls of its current launch
+    cudaEvent_t staged = nullptr, done = nullptr;
+  };
+
+  const uint8_t* staged_src(int rank, size_t call) const {
+    const Rank& r = ranks_[static_cast<size_t>(rank)];
+    return r.stage + r.offsets[call];
+  }
+
+  void build_dst(const CollectiveCall& c, size_t i) {
+    cudaStream_t s = stream_of(c);
+    const int64_t n = static_cast<int64_t>(c.ranks.size());
+    auto copy = [&](uint8_t* dst, const uint8_t* src, size_t bytes) {
+      if (bytes) THUNKY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    };
+    switch (c.op) {
+      case Op::all_gather:
+        for (int64_t p = 0; p < n; ++p) copy(c.dst + p * bytes_of(c, c.src_count), staged_src(c.ranks[p], i), bytes_of(c, c.src_count));
+        break;
+      case Op::all_to_all: {
+        const size_t chunk = bytes_of(c, c.src_count / n);
+        for (int64_t p = 0; p < n; ++p) copy(c.dst + p * chunk, staged_src(c.ranks[p], i) + c.position * chunk, chunk);
+        break;
+      }
+      case Op::collective_permute: {
+        int64_t from = -1;
+        for (auto [src, dst] : c.pairs)
+          if (dst == c.position) from = src;  // the last pair wins, as on the cpu backend
+        if (from >= 0) copy(c.dst, staged_src(c.ranks[from], i), bytes_of(c, c.dst_count));
+        else if (c.dst_count) THUNKY_CUDA_CHECK(cudaMemsetAsync(c.dst, 0, bytes_of(c, c.dst_count), s));
+        break;
+      }
+      case Op::all_reduce:
+      case Op::reduce_scatter: {
+        std::vector<const void*> srcs;
+        for (int64_t p = 0; p < n; ++p) srcs.push_back(staged_src(c.ranks[p], i));
+        const int64_t offset = c.op == Op::reduce_scatter ? c.position * c.dst_count : 0;
+        if (c.dst_count) launch(kernels_.get(combine_kernel(c.dtype, c.reduction)), c.dst_count, combine_params(c.dst, c.dst_count, offset, srcs), s, sms_);
+        break;
+      }
+      default: break;
+    }
+  }
+
+  std::vector<Rank> ranks_;
+  KernelCache& kernels_;
+  int sms_;
+};
+
+class InProcessIds final : public IdExchange {
+ public:
+  void exchange(const std::vector<int>& members, int position, std::vector<char>& bytes) override {
+    std::unique_lock<std::mutex> l(mu_);
+    Slot& s = slots_[members];
+    if (position == 0) {
+      s.bytes = bytes;
+      s.ready = true;
+      cv_.notify_all();
+    } else {
+      cv_.wait(l, [&] { return s.ready; });
+      bytes = s.bytes;
+    }
+    if (++s.taken == members.size()) slots_.erase(members);
+  }
+
+ private:
+  struct Slot {
+    std::vector<char> bytes;
+    bool ready = false;
+    size_t taken = 0;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::vector<int>, Slot> slots_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms) {
+  return std::make_unique<Loopback>(monitor, ranks, kernels, sms);
+}
+
+std::unique_ptr<IdExchange> make_inprocess_id_exchange() { return std::make_unique<InProcessIds>(); }
+
+#ifdef THUNKY_HAVE_NCCL
+
+bool have_nccl() { return true; }
+
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f64: return ncclFloat64;
+    case DType::f32: return ncclFloat32;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f8e4m3: return ncclFloat8e4m3;
+    case DType::f8e5m2: return ncclFloat8e5m2;
+    case DType::s64: return ncclInt64;
+    case DType::s32: return ncclInt32;
+    case DType::u32: return ncclUint32;
+    case DType::s8: return ncclInt8;
+    default: return ncclUint8;  // u8, bool; s16 moves as bytes (the plan refuses reducing it)
+  }
+}
+
+ncclRedOp_t nccl_op(const std::string& r) {
+  if (r == "prod") return ncclProd;
+  if (r == "max") return ncclMax;
+  if (r == "min") return ncclMin;
+  return ncclSum;
+}
+
+class Nccl final : public NcclTransport {
+ public:
+  Nccl(int ranks, IdExchange& ids, double timeout_s) : ids_(ids), timeout_s_(timeout_s), scratch_(static_cast<size_t>(ranks)) {}
+  ~Nccl() override {
+    for (auto& [members, by_rank] : comms_)
+      for (auto& [rank, comm] : by_rank) ncclCommDestroy(comm);
+    for (auto& s : scratch_)
+      if (s.ptr) cudaFree(s.ptr);
+  }
+
+  void connect(int rank, int device, const std::vector<std::vector<int>>& member_sets) override {
+    THUNKY_CUDA_CHECK(cudaSetDevice(device));
+    for (const auto& members : member_sets) {  // the same order on every rank
+      auto it = std::find(members.begin(), members.end(), rank);
+      if (it == members.end()) continue;
+      const int position = static_cast<int>(it - members.begin());
+      std::vector<char> id(sizeof(ncclUniqueId));
+      if (position == 0) {
+        ncclUniqueId u;
+        THUNKY_NCCL_CHECK(ncclGetUniqueId(&u));
+        std::memcpy(id.data(), &u, sizeof u);
+      }
+      ids_.exchange(members, position, id);
+      ncclUniqueId u;
+      std::memcpy(&u, id.data(), sizeof u);
+      ncclComm_t comm;
+      THUNKY_NCCL_CHECK(ncclCommInitRank(&comm, static_cast<int>(members.size()), u, position));
+      std::lock_guard<std::mutex> l(mu_);
+      comms_[members][rank] = comm;
+    }
+  }
+
+  void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) override {
+    THUNKY_NCCL_CHECK(ncclGroupStart());
+    for (auto& c : group) issue(rank, c);
+    THUNKY_NCCL_CHECK(ncclGroupEnd());
+  }
+
+  void wait(int rank, cudaStream_t stream, const std::string& what) override {
+    if (timeout_s_ <= 0) {
+      THUNKY_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(stream);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) THUNKY_CUDA_CHECK(e);
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        for (auto& [members, by_rank] : comms_)
+          if (auto it = by_rank.find(rank); it != by_rank.end()) {
+            ncclResult_t async = ncclSuccess;
+            ncclCommGetAsyncError(it->second, &async);
+            if (async != ncclSuccess && async != ncclInProgress)
+              throw DeviceError("NCCL reported an error during " + what + ": " + ncclGetErrorString(async));
+          }
+      }
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s_) {
+        abort_all();
+        throw CollectiveTimeout(what + " did not finish within " + std::to_string(timeout_s_) + " s; the communicators were aborted");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  void abort_all() override {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [members, by_rank] : comms_)
+      for (auto& [rank, comm] : by_rank) ncclCommAbort(comm);
+    comms_.clear();
+  }
+
+ private:
+  ncclComm_t comm(int rank, const std::vector<int>& members) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = comms_.find(members);
+    if (it == comms_.end() || !it->second.count(rank)) throw DeviceError("no NCCL communicator was created for these members");
+    return it->second.at(rank);
+  }
+
+  uint8_t* scratch(int rank, size_t bytes) {
+    auto& s = scratch_[static_cast<size_t>(rank)];
+    if (bytes > s.capacity) {
+      if (s.ptr) THUNKY_CUDA_CHECK(cudaFree(s.ptr));
+      int device = 0;
+      cudaGetDevice(&device);
+      s.ptr = static_cast<uint8_t*>(device_alloc(bytes, "the collective_permute staging buffer of rank " + std::to_string(rank), device));
+      s.capacity = bytes;
+    }
+    return s.ptr;
+  }
+
+  void issue(int rank, CollectiveCall& c) {
+    ncclComm_t k = comm(rank, c.ranks);
+    cudaStream_t s = stream_of(c);
+    const bool bytes_only = c.dtype == DType::s16;
+    const ncclDataType_t t = bytes_only ? ncclUint8 : nccl_type(c.dtype);
+    const size_t scale = bytes_only ? 2 : 1;
+    const int64_t n = static_cast<int64_t>(c.ranks.size());
+    switch (c.op) {
+      case Op::all_reduce: THUNKY_NCCL_CHECK(ncclAllReduce(c.src, c.dst, c.dst_count, t, nccl_op(c.reduction), k, s)); break;
+      case Op::all_gather: THUNKY_NCCL_CHECK(ncclAllGather(c.src, c.dst, c.src_count * scale, t, k, s)); break;
+      case Op::reduce_scatter: THUNKY_NCCL_CHECK(ncclReduceScatter(c.src, c.dst, c.dst_count, t, nccl_op(c.reduction), k, s)); break;
+      case Op::all_to_all: {
+        const int64_t chunk = c.src_count / n;
+        const size_t es = dtype_size(c.dtype) / scale;
+        for (int64_t p = 0; p < n; ++p) {
+          THUNKY_NCCL_CHECK(ncclSend(c.src + p * chunk * es * scale, chunk * scale, t, static_cast<int>(p), k, s));
+          THUNKY_NCCL_CHECK(ncclRecv(c.dst + p * chunk * es * scale, chunk * scale, t, static_cast<int>(p), k, s));
+        }
+        break;
+      }
+      case Op::collective_permute: {
+        const size_t bytes = bytes_of(c, c.src_count);
+        const uint8_t* src = c.src;
+        if (c.src == c.dst && bytes) {  // in place: send from a copy
+          uint8_t* tmp = scratch(rank, bytes);
+          THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp, c.src, bytes, cudaMemcpyDeviceToDevice, s));
+          src = tmp;
+        }
+        int64_t from = -1;
+        for (auto [a, b] : c.pairs) {
+          if (a == c.position && b != c.position) THUNKY_NCCL_CHECK(ncclSend(src, c.src_count * scale, t, static_cast<int>(b), k, s));
+          if (b == c.position) from = a;
+        }
+        if (from == c.position) THUNKY_CUDA_CHECK(cudaMemcpyAsync(c.dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+        else if (from >= 0) THUNKY_NCCL_CHECK(ncclRecv(c.dst, c.dst_count * scale, t, static_cast<int>(from), k, s));
+        else if (bytes) THUNKY_CUDA_CHECK(cudaMemsetAsync(c.dst, 0, bytes, s));
+        break;
+      }
+      default: break;
+    }
+  }
+
+  IdExchange& ids_;
+  double timeout_s_;
+  std::mutex mu_;
+  std::map<std::vector<int>, std::map<int, ncclComm_t>> comms_;
+  struct Scratch {
+    uint8_t* ptr = nullptr;
+    size_t capacity = 0;
+  };
+  std::vector<Scratch> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<NcclTransport> make_nccl_transport(int ranks, IdExchange& ids, double timeout_s) {
+  return std::make_unique<Nccl>(ranks, ids, timeout_s);
+}
+
+#else
+
+bool have_nccl() { return false; }
+std::unique_ptr<NcclTransport> make_nccl_transport(int, IdExchange&, double) { return nullptr; }
+
+#endif
+
+}  // namespace thunky::cuda

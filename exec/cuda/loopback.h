@@ -1,0 +1,62 @@
+// Collectives of the cuda backend. Both placements issue a collective from
+// the issuing rank's host thread, asynchronously on its stream:
+//  - shared-device (every rank on one GPU): a loopback communicator on the
+//    in-process rendezvous; the last rank to arrive enqueues, on every
+//    member's stream, a staging copy of its source, a wait for every
+//    member's staging, the device copies (or a reduction kernel) that
+//    build its dst, and a wait for every member's completion: the same
+//    semantics as NCCL's, through device memory;
+//  - one GPU per rank: NCCL, one communicator per distinct set of members,
+//    created at initialise in one global order, its unique id passed
+//    between the ranks' threads by an IdExchange (in-process today; a
+//    multi-process launch plugs in its own).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/communicator.h"
+#include "exec/cuda/device.h"
+
+namespace thunky::cuda {
+
+// Per-rank device resources a loopback collective uses.
+struct LoopbackRank {
+  int device = 0;
+};
+
+std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms);
+
+// Passes an NCCL unique id from the first member of a communicator to the
+// others. The in-process one hands it over in memory.
+class IdExchange {
+ public:
+  virtual ~IdExchange() = default;
+  // `bytes` is the id (filled by the member at position 0, read by the others).
+  virtual void exchange(const std::vector<int>& members, int position, std::vector<char>& bytes) = 0;
+};
+std::unique_ptr<IdExchange> make_inprocess_id_exchange();
+
+// NCCL available in this build.
+bool have_nccl();
+// An NCCL transport for one GPU per rank. `timeout_s` > 0 bounds every
+// wait for a collective (ncclCommGetAsyncError polled); past it the
+// communicators are aborted and a CollectiveTimeout is thrown.
+class NcclTransport : public Communicator {
+ public:
+  virtual ~NcclTransport() = default;
+  // Creates, on the calling rank's thread, every communicator `rank`
+  // belongs to, in the same global order on every rank.
+  virtual void connect(int rank, int device, const std::vector<std::vector<int>>& member_sets) = 0;
+  // Waits for `stream` within the timeout.
+  virtual void wait(int rank, cudaStream_t stream, const std::string& what) = 0;
+  virtual void abort_all() = 0;
+};
+std::unique_ptr<NcclTransport> make_nccl_transport(int ranks, IdExchange& ids, double timeout_s);
+
+struct CollectiveTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace thunky::cuda

@@ -1,0 +1,34 @@
+#include "exec/cuda/nvrtc.h"
+
+#include <memory>
+#include <vector>
+
+#include "exec/cuda/check.h"
+
+namespace thunky::cuda {
+
+std::string compile_ptx(const KernelSource& src, int arch) {
+  nvrtcProgram prog;
+  THUNKY_NVRTC_CHECK(nvrtcCreateProgram(&prog, src.code.c_str(), "thunky_kernels.cu", 0, nullptr, nullptr));
+  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram*)> guard(&prog, [](nvrtcProgram* p) { nvrtcDestroyProgram(p); });
+  const std::string gpu = "--gpu-architecture=compute_" + std::to_string(arch);
+  // No fast-math: the kernels must round as the cpu backend does.
+  const char* options[] = {gpu.c_str(), "--std=c++17", "--fmad=false"};
+  const nvrtcResult r = nvrtcCompileProgram(prog, 3, options);
+  if (r != NVRTC_SUCCESS) {
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    std::string log(n, '\0');
+    if (n) nvrtcGetProgramLog(prog, log.data());
+    while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+    throw DeviceError("NVRTC could not compile the generated kernel '" + src.entry + "': " + log);
+  }
+  size_t n = 0;
+  THUNKY_NVRTC_CHECK(nvrtcGetPTXSize(prog, &n));
+  std::string ptx(n, '\0');
+  THUNKY_NVRTC_CHECK(nvrtcGetPTX(prog, ptx.data()));
+  if (!ptx.empty() && ptx.back() == '\0') ptx.pop_back();
+  return ptx;
+}
+
+}  // namespace thunky::cuda
