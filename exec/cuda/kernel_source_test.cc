@@ -1,0 +1,229 @@
+// The cuda backend's generated kernels, checked without a GPU: the device
+// source is compiled as host C++ (a small shim stands in for CUDA's
+// built-ins, one thread walking the whole grid-stride loop) and run on the
+// same data as the cpu backend's kernels; the results must be the same
+// bits. This is what the GPU computes, up to the device math library's
+// last-place differences in transcendental functions, which these cases
+// avoid.
+#include "exec/cuda/kernel_source.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/expr.h"
+#include "core/status.h"
+#include "exec/cpu/kernels.h"
+
+namespace thunky::cuda {
+namespace {
+
+constexpr const char* kShim = R"(#include <math.h>
+#include <string.h>
+#define __device__
+#define __forceinline__ inline
+#define __global__
+struct thunky_dim { unsigned x = 0, y = 0, z = 0; };
+static thunky_dim blockIdx, threadIdx, blockDim{1, 1, 1}, gridDim{1, 1, 1};
+static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
+static inline float __int_as_float(int v) { float f; memcpy(&f, &v, 4); return f; }
+static inline float __uint_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f; }
+static inline unsigned __float_as_uint(float v) { unsigned u; memcpy(&u, &v, 4); return u; }
+)";
+
+// Compiles a generated kernel as a host shared library and returns its entry.
+class HostKernel {
+ public:
+  HostKernel(const KernelSource& src) {
+    namespace fs = std::filesystem;
+    dir_ = fs::temp_directory_path() / ("thunky_kernel_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "k.cc") << kShim << src.code;
+    const std::string cmd = std::string(THUNKY_CXX) + " -std=c++17 -O1 -ffp-contract=off -shared -fPIC -w -o " + (dir_ / "k.so").string() + " " +
+                            (dir_ / "k.cc").string() + " 2> " + (dir_ / "log").string();
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream log(dir_ / "log");
+      ADD_FAILURE() << "the generated kernel does not compile as C++:\n" << std::string(std::istreambuf_iterator<char>(log), {});
+      return;
+    }
+    lib_ = dlopen((dir_ / "k.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib_) fn_ = dlsym(lib_, src.entry.c_str());
+    EXPECT_NE(fn_, nullptr) << dlerror();
+  }
+  ~HostKernel() {
+    if (lib_) dlclose(lib_);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  // Calls the kernel with its parameter struct, passed by value as the
+  // bytes the host side writes (8-byte fields: the C ABI passes such a
+  // struct in memory, by value, like the device's parameter block).
+  template <size_t N>
+  void call(const std::vector<uint8_t>& params) {
+    ASSERT_NE(fn_, nullptr);
+    ASSERT_EQ(params.size(), N);
+    struct Blob {
+      uint8_t b[N];
+    } blob;
+    std::memcpy(blob.b, params.data(), N);
+    reinterpret_cast<void (*)(Blob)>(fn_)(blob);
+  }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  void* lib_ = nullptr;
+  void* fn_ = nullptr;
+};
+
+std::vector<uint8_t> typed(DType t, const std::vector<double>& v) {
+  std::vector<uint8_t> b(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) store_from_double(b.data(), t, i, v[i]);
+  return b;
+}
+
+// Values that probe rounding, wrapping, NaN and signed zero.
+std::vector<double> probe_values() {
+  std::vector<double> v = {0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 3.0, -7.0, 255.0, 256.0, 300.0, -129.0, 65504.0, 65520.0, 448.0, 464.0,
+                           1e-3, 6e-8, 1e30, -1e30, 3.4e38, NAN, INFINITY, -INFINITY, 2147483648.0, -2147483649.0, 4294967296.5, 1e19};
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-1000, 1000);
+  for (int i = 0; i < 34; ++i) v.push_back(u(rng));
+  return v;  // 64 values
+}
+
+cpu::Tensor tensor(std::vector<uint8_t>& b, DType t, int64_t n) { return cpu::Tensor{b.data(), t, {n}}; }
+
+// Runs `expr` over inputs x (dtype xt, the probe values) and y (dtype yt,
+// the probe values reversed) into dtype `out` on both sides.
+void expect_map_matches_cpu(const std::string& text, DType xt, DType yt, DType out, bool y_scalar = false) {
+  SCOPED_TRACE(text + " " + std::string(dtype_name(xt)) + "," + std::string(dtype_name(yt)) + " -> " + std::string(dtype_name(out)));
+  const ExprPtr e = parse_expr(text);
+  const std::vector<double> xs = probe_values();
+  std::vector<double> ys(xs.rbegin(), xs.rend());
+  if (y_scalar) ys = {2.0};
+  const int64_t n = static_cast<int64_t>(xs.size());
+  auto x = typed(xt, xs), y = typed(yt, ys);
+  std::vector<uint8_t> want(n * dtype_size(out)), got(n * dtype_size(out));
+  cpu::map(*e, {{"x", tensor(x, xt, n)}, {"y", tensor(y, yt, static_cast<int64_t>(ys.size()))}}, {{"i", 3}}, tensor(want, out, n));
+  HostKernel k(map_kernel(*e, {{"x", xt, false}, {"y", yt, y_scalar}}, {"i"}, out));
+  k.call<5 * 8>(map_params({x.data(), y.data()}, got.data(), n, {3}));
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(0, std::memcmp(want.data() + i * dtype_size(out), got.data() + i * dtype_size(out), dtype_size(out)))
+        << "element " << i << " (x = " << xs[static_cast<size_t>(i)] << "): cpu " << load_as_double(want.data(), out, i) << ", generated "
+        << load_as_double(got.data(), out, i);
+}
+
+TEST(GeneratedKernels, ArithmeticAndComparisonsMatchTheCpuBackendBitForBit) {
+  expect_map_matches_cpu("x * 2.0 + y", DType::f32, DType::f32, DType::f32);
+  expect_map_matches_cpu("x - y / 3.0", DType::f64, DType::f32, DType::f64);
+  expect_map_matches_cpu("where(x > y, x, y) + i", DType::f32, DType::f32, DType::f32);
+  expect_map_matches_cpu("(x < 0.0) or (y >= 2.0) and not (x == y)", DType::f32, DType::f32, DType::boolean);
+  expect_map_matches_cpu("min(x, y) * max(x, 1.0) - abs(y)", DType::f32, DType::f64, DType::f32);
+  expect_map_matches_cpu("floor(x) + ceil(y) - round(x)", DType::f64, DType::f64, DType::f64);
+  expect_map_matches_cpu("x // y + x % y", DType::f64, DType::f64, DType::f64);
+  expect_map_matches_cpu("x * y", DType::f32, DType::f32, DType::f32, /*y_scalar=*/true);
+}
+
+TEST(GeneratedKernels, IntegerSemanticsWrapAndFloorAsOnTheCpu) {
+  // Python floor semantics on integers, a zero divisor giving 0, wrapping stores.
+  expect_map_matches_cpu("x // y", DType::s32, DType::s32, DType::s32);
+  expect_map_matches_cpu("x % y", DType::s64, DType::s8, DType::s64);
+  expect_map_matches_cpu("3 * x + 1", DType::s32, DType::s32, DType::s8);
+  expect_map_matches_cpu("x + y", DType::u8, DType::u32, DType::u8);
+  expect_map_matches_cpu("(x % 2) == 0", DType::s32, DType::s32, DType::boolean);
+}
+
+TEST(GeneratedKernels, NarrowFloatsRoundAsTheCpuBackendsConversions) {
+  for (DType t : {DType::f16, DType::bf16, DType::f8e4m3, DType::f8e5m2}) {
+    expect_map_matches_cpu("x", DType::f64, DType::f32, t);  // a store rounds once
+    expect_map_matches_cpu("x + y", t, t, DType::f32);        // loads widen exactly
+    expect_map_matches_cpu("f32(x) * 0.5", DType::f64, t, t);
+  }
+  expect_map_matches_cpu("bf16(x) + f16(y)", DType::f32, DType::f32, DType::f32);
+  expect_map_matches_cpu("s8(x) + u8(y)", DType::f32, DType::f32, DType::s16);
+}
+
+TEST(GeneratedKernels, ReduceAccumulatesInTheCpuBackendsOrder) {
+  // A [3, 4, 5] input reduced over axis 1, and over axes 0 and 2.
+  std::vector<double> v(60);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<double>(i)) * 100;
+  auto in = typed(DType::f32, v);
+  cpu::Tensor t{in.data(), DType::f32, {3, 4, 5}};
+  for (const std::string fn : {"sum", "max", "min", "prod"}) {
+    for (const auto& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
+      SCOPED_TRACE(fn + " over " + std::to_string(axes.size()) + " axes");
+      const int64_t out_n = axes.size() == 1 ? 15 : 4;
+      std::vector<uint8_t> want(out_n * 4), got(out_n * 4);
+      cpu::reduce(t, axes, fn, cpu::Tensor{want.data(), DType::f32, {out_n}});
+      HostKernel k(reduce_kernel(DType::f32, DType::f32, fn));
+      std::vector<bool> reduced(3, false);
+      for (auto a : axes) reduced[static_cast<size_t>(a)] = true;
+      k.call<(4 + 16) * 8>(reduce_params(in.data(), got.data(), out_n, {3, 4, 5}, reduced));
+      EXPECT_EQ(want, got);
+    }
+  }
+}
+
+TEST(GeneratedKernels, CollectiveReductionFoldsLeftLikeTheCpuCommunicator) {
+  // Three ranks' f16 sources, reduced: element i of the result at offset 2.
+  std::vector<std::vector<uint8_t>> src;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<double> v(8);
+    for (int i = 0; i < 8; ++i) v[static_cast<size_t>(i)] = 0.1 * (r + 1) * (i + 1) + 1000 * r;
+    src.push_back(typed(DType::f16, v));
+  }
+  for (const std::string red : {"sum", "prod", "max"}) {
+    std::vector<uint8_t> got(4 * 2);
+    HostKernel k(combine_kernel(DType::f16, red));
+    k.call<(4 + kMaxCombine) * 8>(combine_params(got.data(), 4, 2, {src[0].data(), src[1].data(), src[2].data()}));
+    for (int i = 0; i < 4; ++i) {
+      // The cpu communicator: acc = src0, then acc = r(acc, src_p) in double, stored once.
+      double acc = load_as_double(src[0].data(), DType::f16, static_cast<size_t>(2 + i));
+      for (int p = 1; p < 3; ++p) {
+        const double v = load_as_double(src[static_cast<size_t>(p)].data(), DType::f16, static_cast<size_t>(2 + i));
+        acc = red == "sum" ? acc + v : red == "prod" ? acc * v : std::fmax(acc, v);
+      }
+      EXPECT_EQ(load_as_double(got.data(), DType::f16, static_cast<size_t>(i)), round_to(DType::f16, acc)) << red << " " << i;
+    }
+  }
+}
+
+TEST(GeneratedKernels, OneKernelPerExpressionAndDtypes) {
+  const ExprPtr e = parse_expr("x + 1.0");
+  const auto a = map_kernel(*e, {{"x", DType::f32, false}}, {}, DType::f32);
+  EXPECT_EQ(a.code, map_kernel(*e, {{"x", DType::f32, false}}, {}, DType::f32).code);
+  EXPECT_NE(a.code, map_kernel(*e, {{"x", DType::bf16, false}}, {}, DType::f32).code);
+  EXPECT_NE(a.code, map_kernel(*e, {{"x", DType::f32, true}}, {}, DType::f32).code);
+  EXPECT_NE(a.code, map_kernel(*parse_expr("x + 2.0"), {{"x", DType::f32, false}}, {}, DType::f32).code);
+}
+
+TEST(GeneratedKernels, AnUnknownNameIsAnError) {
+  EXPECT_THROW(map_kernel(*parse_expr("x + z"), {{"x", DType::f32, false}}, {}, DType::f32), ThunkyError);
+}
+
+TEST(GeneratedKernels, DeepExpressionsNeedNoDeepRecursion) {
+  // A chain of 5,000 additions is a tree 5,000 deep: generated with an explicit stack.
+  std::string text = "x";
+  for (int i = 0; i < 5000; ++i) text += " + 1.0";
+  const ExprPtr e = parse_expr(text);
+  const auto k = map_kernel(*e, {{"x", DType::f32, false}}, {}, DType::f32);
+  EXPECT_GT(k.code.size(), 5000u * 8);
+}
+
+TEST(GeneratedKernels, FillPatternIsTheStoredValue) {
+  // bf16 1.0 is 0x3f80; s16 -2 is 0xfffe; f8e4m3 448 is 0x7e.
+  EXPECT_EQ(fill_pattern(DType::bf16, 1.0), 0x3f80u);
+  EXPECT_EQ(fill_pattern(DType::s16, -2.0), 0xfffeu);
+  EXPECT_EQ(fill_pattern(DType::f8e4m3, 448.0), 0x7eu);
+}
+
+}  // namespace
+}  // namespace thunky::cuda
