@@ -2,6 +2,7 @@
 // naming the file and the JSON pointer, and the --dump/--report/--trace files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -128,6 +129,35 @@ TEST(ExecCli, GatheredDumpOfTheRingMatmul) {
   // Global C is [4 * 64, 4 * 64].
   EXPECT_EQ(c.shape, (std::vector<int64_t>{256, 256}));
   fs::remove_all(dir);
+}
+
+TEST(ExecCli, TheCudaBackendRunsOrSaysWhyNotInOneLine) {
+  // Where a GPU answers the run succeeds; elsewhere (no device, no driver,
+  // or a build without the backend) it is exit 2 with one line saying so,
+  // never a crash.
+  Result r = run(kSrc + "/examples/init_and_copy.json --backend cuda");
+  if (r.code == 0) {
+    EXPECT_NE(r.out.find("backend cuda"), std::string::npos) << r.out;
+    return;
+  }
+  EXPECT_EQ(r.code, 2) << r.err;
+  const bool no_device = r.err.find("no CUDA device") != std::string::npos;
+  const bool no_build = r.err.find("this build has no cuda backend") != std::string::npos;
+  EXPECT_TRUE(no_device || no_build) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(ExecCli, CudaOptionsAreRefusedOnTheCpuBackendAndCheckedForm) {
+  for (const char* args : {" --graph", " --devices 0", " --timeout 5"}) {
+    Result r = run(kSrc + "/examples/init_and_copy.json" + args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_NE(r.err.find("apply to --backend cuda"), std::string::npos) << r.err;
+  }
+  for (const char* devices : {"a", "0,,1", "-1", "99999"}) {
+    Result r = run(kSrc + "/examples/init_and_copy.json --backend cuda --devices " + devices);
+    EXPECT_EQ(r.code, 2) << devices;
+    EXPECT_FALSE(r.err.empty()) << devices;
+  }
 }
 
 TEST(SimCli, EveryRankPrintsTheFoldedPrediction) {

@@ -164,13 +164,13 @@ class MapEmitter {
       std::vector<Emitted> kids;
     };
     std::vector<Frame> stack;
-    stack.push_back({&root});
+    stack.push_back({&root, 0, {}});
     Emitted result;
     while (!stack.empty()) {
       Frame& f = stack.back();
       if (f.next < f.e->args.size()) {
         const Expr* child = f.e->args[f.next++].get();
-        stack.push_back({child});
+        stack.push_back({child, 0, {}});
         continue;
       }
       Emitted done = node(*f.e, f.kids);
