@@ -93,13 +93,13 @@ echo "| --- | --- | --- | --- | --- |" >> "$summary"
 mkdir -p "$work/reports"
 for f in examples/*.json tests/schedules/*.json; do
   name=$(basename "$f" .json)
-  "$bin/thunky-exec" "$f" --dump "$work/cpu/$name" --max-trip-count 1000 > "$work/$name.cpu.txt" 2>&1
+  timeout 120 "$bin/thunky-exec" "$f" --dump "$work/cpu/$name" --max-trip-count 1000 > "$work/$name.cpu.txt" 2>&1
   cpu_rc=$?
   row="| $name | exit $cpu_rc |"
   for mode in eager graph; do
     flags=(--backend cuda --max-trip-count 1000 --warmup 2 --iters 10)
     [ $mode = graph ] && flags+=(--graph)
-    "$bin/thunky-exec" "$f" "${flags[@]}" --dump "$work/$mode/$name" --report "$work/reports/$name.$mode.report.json" \
+    timeout 120 "$bin/thunky-exec" "$f" "${flags[@]}" --dump "$work/$mode/$name" --report "$work/reports/$name.$mode.report.json" \
       --trace "$work/reports/$name.$mode.trace.json" > "$work/$name.$mode.txt" 2>&1
     rc=$?
     cat "$work/$name.$mode.txt" >> "$OUT/schedules.log"

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -39,20 +40,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A device buffer that grows (between iterations: the warm-up run sizes it).
+// A device buffer that grows. A buffer it outgrows is kept until release:
+// a captured graph may still refer to it.
 struct Scratch {
   uint8_t* ptr = nullptr;
   size_t capacity = 0;
+  std::vector<uint8_t*> retired;
   uint8_t* get(size_t bytes, const std::string& what, int device) {
     if (bytes > capacity) {
-      if (ptr) THUNKY_CUDA_CHECK(cudaFree(ptr));
+      if (ptr) retired.push_back(ptr);
       ptr = static_cast<uint8_t*>(device_alloc(bytes, what, device));
       capacity = bytes;
     }
     return ptr;
   }
   void release() {
-    if (ptr) cudaFree(ptr);
+    retired.push_back(ptr);
+    for (auto* p : retired)
+      if (p) cudaFree(p);
+    retired.clear();
     ptr = nullptr;
     capacity = 0;
   }
@@ -102,6 +108,11 @@ struct RankState {
   // and timing event of the body's end (for the flow arrow).
   std::map<std::string, cudaEvent_t> tokens;
   std::map<std::string, std::pair<std::string, size_t>> token_end;
+  // --graph: how deep inside conditional bodies the capture is (no events
+  // there), and each captured while loop's trip counter and overflow flag.
+  int conditional_depth = 0;
+  Scratch loop_guards;  // [counter u64, overflow u64] per loop
+  std::vector<std::string> loop_ids;
 };
 
 struct DeviceState {
@@ -111,14 +122,26 @@ struct DeviceState {
   cudaEvent_t base = nullptr;
 };
 
-// Why a schedule cannot be captured into one graph, or "".
-std::string capture_obstacle(const Block& b) {
+// Why a schedule cannot be captured into one graph, or "". Control flow
+// becomes conditional nodes, whose bodies may hold only kernels, copies,
+// fills and further conditionals: no events (so no tokens and no timing),
+// no collectives (they join other ranks' streams) and no cuSOLVER call.
+std::string capture_obstacle(const Block& b, bool in_body) {
   for (const auto& c : b) {
-    if (c.op == Op::cond || c.op == Op::switch_ || c.op == Op::while_)
-      return "the " + std::string(op_name(c.op)) + " at " + c.id() + " needs a conditional graph node, which this build does not capture yet";
     const Command::Rare& x = c.rare();
+    if (in_body) {
+      const char* why = c.op == Op::async_start || c.op == Op::async_done ? "tokens (events)"
+                        : is_collective(c.op) || c.op == Op::collective_group ? "a collective"
+                        : c.op == Op::custom_call                              ? "a cuSOLVER call"
+                                                                               : nullptr;
+      if (why) return "the " + std::string(op_name(c.op)) + " at " + c.id() + " is inside a cond, switch or while, and a conditional graph node cannot hold " + why;
+    }
+    // Every block of a cond, switch or while is a conditional body.
+    const bool body = in_body || c.op == Op::cond || c.op == Op::switch_ || c.op == Op::while_;
     for (const Block* sub : {&c.body, &x.then_, &x.else_, &x.cond})
-      if (auto why = capture_obstacle(*sub); !why.empty()) return why;
+      if (auto why = capture_obstacle(*sub, body); !why.empty()) return why;
+    for (const auto& br : x.branches)
+      if (auto why = capture_obstacle(br, body); !why.empty()) return why;
   }
   return "";
 }
@@ -143,7 +166,7 @@ class CudaBackend final : public Backend {
       plan_block(p.program, errors);
       if (!errors.empty()) return errors;
       if (opts.graph) {
-        graph_obstacle_ = capture_obstacle(p.program);
+        graph_obstacle_ = capture_obstacle(p.program, false);
         if (!graph_obstacle_.empty()) std::cerr << "thunky-exec: --graph: running eagerly: " << graph_obstacle_ << "\n";
       }
     } catch (const ThunkyError& e) {
@@ -550,6 +573,23 @@ class CudaBackend final : public Backend {
           break;
         }
         case Op::call: issue_block(s, c.body, cur, in_loop); break;
+        case Op::cond:
+        case Op::switch_:
+        case Op::while_:
+          if (capturing_) {
+            capture_control_flow(s, c, cur);
+            break;
+          }
+          issue_control_flow(s, c, cur, in_loop);
+          break;
+        default: timed_command(s, c, cur, in_loop);
+      }
+    }
+  }
+
+  // Eager control flow: the predicate to the host, then the branch taken.
+  void issue_control_flow(RankState& s, const Command& c, const StreamId& cur, bool in_loop) {
+      switch (c.op) {
         case Op::cond: {
           const bool taken = read_scalar(s, *c.pred, cur) != 0;
           s.decisions[c.id()].push_back(taken ? 1 : 0);
@@ -576,9 +616,111 @@ class CudaBackend final : public Backend {
           }
           break;
         }
-        default: timed_command(s, c, cur, in_loop);
+        default: break;
       }
+  }
+
+  // --graph: control flow as conditional nodes. A kernel on the stream sets
+  // the node's handle from the predicate on the device; each body is
+  // captured into the node's body graph through a helper stream that
+  // stands in for the current one meanwhile. A while loop's body ends by
+  // evaluating its cond block again, and its trip count is guarded on the
+  // device: past --max-trip-count the loop stops and a flag is raised,
+  // which the run reports as on the eager path.
+  void capture_control_flow(RankState& s, const Command& c, const StreamId& cur) {
+    const Command::Rare& x = c.rare();
+    cudaKernel_t set_if = kernels_->get(support_, "thunky_set_if"), set_switch = kernels_->get(support_, "thunky_set_switch"),
+                 set_while = kernels_->get(support_, "thunky_set_while");
+    auto view_ptr = [&](const Ref& r) { return ptr(s, resolve(*p_, r, s.ctx)); };
+    if (c.op == Op::cond) {
+      const uint8_t* pred = view_ptr(*c.pred);
+      std::vector<const Block*> bodies = {&x.then_};
+      if (!x.else_.empty()) bodies.push_back(&x.else_);
+      conditional_node(s, cur, cudaGraphCondTypeIf, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_if, params_of({h, ptr_bits(pred)}), st); });
+    } else if (c.op == Op::switch_) {
+      const uint8_t* index = view_ptr(*c.index);
+      std::vector<const Block*> bodies;
+      for (const auto& br : x.branches) bodies.push_back(&br);
+      const uint64_t n = bodies.size();
+      conditional_node(s, cur, cudaGraphCondTypeSwitch, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_switch, params_of({h, ptr_bits(index), n}), st); });
+    } else {
+      const uint8_t* pred = view_ptr(*c.cond_buf);
+      const size_t slot = s.loop_ids.size();
+      s.loop_ids.push_back(c.id());
+      uint8_t* guards = s.loop_guards.get((slot + 1) * 16, "the while-loop guards", s.device);
+      uint8_t* counter = guards + slot * 16;
+      THUNKY_CUDA_CHECK(cudaMemsetAsync(counter, 0, 8, stream(s, cur)));
+      issue_block(s, x.cond, cur, true);
+      const uint64_t max = static_cast<uint64_t>(opts_->max_trip_count);
+      auto set = [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_while, params_of({h, ptr_bits(pred), ptr_bits(counter), max, ptr_bits(counter + 8)}), st); };
+      // The handle is set before the node from the first evaluation, and
+      // again at the end of every iteration.
+      conditional_node(s, cur, cudaGraphCondTypeWhile, {&c.body}, set, [&](cudaGraphConditionalHandle h) {
+        issue_block(s, x.cond, cur, true);
+        set(h, stream(s, cur));
+      });
     }
+  }
+
+  void conditional_node(RankState& s, const StreamId& cur, cudaGraphConditionalNodeType type, const std::vector<const Block*>& bodies,
+                        const std::function<void(cudaGraphConditionalHandle, cudaStream_t)>& set,
+                        const std::function<void(cudaGraphConditionalHandle)>& tail = {}) {
+    StreamState& ss = s.streams.at(cur);
+    cudaStreamCaptureStatus status;
+    cudaGraph_t g = nullptr;
+    const cudaGraphNode_t* deps = nullptr;
+    size_t n = 0;
+    THUNKY_CUDA_CHECK(cudaStreamGetCaptureInfo(ss.stream, &status, nullptr, &g, &deps, nullptr, &n));
+    cudaGraphConditionalHandle h;
+    THUNKY_CUDA_CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+    set(h, ss.stream);
+    THUNKY_CUDA_CHECK(cudaStreamGetCaptureInfo(ss.stream, &status, nullptr, &g, &deps, nullptr, &n));
+    cudaGraphNodeParams params{};
+    params.type = cudaGraphNodeTypeConditional;
+    params.conditional.handle = h;
+    params.conditional.type = type;
+    params.conditional.size = static_cast<unsigned>(bodies.size());
+    cudaGraphNode_t node;
+    THUNKY_CUDA_CHECK(cudaGraphAddNode(&node, g, deps, nullptr, n, &params));
+    THUNKY_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(ss.stream, &node, nullptr, 1, cudaStreamSetCaptureDependencies));
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      cudaStream_t helper;
+      THUNKY_CUDA_CHECK(cudaStreamCreateWithFlags(&helper, cudaStreamNonBlocking));
+      THUNKY_CUDA_CHECK(cudaStreamBeginCaptureToGraph(helper, params.conditional.phGraph_out[i], nullptr, nullptr, 0, cudaStreamCaptureModeRelaxed));
+      const cudaStream_t outer = ss.stream;
+      ss.stream = helper;
+      ++s.conditional_depth;
+      std::exception_ptr failure;
+      try {
+        issue_block(s, *bodies[i], cur, true);
+        if (tail) tail(h);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      --s.conditional_depth;
+      ss.stream = outer;
+      cudaGraph_t body;
+      const cudaError_t ended = cudaStreamEndCapture(helper, &body);
+      cudaStreamDestroy(helper);
+      if (failure) std::rethrow_exception(failure);
+      THUNKY_CUDA_CHECK(ended);
+    }
+  }
+
+  static uint64_t ptr_bits(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
+  static std::vector<uint8_t> params_of(std::initializer_list<uint64_t> fields) {
+    std::vector<uint8_t> b;
+    for (uint64_t v : fields) {
+      uint8_t x[8];
+      std::memcpy(x, &v, 8);
+      b.insert(b.end(), x, x + 8);
+    }
+    return b;
+  }
+  // One thread: the kernels that set a conditional handle.
+  static void launch_one(cudaKernel_t k, const std::vector<uint8_t>& params, cudaStream_t st) {
+    void* args[] = {const_cast<uint8_t*>(params.data())};
+    THUNKY_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(k), dim3(1), dim3(1), args, 0, st));
   }
 
   cudaError_t record(cudaEvent_t e, cudaStream_t st) {
@@ -599,6 +741,10 @@ class CudaBackend final : public Backend {
   }
 
   void timed_command(RankState& s, const Command& c, const StreamId& cur, bool in_loop) {
+    if (s.conditional_depth > 0) {  // inside a captured conditional body: no events
+      compute(s, c, cur);
+      return;
+    }
     const size_t start = timestamp(s, cur);
     std::vector<const Command*> members;
     if (c.op == Op::collective_group)
@@ -907,6 +1053,7 @@ class CudaBackend final : public Backend {
       s->flows.clear();
       s->instances.clear();
       s->commands = 0;
+      s->loop_ids.clear();
     }
     cudaEvent_t fork;
     THUNKY_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
@@ -945,11 +1092,21 @@ class CudaBackend final : public Backend {
       ranks_[i]->flows = captured_[i].flows;
       ranks_[i]->commands = captured_[i].commands;
     }
+    for (auto& s : ranks_)
+      if (!s->loop_ids.empty()) THUNKY_CUDA_CHECK(cudaMemsetAsync(s->loop_guards.ptr, 0, s->loop_ids.size() * 16, ds.origin));
     THUNKY_CUDA_CHECK(cudaEventRecord(ds.base, ds.origin));
     const auto t0 = Clock::now();
     THUNKY_CUDA_CHECK(cudaGraphLaunch(graph_exec_, ds.origin));
     graph_launch_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
     THUNKY_CUDA_CHECK(cudaStreamSynchronize(ds.origin));
+    for (auto& s : ranks_) {
+      std::vector<uint64_t> guards(s->loop_ids.size() * 2);
+      if (guards.empty()) continue;
+      THUNKY_CUDA_CHECK(cudaMemcpy(guards.data(), s->loop_guards.ptr, guards.size() * 8, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < s->loop_ids.size(); ++i)
+        if (guards[2 * i + 1])
+          throw ThunkyError("", "rank " + std::to_string(s->rank) + ": the while loop at " + s->loop_ids[i] + " ran more than " + std::to_string(opts_->max_trip_count) + " iterations", ErrorKind::schedule);
+    }
     return graph_launch_s_;
   }
 
@@ -1006,6 +1163,7 @@ class CudaBackend final : public Backend {
         if (st.stream) cudaStreamDestroy(st.stream);
       }
       s->solver_work.release();
+      s->loop_guards.release();
       if (s->solver) cusolverDnDestroy(s->solver);
       if (s->host_scalar) cudaFreeHost(s->host_scalar);
     }

@@ -17,20 +17,28 @@ namespace {
 using testing::load_file_ok;
 using testing::load_ok;
 
-// A cuda run, or a skip when this machine has no GPU.
-std::optional<ExecResult> run_cuda(const Program& p, bool graph = false, int iters = 1) {
+// A cuda run's outcome, or nullopt where this machine has no GPU.
+std::optional<Expected<ExecResult>> try_cuda(const Program& p, bool graph = false, int iters = 1, int64_t max_trips = 1'000'000) {
   auto b = make_cuda_backend();
   if (!b) return std::nullopt;
   ExecOptions o;
   o.graph = graph;
   o.iters = iters;
+  o.max_trip_count = max_trips;
   auto r = b->run(p, o);
-  if (!r) {
-    if (r.errors().front().message.find("no CUDA device") != std::string::npos) return std::nullopt;
-    ADD_FAILURE() << r.errors().front().str();
+  if (!r && r.errors().front().message.find("no CUDA device") != std::string::npos) return std::nullopt;
+  return r;
+}
+
+// A cuda run that must succeed, or nullopt where there is no GPU.
+std::optional<ExecResult> run_cuda(const Program& p, bool graph = false, int iters = 1) {
+  auto r = try_cuda(p, graph, iters);
+  if (!r) return std::nullopt;
+  if (!*r) {
+    ADD_FAILURE() << r->errors().front().str();
     return ExecResult{};
   }
-  return std::move(r.value());
+  return std::move(r->value());
 }
 
 #define CUDA_OR_SKIP(var, ...)                      \
@@ -84,16 +92,17 @@ TEST(CudaBackend, EveryExampleAndTestScheduleMatchesTheCpuBackendEagerAndCapture
     auto loaded = load_schedule_file(f.string());
     if (!loaded) continue;  // an example kept for its diagnostic (a race)
     const Program& p = *loaded;
-    auto cpu = make_cpu_backend()->run(p, ExecOptions{});
+    ExecOptions o;
+    o.max_trip_count = 1000;
+    auto cpu = make_cpu_backend()->run(p, o);
     for (bool graph : {false, true}) {
-      auto gpu = run_cuda(p, graph);
+      auto gpu = try_cuda(p, graph, 1, 1000);
       if (!gpu) GTEST_SKIP() << "no CUDA device";
       const std::string what = f.filename().string() + (graph ? " --graph" : "");
-      if (!cpu) {  // a schedule that fails on the cpu fails alike on the GPU
-        EXPECT_TRUE(gpu->memory.empty()) << what;
-        continue;
-      }
-      expect_same_outputs(p, *cpu, *gpu, what);
+      // A schedule that fails on the cpu fails alike on the GPU.
+      ASSERT_EQ(gpu->exit_code(), cpu.exit_code()) << what << ": " << (gpu->ok() ? "ran" : gpu->errors().front().str());
+      if (!cpu) continue;
+      expect_same_outputs(p, *cpu, gpu->value(), what);
       ++ran;
     }
   }
@@ -189,17 +198,44 @@ TEST(CudaBackend, TheReportIsMeasuredAndComparable) {
   EXPECT_EQ(gpu_ids, cpu_ids);
 }
 
-TEST(CudaBackend, ARunawayLoopIsAWrongScheduleAsOnTheCpu) {
+TEST(CudaBackend, ARunawayLoopIsAWrongScheduleEagerAndCaptured) {
+  // Captured, the loop's trips are counted on the device: it stops, never hangs.
   Program p = load_file_ok(std::string(THUNKY_SOURCE_DIR) + "/tests/schedules/runaway_loop.json");
-  auto b = make_cuda_backend();
-  if (!b) GTEST_SKIP() << "no cuda backend";
-  ExecOptions o;
-  o.max_trip_count = 50;
-  auto r = b->run(p, o);
-  if (!r && r.errors().front().message.find("no CUDA device") != std::string::npos) GTEST_SKIP() << "no CUDA device";
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.exit_code(), 1);
-  EXPECT_NE(r.errors().front().message.find("more than 50 iterations"), std::string::npos) << r.errors().front().str();
+  for (bool graph : {false, true}) {
+    auto r = try_cuda(p, graph, 1, 50);
+    if (!r) GTEST_SKIP() << "no CUDA device";
+    ASSERT_FALSE(r->ok()) << graph;
+    EXPECT_EQ(r->exit_code(), 1);
+    EXPECT_NE(r->errors().front().message.find("more than 50 iterations"), std::string::npos) << r->errors().front().str();
+  }
+}
+
+TEST(CudaBackend, ControlFlowCapturedAsConditionalNodesGivesTheCpuResults) {
+  // cond (then and else), a clamped switch and a while whose body holds a
+  // cond: every kind of conditional node, nested.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "n": {"shape": [], "dtype": "s32", "role": "inout", "init": {"kind": "constant", "value": 27}},
+      "steps": {"shape": [], "dtype": "s32", "role": "inout", "init": {"kind": "zeros"}},
+      "go": {"shape": [], "dtype": "bool", "role": "scratch"},
+      "even": {"shape": [], "dtype": "bool", "role": "scratch"},
+      "k": {"shape": [], "dtype": "s32", "role": "input", "init": {"kind": "constant", "value": 9}},
+      "out": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [
+      {"op": "while", "cond_buf": "go",
+       "cond": [{"op": "map", "out": "go", "expr": "n > 1", "in": {"n": "n"}}],
+       "body": [{"op": "map", "out": "even", "expr": "(n % 2) == 0", "in": {"n": "n"}},
+                {"op": "cond", "pred": "even",
+                 "then": [{"op": "map", "out": "n", "expr": "n // 2", "in": {"n": "n"}}],
+                 "else": [{"op": "map", "out": "n", "expr": "3 * n + 1", "in": {"n": "n"}}]},
+                {"op": "map", "out": "steps", "expr": "s + 1", "in": {"s": "steps"}}]},
+      {"op": "switch", "index": "k", "branches": [
+        [{"op": "memset", "dst": "out", "value": 1}], [{"op": "memset", "dst": "out", "value": 2}],
+        [{"op": "memset", "dst": "out", "value": 3}]]}]})");
+  CUDA_OR_SKIP(gpu, p, true);
+  // Collatz from 27 takes 111 steps; index 9 clamps to branch 2 (fills 3).
+  EXPECT_EQ(testing::values(p, gpu, "steps"), std::vector<double>{111});
+  EXPECT_EQ(testing::values(p, gpu, "out"), std::vector<double>(4, 3));
+  EXPECT_FALSE(gpu.report.graph_launch_s.value_or(0) <= 0);
 }
 
 }  // namespace

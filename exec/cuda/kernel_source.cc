@@ -399,6 +399,20 @@ extern "C" __global__ void thunky_set_if(SetIfParams p) {
   cudaGraphSetConditional(p.handle, p.pred[0] != 0 ? 1u : 0u);
 }
 
+struct SetWhileParams { cudaGraphConditionalHandle handle; const u8_t* pred; u64_t* counter; u64_t max; u64_t* overflow; };
+extern "C" __global__ void thunky_set_while(SetWhileParams p) {
+  unsigned go = p.pred[0] != 0 ? 1u : 0u;
+  if (go) {
+    if (p.counter[0] >= p.max) {
+      go = 0;
+      p.overflow[0] = 1;
+    } else {
+      p.counter[0] += 1;
+    }
+  }
+  cudaGraphSetConditional(p.handle, go);
+}
+
 struct SetSwitchParams { cudaGraphConditionalHandle handle; const int* index; i64_t n; };
 extern "C" __global__ void thunky_set_switch(SetSwitchParams p) {
   i64_t k = p.index[0];

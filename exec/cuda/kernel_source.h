@@ -68,7 +68,10 @@ std::vector<uint8_t> combine_params(void* out, int64_t count, int64_t offset, co
 //    for ns nanoseconds (the stand-in's modelled time);
 //  - thunky_set_if(handle, pred) / thunky_set_switch(handle, index, n):
 //    sets a CUDA graph conditional from a bool or s32 scalar on the device
-//    (switch indices clamp as lax.switch).
+//    (switch indices clamp as lax.switch);
+//  - thunky_set_while(handle, pred, counter, max, overflow): a while
+//    node's handle, stopping the loop and raising *overflow once *counter
+//    reaches max trips.
 KernelSource support_kernels();
 
 // The fill pattern of `value` converted to dtype t (store_from_double's

@@ -69,7 +69,7 @@ TEST(Nvrtc, ReductionsAndSupportKernelsCompile) {
     expect_compiles(combine_kernel(DType::f16, fn));
   }
   const KernelSource support = support_kernels();
-  for (const char* entry : {"thunky_fill", "thunky_touch", "thunky_spin", "thunky_set_if", "thunky_set_switch"}) expect_compiles(support, entry);
+  for (const char* entry : {"thunky_fill", "thunky_touch", "thunky_spin", "thunky_set_if", "thunky_set_switch", "thunky_set_while"}) expect_compiles(support, entry);
 }
 
 TEST(Nvrtc, ACompileErrorNamesTheKernelAndQuotesTheLog) {
