@@ -109,7 +109,9 @@ struct Sizes {
   std::string dtype;
 };
 Sizes sizes(const std::string& be) {
-  if (be == "cuda") return {8192, 8192, 4096, int64_t{1} << 30, "bf16"};
+  // On an H200: 275 GFLOP of bf16 (~0.35 ms at ~790 TFLOP/s) beside
+  // 768 MiB copied (1.5 GiB of traffic, ~0.37 ms at ~4.3 TB/s).
+  if (be == "cuda") return {8192, 8192, 2048, int64_t{768} << 20, "bf16"};
   return {256, 256, 256, int64_t{32} << 20, "f32"};
 }
 
@@ -224,9 +226,11 @@ void BM_RingMatmul(benchmark::State& state, std::string be, std::string variant)
   thunky::Report r = measure(state, be, p);
   auto& got = ring_results()[{be, n}];
   got[variant] = r.makespan_s;
+  // Only where the blocking step pays a visible price for its
+  // communication (5% of it or more): else the fraction is noise over noise.
   if ((variant == "uni" || variant == "bi") && got.count("blocking") && got.count("unsharded")) {
     const double saved = got["blocking"] - r.makespan_s, cost = got["blocking"] - got["unsharded"];
-    state.counters["recovered_fraction"] = cost > 0 ? saved / cost : 0;
+    if (cost > 0.05 * got["blocking"]) state.counters["recovered_fraction"] = saved / cost;
   }
 }
 

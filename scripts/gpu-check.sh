@@ -57,7 +57,7 @@ echo "== gpu tests"
 ctest --test-dir build-gpu -R 'Nvrtc|GeneratedKernels' --output-on-failure --timeout 300 > "$OUT/gpu-tests.log" 2>&1 || status=1
 ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300 >> "$OUT/gpu-tests.log" 2>&1 || status=1
 echo "- gpu tests: $(grep -E 'tests passed' "$OUT/gpu-tests.log" | tail -1)" >> "$summary"
-grep -E '(Passed|Failed|Skipped|\*\*\*)' "$OUT/gpu-tests.log" | grep -E 'CudaBackend' | sed 's/^/    /' >> "$summary"
+grep -E 'Test +#[0-9]+: (CudaBackend|Nvrtc)' "$OUT/gpu-tests.log" | sed -E 's/^ *[0-9]+\/[0-9]+ /    /; s/ \.{3,}/ /' >> "$summary"
 
 echo "== schedules"
 cat > "$work/compare.py" <<'PY'

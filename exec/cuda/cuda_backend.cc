@@ -71,12 +71,13 @@ struct StreamState {
 };
 
 // One timed command of an iteration: its events index the rank's pool.
+// Its id, names and work are made when the timeline is read, not while
+// the command is issued (the host time of issuing is measured).
 struct Timed {
   const Command* cmd;
-  std::string id, stream;
+  int64_t instance;  // the k-th run of it inside a loop, else -1
+  StreamId stream;
   size_t start, end;
-  int64_t bytes;
-  double flops;
 };
 struct TimedFlow {
   std::string from, to, token;
@@ -100,7 +101,7 @@ struct RankState {
   // Per iteration:
   std::vector<Timed> timed;
   std::vector<TimedFlow> flows;
-  std::map<std::string, int64_t> instances;
+  std::unordered_map<const Command*, int64_t> instances;
   std::map<std::string, std::vector<int64_t>> decisions;
   int64_t commands = 0;
   std::string last_collective;
@@ -434,18 +435,30 @@ class CudaBackend final : public Backend {
     s.timing.rewind();
   }
 
-  // Inputs afresh (as the cpu backend: every iteration starts alike).
+  // Inputs afresh (as the cpu backend: every iteration starts alike),
+  // from host copies made once.
   void set_inputs() {
     const Program& p = *p_;
-    std::vector<uint8_t> host;
+    if (initial_.empty()) {
+      initial_.resize(ranks_.size());
+      for (auto& s : ranks_) {
+        auto& mine = initial_[static_cast<size_t>(s->rank)];
+        mine.resize(p.buffers.size());
+        for (size_t b = 0; b < p.buffers.size(); ++b) {
+          const Buffer& buf = p.buffers[b];
+          if (!buf.bytes() || (buf.role != Role::input && buf.role != Role::inout)) continue;
+          mine[b].resize(buf.bytes());
+          init_buffer(p, buf, s->rank, npy_, mine[b].data());
+        }
+      }
+    }
     for (auto& s : ranks_) {
       THUNKY_CUDA_CHECK(cudaSetDevice(s->device));
       for (size_t b = 0; b < p.buffers.size(); ++b) {
         const Buffer& buf = p.buffers[b];
         if (!buf.bytes()) continue;
         if (buf.role == Role::input || buf.role == Role::inout) {
-          host.resize(buf.bytes());
-          init_buffer(p, buf, s->rank, npy_, host.data());
+          const auto& host = initial_[static_cast<size_t>(s->rank)][b];
           THUNKY_CUDA_CHECK(cudaMemcpy(s->buffers[b], host.data(), host.size(), cudaMemcpyHostToDevice));
         } else {
           THUNKY_CUDA_CHECK(cudaMemset(s->buffers[b], buf.dtype == DType::boolean ? 0 : 0xff, buf.bytes()));
@@ -534,9 +547,28 @@ class CudaBackend final : public Backend {
 
   void wait_rank(RankState& s, const std::string& what) {
     THUNKY_CUDA_CHECK(cudaSetDevice(s.device));
-    cudaStream_t main = s.streams.at(StreamId{}).stream;
-    if (nccl_) nccl_->wait(static_cast<int>(s.rank), main, s.last_collective.empty() ? what : "the collective " + s.last_collective);
-    else THUNKY_CUDA_CHECK(cudaStreamSynchronize(main));
+    wait_stream(s, s.streams.at(StreamId{}).stream, what);
+  }
+
+  // Waits for a stream; with --timeout, at most that long (NCCL also
+  // watches its communicators' errors and aborts them). Past it the run
+  // stops with exit 3, naming the rank's last collective.
+  void wait_stream(RankState& s, cudaStream_t st, const std::string& what) {
+    const std::string pending = s.last_collective.empty() ? what : "the collective " + s.last_collective + " (or work after it, before " + what + ")";
+    if (nccl_) return nccl_->wait(static_cast<int>(s.rank), st, pending);
+    if (opts_->timeout_s <= 0) {
+      THUNKY_CUDA_CHECK(cudaStreamSynchronize(st));
+      return;
+    }
+    const auto start = Clock::now();
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(st);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) THUNKY_CUDA_CHECK(e);
+      if (std::chrono::duration<double>(Clock::now() - start).count() > opts_->timeout_s)
+        throw CollectiveTimeout("rank " + std::to_string(s.rank) + ": " + pending + " did not finish within " + std::to_string(opts_->timeout_s) + " s");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
 
   // Records a timing event on the stream; returns its index in the pool.
@@ -735,8 +767,7 @@ class CudaBackend final : public Backend {
     const View v = resolve(*p_, r, s.ctx);
     cudaStream_t st = stream(s, cur);
     THUNKY_CUDA_CHECK(cudaMemcpyAsync(s.host_scalar, ptr(s, v), dtype_size(dtype_of(v)), cudaMemcpyDeviceToHost, st));
-    if (nccl_) nccl_->wait(static_cast<int>(s.rank), st, "the predicate at " + std::string(r.pointer));
-    else THUNKY_CUDA_CHECK(cudaStreamSynchronize(st));
+    wait_stream(s, st, "the predicate at " + std::string(r.pointer));
     return load_as_double(s.host_scalar, dtype_of(v), 0);
   }
 
@@ -755,13 +786,8 @@ class CudaBackend final : public Backend {
     else compute(s, c, cur);
     const size_t end = timestamp(s, cur);
     ++s.commands;
-    const Command* const single[] = {&c};
-    for (const Command* m : members.empty() ? std::vector<const Command*>(single, single + 1) : members) {
-      std::string id = m->id();
-      if (in_loop) id += "#" + std::to_string(s.instances[m->id()]++);
-      const Work w = command_work(*p_, *m, s.ctx);
-      s.timed.push_back({m, std::move(id), cur.str(), start, end, w.bytes, w.flops});
-    }
+    if (members.empty()) members.push_back(&c);
+    for (const Command* m : members) s.timed.push_back({m, in_loop ? s.instances[m]++ : -1, cur, start, end});
   }
 
   void collective(RankState& s, const Command& c, const std::vector<const Command*>& members, const StreamId& cur) {
@@ -955,10 +981,12 @@ class CudaBackend final : public Backend {
       else convert(s, ptr(s, cv), dtype_of(cv), pc, acc, cv.count(), ss.stream);
     }
     void* work = ss.workspace.get(Gemm::kWorkspace, "the cuBLASLt workspace", s.device);
+    g.align = g.batch > 1 ? common_alignment({pa, pb, pc, pa + ar * ac * es, pb + br * bc * es, pc + cr * cc * es}) : common_alignment({pa, pb, pc});
     if (g.batch > 1 && !(g.a_batched && g.b_batched)) {
       // A 2-D operand broadcast over the batch: one product per matrix.
       GemmShape one = g;
       one.batch = 1;
+      one.align = g.align;
       for (int64_t i = 0; i < g.batch; ++i)
         gemm_->run(one, pa + (g.a_batched ? i * ar * ac * es : 0), pb + (g.b_batched ? i * br * bc * es : 0), pc + i * cr * cc * es, c.alpha,
                    c.beta, work, Gemm::kWorkspace, ss.stream);
@@ -1123,8 +1151,11 @@ class CudaBackend final : public Backend {
       RankReport rr;
       rr.rank = s->rank;
       rr.coords = s->ctx.coords;
-      for (const auto& t : s->timed)
-        rr.ops.push_back({t.id, std::string(op_name(t.cmd->op)), t.cmd->rare().name, t.stream, at(t.start), at(t.end), t.bytes, t.flops});
+      for (const auto& t : s->timed) {
+        const Work w = command_work(*p_, *t.cmd, s->ctx);
+        const std::string id = t.instance < 0 ? t.cmd->id() : t.cmd->id() + "#" + std::to_string(t.instance);
+        rr.ops.push_back({id, std::string(op_name(t.cmd->op)), t.cmd->rare().name, t.stream.str(), at(t.start), at(t.end), w.bytes, w.flops});
+      }
       std::stable_sort(rr.ops.begin(), rr.ops.end(), [](const OpRecord& a, const OpRecord& b) { return a.start_s < b.start_s; });
       for (const auto& f : s->flows) rr.flows.push_back({f.from, f.to, at(f.from_event), at(f.to_event), f.token, f.join});
       r.ranks.push_back(std::move(rr));
@@ -1183,6 +1214,7 @@ class CudaBackend final : public Backend {
   bool shared_ = true;
   std::vector<int> devices_;  // by rank
   std::map<std::string, NpyArray> npy_;
+  std::vector<std::vector<std::vector<uint8_t>>> initial_;  // [rank][buffer]: inputs' first contents
   std::set<StreamId> streams_;
   std::set<std::vector<int>> member_sets_;
   std::map<const Command*, std::string> ptx_;

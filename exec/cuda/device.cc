@@ -143,6 +143,9 @@ Gemm::Plan& Gemm::plan(const GemmShape& g, size_t workspace_bytes) {
   cublasLtMatmulPreference_t pref;
   THUNKY_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   THUNKY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    THUNKY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &g.align, sizeof g.align));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
@@ -162,6 +165,12 @@ void Gemm::run(const GemmShape& g, const void* a, const void* b, void* c, double
   const void* pa = p.f64 ? static_cast<const void*>(&alpha) : &af;
   const void* pb = p.f64 ? static_cast<const void*>(&beta) : &bf;
   THUNKY_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, pa, b, p.a, a, p.b, pb, c, p.c, c, p.c, &p.algo, workspace, workspace_bytes, s));
+}
+
+uint32_t common_alignment(std::initializer_list<const void*> pointers) {
+  uintptr_t bits = 256;
+  for (const void* p : pointers) bits |= reinterpret_cast<uintptr_t>(p);
+  return static_cast<uint32_t>(bits & (~bits + 1));  // the lowest set bit
 }
 
 EventPool::~EventPool() {

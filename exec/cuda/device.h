@@ -52,8 +52,14 @@ struct GemmShape {
   bool ta, tb;
   int64_t a_rows, a_cols, b_rows, b_cols;  // as stored (row-major)
   bool a_batched, b_batched;
-  auto key() const { return std::tuple(dtype, batch, m, n, k, ta, tb, a_rows, a_cols, b_rows, b_cols, a_batched, b_batched); }
+  // The alignment (bytes, a power of two up to 256) that every pointer of
+  // the product has: views start anywhere in their buffer, and cuBLASLt
+  // must be told, or it may pick a kernel that assumes 256.
+  uint32_t align = 256;
+  auto key() const { return std::tuple(dtype, batch, m, n, k, ta, tb, a_rows, a_cols, b_rows, b_cols, a_batched, b_batched, align); }
 };
+// The largest power of two, up to 256, that divides every address.
+uint32_t common_alignment(std::initializer_list<const void*> pointers);
 class Gemm {
  public:
   Gemm();
