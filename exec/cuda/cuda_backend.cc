@@ -114,6 +114,19 @@ struct RankState {
   int conditional_depth = 0;
   Scratch loop_guards;  // [counter u64, overflow u64] per loop
   std::vector<std::string> loop_ids;
+
+  // Forgets what one iteration (or one capture) recorded.
+  void start_iteration() {
+    timing.rewind();
+    joins.rewind();
+    timed.clear();
+    flows.clear();
+    instances.clear();
+    decisions.clear();
+    tokens.clear();
+    token_end.clear();
+    commands = 0;
+  }
 };
 
 struct DeviceState {
@@ -474,17 +487,7 @@ class CudaBackend final : public Backend {
   // One run of the schedule; returns the host time spent issuing it.
   double run_iteration(bool timed) {
     set_inputs();
-    for (auto& s : ranks_) {
-      s->timing.rewind();
-      s->joins.rewind();
-      s->timed.clear();
-      s->flows.clear();
-      s->instances.clear();
-      s->decisions.clear();
-      s->tokens.clear();
-      s->token_end.clear();
-      s->commands = 0;
-    }
+    for (auto& s : ranks_) s->start_iteration();
     if (graph_exec_) return launch_graph();
     // No stream of a GPU starts before its base event.
     for (auto& [d, ds] : devices_state_) {
@@ -1075,12 +1078,7 @@ class CudaBackend final : public Backend {
     }
     THUNKY_CUDA_CHECK(cudaSetDevice(ds.device));
     for (auto& s : ranks_) {
-      s->timing.rewind();
-      s->joins.rewind();
-      s->timed.clear();
-      s->flows.clear();
-      s->instances.clear();
-      s->commands = 0;
+      s->start_iteration();
       s->loop_ids.clear();
     }
     cudaEvent_t fork;
