@@ -275,11 +275,14 @@ std::string to_string(const Expr& e) {
 }
 
 int64_t floor_div(int64_t a, int64_t b) {
+  // The one quotient that overflows: it wraps, as two's complement does.
+  if (b == -1) return static_cast<int64_t>(0ull - static_cast<uint64_t>(a));
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;
   int64_t m = a % b;
   if (m != 0 && ((m < 0) != (b < 0))) m += b;
   return m;

@@ -84,7 +84,8 @@ std::string to_string(const Expr& e);
 // by zero or a non-integer construct.
 int64_t eval_int(const Expr& e, const NameLookup& lookup);
 
-// Python semantics for integer floor division and modulo.
+// Python semantics for integer floor division and modulo (b != 0); the
+// quotient of INT64_MIN by -1 wraps to INT64_MIN, as two's complement does.
 int64_t floor_div(int64_t a, int64_t b);
 int64_t floor_mod(int64_t a, int64_t b);
 

@@ -1,8 +1,11 @@
 #include "core/npy.h"
 
+#include "core/files.h"
+
 #include <cstring>
 #include <fstream>
-#include <regex>
+#include <filesystem>
+#include <optional>
 
 #include "core/status.h"
 
@@ -20,6 +23,7 @@ constexpr Descr kDescrs[] = {{"<f8", DType::f64}, {"<f4", DType::f32}, {"<f2", D
 
 NpyArray read_npy(const std::string& path) {
   auto fail = [&](const std::string& what) -> NpyArray { throw ThunkyError("", "cannot read npy file '" + path + "': " + what); };
+  if (auto why = check_input_file(path); !why.empty()) return fail("it " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) return fail("cannot open it");
   char magic[8];
@@ -36,31 +40,59 @@ NpyArray read_npy(const std::string& path) {
   } else {
     return fail("unsupported format version " + std::to_string(magic[6]));
   }
-  if (header_len > (1u << 20)) return fail("header too large");
+  // Real headers are a few hundred bytes (numpy pads them to 64).
+  if (header_len > (1u << 16)) return fail("header too large (" + std::to_string(header_len) + " bytes; at most 65536)");
   std::string header(header_len, '\0');
   if (!f.read(header.data(), header_len)) return fail("truncated header");
-  std::smatch m;
   NpyArray a;
-  if (!std::regex_search(header, m, std::regex("'descr'\\s*:\\s*'([^']*)'"))) return fail("no descr in header");
-  std::string descr = m[1];
+  // The header is a Python dict literal; its three keys are read by hand
+  // (no regular expressions: a long header must cost no deep recursion).
+  auto value_of = [&](const std::string& key) -> std::optional<size_t> {
+    const size_t k = header.find("'" + key + "'");
+    if (k == std::string::npos) return std::nullopt;
+    size_t i = header.find(':', k);
+    if (i == std::string::npos) return std::nullopt;
+    ++i;
+    while (i < header.size() && header[i] == ' ') ++i;
+    return i;
+  };
+  const auto d = value_of("descr");
+  if (!d || *d >= header.size() || header[*d] != '\'') return fail("no descr in header");
+  const size_t d_end = header.find('\'', *d + 1);
+  if (d_end == std::string::npos) return fail("no descr in header");
+  std::string descr = header.substr(*d + 1, d_end - *d - 1);
   if (descr == "<u1" || descr == "|u1") descr = "|u1";
   if (descr == "<i1") descr = "|i1";
   bool found = false;
-  for (const auto& d : kDescrs)
-    if (descr == d.text) { a.dtype = d.dtype; found = true; }
+  for (const auto& e : kDescrs)
+    if (descr == e.text) { a.dtype = e.dtype; found = true; }
   if (!found) return fail("unsupported dtype '" + descr + "'");
-  if (std::regex_search(header, m, std::regex("'fortran_order'\\s*:\\s*True"))) return fail("Fortran-ordered arrays are not supported");
-  if (!std::regex_search(header, m, std::regex("'shape'\\s*:\\s*\\(([^)]*)\\)"))) return fail("no shape in header");
-  std::string dims = m[1];
-  std::regex num("\\d+");
+  if (const auto fo = value_of("fortran_order"); fo && header.compare(*fo, 4, "True") == 0) return fail("Fortran-ordered arrays are not supported");
+  const auto sh = value_of("shape");
+  if (!sh || *sh >= header.size() || header[*sh] != '(') return fail("no shape in header");
+  const size_t sh_end = header.find(')', *sh);
+  if (sh_end == std::string::npos) return fail("no shape in header");
   int64_t count = 1;
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
-    int64_t d = std::stoll(it->str());
-    if (d > (int64_t{1} << 40)) return fail("dimension too large");
-    a.shape.push_back(d);
-    count *= d;
+  for (size_t i = *sh + 1; i < sh_end;) {
+    const char c = header[i];
+    if (c == ' ' || c == ',') { ++i; continue; }
+    if (c < '0' || c > '9') return fail("shape holds '" + std::string(1, c) + "': dimensions are non-negative integers");
+    int64_t dim = 0;
+    while (i < sh_end && header[i] >= '0' && header[i] <= '9') {
+      dim = dim * 10 + (header[i] - '0');
+      if (dim > (int64_t{1} << 40)) return fail("dimension too large");
+      ++i;
+    }
+    a.shape.push_back(dim);
+    count *= dim;
     if (count > (int64_t{1} << 34)) return fail("array too large");
   }
+  // The data must be there before memory is set aside for it.
+  std::error_code ec;
+  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  const uint64_t data_at = static_cast<uint64_t>(f.tellg());
+  const uint64_t want = static_cast<uint64_t>(count) * dtype_size(a.dtype);
+  if (!ec && file_bytes < data_at + want) return fail("file shorter than its shape says (" + std::to_string(want) + " bytes of data, " + std::to_string(file_bytes - data_at) + " present)");
   a.data.resize(static_cast<size_t>(count) * dtype_size(a.dtype));
   if (!f.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(a.data.size())))
     return fail("file shorter than its shape says");

@@ -17,6 +17,7 @@
 
 #include "core/accounting.h"
 #include "core/command_facts.h"
+#include "core/files.h"
 #include "core/init.h"
 #include "core/lower.h"
 #include "core/mesh.h"
@@ -1136,24 +1137,11 @@ Expected<Program> load_schedule_text(const std::string& text, const std::string&
 }
 
 Expected<Program> load_schedule_file(const std::string& path, const ValidateOptions& opts) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::vector<Diagnostic>{{ErrorKind::input, path, "", "cannot open the schedule file"}};
   // Read whole, with spare capacity past the text: the JSON parser reads
   // up to 64 bytes beyond it and so needs no padded copy of the file.
-  std::string text;
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!ec) {
-    text.reserve(static_cast<size_t>(size) + 64);
-    text.resize(static_cast<size_t>(size));
-    f.read(text.data(), static_cast<std::streamsize>(size));
-    text.resize(static_cast<size_t>(f.gcount()));
-  }
-  if (ec || f.peek() != std::ifstream::traits_type::eof()) {  // not a regular file, or it grew: read it as a stream
-    std::stringstream ss;
-    ss << text << f.rdbuf();
-    text = ss.str();
-  }
+  std::string error;
+  std::string text = read_input_file(path, error, 64);
+  if (!error.empty()) return std::vector<Diagnostic>{{ErrorKind::input, path, "", "the schedule file " + error}};
   return load_schedule_text(text, path, opts);
 }
 

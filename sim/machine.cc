@@ -1,5 +1,7 @@
 #include "sim/machine.h"
 
+#include "core/files.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -119,12 +121,12 @@ Expected<Machine> load_machine(const std::string& name_or_path, const std::strin
     path = fs::path(models_dir) / name_or_path;
     if (!fs::exists(path)) path += ".json";
   }
-  std::ifstream f(path);
-  if (!f) return std::vector<Diagnostic>{{ErrorKind::input, name_or_path, "", "no machine model file or name under " + models_dir}};
-  std::stringstream text;
-  text << f.rdbuf();
+  if (!fs::exists(path)) return std::vector<Diagnostic>{{ErrorKind::input, name_or_path, "", "no machine model file or name under " + models_dir}};
+  std::string error;
+  const std::string text = read_input_file(path.string(), error);
+  if (!error.empty()) return std::vector<Diagnostic>{{ErrorKind::input, path.string(), "", "the machine model " + error}};
   try {
-    return parse_machine_text(text.str());
+    return parse_machine_text(text);
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{ErrorKind::input, path.string(), e.pointer(), e.what()}};
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
@@ -158,6 +159,149 @@ TEST(ExecCli, CudaOptionsAreRefusedOnTheCpuBackendAndCheckedForm) {
     EXPECT_EQ(r.code, 2) << devices;
     EXPECT_FALSE(r.err.empty()) << devices;
   }
+}
+
+// A scratch folder of this test process, removed at the end of each test.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / ("thunky_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name, std::ios::binary) << text;
+    return (path / name).string();
+  }
+};
+
+const std::string kOneOutput = R"({"format": "thunky.sched/1", "buffers": {
+    "src": {"shape": [4], "dtype": "f32", "role": "input", "init": {"kind": "iota"}},
+    "NAME": {"shape": [4], "dtype": "f32", "role": "output"}},
+  "program": [{"op": "copy", "src": "src", "dst": "NAME"}]})";
+
+std::string with_output(const std::string& name) {
+  std::string s = kOneOutput;
+  for (size_t at; (at = s.find("NAME")) != std::string::npos;) s.replace(at, 4, name);
+  return s;
+}
+
+TEST(HostileInput, SpecialFilesAreRefusedBeforeReading) {
+  // A FIFO would block the read forever, /dev/zero never ends, a directory is no file.
+  TempDir d("special");
+  const std::string fifo = (d.path / "sched.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& input : {fifo, std::string("/dev/zero"), d.path.string()}) {
+    Result r = run(input);
+    EXPECT_EQ(r.code, 2) << input;
+    EXPECT_NE(r.err.find("is not a regular file"), std::string::npos) << r.err;
+    Result s = sim(kSrc + "/examples/init_and_copy.json --machine " + input);
+    EXPECT_EQ(s.code, 2) << input;
+    EXPECT_NE(s.err.find("is not a regular file"), std::string::npos) << s.err;
+    Result c = compare(input + " " + input);
+    EXPECT_EQ(c.code, 2) << input;
+    EXPECT_NE(c.err.find("is not a regular file"), std::string::npos) << c.err;
+  }
+}
+
+// An output buffer no command names (a ref could not name these).
+std::string with_extra_output(const std::string& name) {
+  std::string s = with_output("dst");
+  s.insert(s.find("\"dst\""), "\"" + name + "\": {\"shape\": [2], \"dtype\": \"f32\", \"role\": \"output\"},\n    ");
+  return s;
+}
+
+TEST(HostileInput, DumpStaysInsideItsDirectory) {
+  TempDir d("escape");
+  const std::string sched = d.write("s.json", with_extra_output("../escaped"));
+  Result r = run(sched + " --dump " + (d.path / "out").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("path separator"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d.path / "escaped.rank0.npy"));
+  const std::string absolute = d.write("a.json", with_extra_output("/tmp/thunky_escaped"));
+  EXPECT_EQ(run(absolute + " --dump " + (d.path / "out").string()).code, 2);
+  EXPECT_FALSE(fs::exists("/tmp/thunky_escaped.rank0.npy"));
+}
+
+TEST(HostileInput, AnOutputNeverOverwritesAnInput) {
+  TempDir d("overwrite");
+  const std::string text = with_output("dst");
+  const std::string sched = d.write("s.json", text);
+  for (const char* opt : {" --report ", " --trace "}) {
+    Result r = run(sched + opt + sched);
+    EXPECT_EQ(r.code, 2) << opt;
+    EXPECT_NE(r.err.find("would overwrite an input"), std::string::npos) << r.err;
+    Result s = sim(sched + " --machine h100-8gpu" + opt + sched);
+    EXPECT_EQ(s.code, 2) << opt;
+  }
+  std::ifstream f(sched);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), text);  // untouched
+}
+
+TEST(HostileInput, AFullDeviceIsAWriteError) {
+  Result r = run(kSrc + "/examples/init_and_copy.json --trace /dev/full");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("cannot write"), std::string::npos) << r.err;
+}
+
+TEST(HostileInput, NpyHeadersAreCheckedBeforeMemoryIsSetAside) {
+  TempDir d("npy");
+  auto npy = [&](const std::string& name, const std::string& header, size_t data_bytes) {
+    // Format 1.0 (2-byte header length), or 2.0 (4 bytes) for a long header.
+    const bool v2 = header.size() > 60000;
+    std::string h = header;
+    while (((v2 ? 12 : 10) + h.size() + 1) % 64) h += ' ';
+    h += '\n';
+    std::string file = std::string(v2 ? "\x93NUMPY\x02\x00" : "\x93NUMPY\x01\x00", 8);
+    for (int b = 0; b < (v2 ? 4 : 2); ++b) file += static_cast<char>((h.size() >> (8 * b)) & 0xff);
+    file += h + std::string(data_bytes, '\0');
+    return d.write(name, file);
+  };
+  auto sched_reading = [&](const std::string& npy_path) {
+    return d.write("s.json", R"({"format": "thunky.sched/1", "buffers": {
+        "x": {"shape": [4], "dtype": "f32", "role": "input", "init": {"kind": "npy", "path": ")" + npy_path + R"("}},
+        "y": {"shape": [4], "dtype": "f32", "role": "output"}},
+      "program": [{"op": "copy", "src": "x", "dst": "y"}]})");
+  };
+  struct Case {
+    std::string header, why;
+    size_t bytes;
+  };
+  const Case cases[] = {
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (-4,), }", "non-negative", 16},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (17179869184,), }", "shorter than its shape says", 16},  // 64 GiB claimed, 16 bytes there
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4,), " + std::string(70000, ' ') + "}", "header too large", 16},
+  };
+  for (const auto& c : cases) {
+    const std::string f = npy("bad.npy", c.header, c.bytes);
+    Result r = run(sched_reading(f));
+    EXPECT_EQ(r.code, 2) << c.why;
+    EXPECT_NE(r.err.find(c.why), std::string::npos) << r.err;
+  }
+  // A well-formed one still loads: [0 0 0 0].
+  Result ok = run(sched_reading(npy("good.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", 16)));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+TEST(HostileInput, IntegerDivisionOverflowWrapsAndDivisionByZeroIsZero) {
+  // s64: INT64_MIN // -1 wraps to INT64_MIN, INT64_MIN % -1 is 0; 7 // 0 and 7 % 0 are 0 (documented).
+  TempDir d("intdiv");
+  const std::string sched = d.write("s.json", R"({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [2], "dtype": "s64", "role": "input", "init": {"kind": "values", "values": [-9223372036854775808, 7]}},
+      "y": {"shape": [2], "dtype": "s64", "role": "input", "init": {"kind": "values", "values": [-1, 0]}},
+      "q": {"shape": [2], "dtype": "s64", "role": "output"},
+      "r": {"shape": [2], "dtype": "s64", "role": "output"}},
+    "program": [{"op": "map", "out": "q", "expr": "x // y", "in": {"x": "x", "y": "y"}},
+                {"op": "map", "out": "r", "expr": "x % y", "in": {"x": "x", "y": "y"}}]})");
+  Result r = run(sched + " --dump " + (d.path / "out").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto q = thunky::read_npy((d.path / "out" / "q.rank0.npy").string()), m = thunky::read_npy((d.path / "out" / "r.rank0.npy").string());
+  const int64_t* qv = reinterpret_cast<const int64_t*>(q.data.data());
+  const int64_t* mv = reinterpret_cast<const int64_t*>(m.data.data());
+  EXPECT_EQ(qv[0], INT64_MIN);
+  EXPECT_EQ(qv[1], 0);
+  EXPECT_EQ(mv[0], 0);
+  EXPECT_EQ(mv[1], 0);
 }
 
 TEST(SimCli, EveryRankPrintsTheFoldedPrediction) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+
+#include "core/files.h"
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -40,6 +42,18 @@ inline std::optional<std::vector<int>> parse_int_list(const std::string& text) {
     i = j + 1;
   }
   return out;
+}
+
+// Exit 2 (with one line) when an output would overwrite an input: each
+// output is (option, path), empty paths skipped.
+inline std::optional<int> refuse_overwrite(const std::string& tool, const std::vector<std::pair<std::string, std::string>>& outputs,
+                                           const std::vector<std::string>& inputs) {
+  for (const auto& [option, path] : outputs)
+    if (!path.empty() && thunky::overwrites_input(path, inputs)) {
+      std::cerr << tool << ": " << option << " " << path << " would overwrite an input of the run; choose another path\n";
+      return 2;
+    }
+  return std::nullopt;
 }
 
 // main() of a tool: the library reports errors as values, this is a last resort.

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/files.h"
 #include "traces/compare.h"
 #include "traces/report.h"
 
@@ -11,14 +12,15 @@ namespace {
 
 // Reads one report; on failure prints `file:pointer: message` and returns false.
 bool read_report(const std::string& path, thunky::Report& out) {
-  std::ifstream f(path);
-  if (!f) {
-    std::cerr << path << ": cannot open the report\n";
+  std::string error;
+  const std::string text = thunky::read_input_file(path, error);
+  if (!error.empty()) {
+    std::cerr << path << ": the report " << error << "\n";
     return false;
   }
   nlohmann::ordered_json j;
   try {
-    j = nlohmann::ordered_json::parse(f);
+    j = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::ordered_json::exception& e) {
     std::cerr << path << ": malformed JSON: " << e.what() << "\n";
     return false;

@@ -1,6 +1,7 @@
 // thunky-exec SCHED: runs a schedule for real and measures every command.
 #include "tools/cli.h"
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "core/npy.h"
@@ -27,8 +28,42 @@ int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
   return code;
 }
 
+// The files a run reads: the schedule, its .npy inits and PTX files.
+std::vector<std::string> inputs_of(const thunky::Program& p) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> in = {p.file};
+  const fs::path base = fs::path(p.file).parent_path();
+  for (const auto& b : p.buffers)
+    if (b.init.kind == thunky::Init::Kind::npy) in.push_back((base / b.init.path).string());
+  std::function<void(const thunky::Block&)> walk = [&](const thunky::Block& block) {
+    for (const auto& c : block) {
+      if (c.op == thunky::Op::ptx_kernel && !c.rare().launch->ptx_file.empty()) in.push_back((base / c.rare().launch->ptx_file).string());
+      for (const thunky::Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) walk(*sub);
+      for (const auto& br : c.rare().branches) walk(br);
+    }
+  };
+  walk(p.program);
+  return in;
+}
+
 int dump(const thunky::Program& p, const thunky::ExecResult& r, const std::string& dir) {
   namespace fs = std::filesystem;
+  // Every file lands inside `dir`: a buffer whose name holds a path
+  // separator would write elsewhere, and no dump may replace an input.
+  const std::vector<std::string> inputs = inputs_of(p);
+  for (const auto& buf : p.buffers) {
+    if (buf.role != thunky::Role::output && buf.role != thunky::Role::inout) continue;
+    if (buf.name.find('/') != std::string::npos || buf.name.find('\\') != std::string::npos || buf.name.empty()) {
+      std::cerr << p.file << ":" << buf.pointer << ": buffer name '" << buf.name << "' cannot name a dump file (it holds a path separator); rename the buffer to dump it\n";
+      return 2;
+    }
+    for (int64_t rank = 0; rank < p.mesh.size(); ++rank)
+      if (thunky::overwrites_input((fs::path(dir) / (buf.name + ".rank" + std::to_string(rank) + ".npy")).string(), inputs) ||
+          (buf.global && thunky::overwrites_input((fs::path(dir) / (buf.name + ".npy")).string(), inputs))) {
+        std::cerr << dir << ": dumping buffer '" << buf.name << "' would overwrite an input of the run; choose another --dump directory\n";
+        return 2;
+      }
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -74,6 +109,7 @@ int run_main(int argc, char** argv) {
   if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(o.schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
+  if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}}, inputs_of(*prog))) return *code;
   auto backend = thunky::make_backend(o.backend);
   if (!backend) return fail(backend.errors(), 2);
   thunky::ExecOptions eo;

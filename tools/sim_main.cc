@@ -45,6 +45,8 @@ int run_main(int argc, char** argv) {
   }
   auto m = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
   if (!m) return fail(m.errors(), 2);
+  if (auto code = thunky::cli::refuse_overwrite("thunky-sim", {{"--report", report}, {"--trace", trace}, {"--svg", svg}}, {schedule, machine}))
+    return *code;
   // Data-dependent control flow: run the functional model (the CPU backend) once.
   thunky::sim::Decisions decisions;
   const thunky::sim::Decisions* dp = nullptr;
@@ -79,6 +81,7 @@ int run_main(int argc, char** argv) {
   if (!svg.empty()) {
     std::ofstream f(svg);
     f << thunky::timeline_svg(r->report);
+    f.close();
     if (!f) return std::cerr << svg << ": cannot write\n", 2;
   }
   return 0;

@@ -315,6 +315,7 @@ std::string write_json_file(const std::string& path, const ojson& j) {
   std::ofstream f(path);
   if (!f) return "cannot write '" + path + "'";
   f << j.dump(1) << "\n";
+  f.close();  // a full device fails here, when the buffer is written
   if (!f) return "cannot write '" + path + "'";
   return "";
 }

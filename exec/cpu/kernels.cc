@@ -3,6 +3,7 @@
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -170,13 +171,24 @@ Node build(const Expr& e, const std::vector<MapInput>& inputs, const std::vector
 
 constexpr int64_t kChunk = 256;
 
+// An integer operand held as a double, as the GPU's conversion makes it:
+// truncated, saturated at the int64 range, NaN as 0.
+int64_t as_int64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+// Integer division and modulo by zero give 0 (documented; the GPU kernels agree).
 double int_floordiv(double a, double b) {
-  if (b == 0) return 0;
-  return static_cast<double>(floor_div(static_cast<int64_t>(a), static_cast<int64_t>(b)));
+  const int64_t y = as_int64(b);
+  if (y == 0) return 0;
+  return static_cast<double>(floor_div(as_int64(a), y));
 }
 double int_mod(double a, double b) {
-  if (b == 0) return 0;
-  return static_cast<double>(floor_mod(static_cast<int64_t>(a), static_cast<int64_t>(b)));
+  const int64_t y = as_int64(b);
+  if (y == 0) return 0;
+  return static_cast<double>(floor_mod(as_int64(a), y));
 }
 double float_mod(double a, double b) {
   double m = std::fmod(a, b);

@@ -110,16 +110,23 @@ __device__ __forceinline__ void st_u32(u8_t* p, i64_t i, double v) { ((unsigned*
 __device__ __forceinline__ void st_u8(u8_t* p, i64_t i, double v) { p[i] = (u8_t)thunky_wrap_unsigned(v); }
 __device__ __forceinline__ void st_bool(u8_t* p, i64_t i, double v) { p[i] = (v != 0 && v == v) ? 1 : 0; }
 
+__device__ __forceinline__ i64_t thunky_as_i64(double v) {  // truncated, saturated, NaN as 0 (as cvt.rzi.s64.f64)
+  if (v != v) return 0;
+  if (v >= 9223372036854775807.0) return 0x7fffffffffffffffLL;
+  if (v <= -9223372036854775808.0) return (i64_t)0x8000000000000000ULL;
+  return (i64_t)v;
+}
 __device__ __forceinline__ double thunky_floordiv(double a, double b) {
-  i64_t x = (i64_t)a, y = (i64_t)b;
+  i64_t x = thunky_as_i64(a), y = thunky_as_i64(b);
   if (y == 0) return 0;
+  if (y == -1) return (double)(i64_t)(0ULL - (u64_t)x);
   i64_t q = x / y;
   if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
   return (double)q;
 }
 __device__ __forceinline__ double thunky_imod(double a, double b) {
-  i64_t x = (i64_t)a, y = (i64_t)b;
-  if (y == 0) return 0;
+  i64_t x = thunky_as_i64(a), y = thunky_as_i64(b);
+  if (y == 0 || y == -1) return 0;
   i64_t m = x % y;
   if (m != 0 && ((m < 0) != (y < 0))) m += y;
   return (double)m;

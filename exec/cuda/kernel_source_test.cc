@@ -92,10 +92,10 @@ std::vector<uint8_t> typed(DType t, const std::vector<double>& v) {
 // Values that probe rounding, wrapping, NaN and signed zero.
 std::vector<double> probe_values() {
   std::vector<double> v = {0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 3.0, -7.0, 255.0, 256.0, 300.0, -129.0, 65504.0, 65520.0, 448.0, 464.0,
-                           1e-3, 6e-8, 1e30, -1e30, 3.4e38, NAN, INFINITY, -INFINITY, 2147483648.0, -2147483649.0, 4294967296.5, 1e19};
+                           1e-3, 6e-8, 1e30, -1e30, 3.4e38, NAN, INFINITY, -INFINITY, 2147483648.0, -2147483649.0, 4294967296.5, 1e19, -9223372036854775808.0};
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(-1000, 1000);
-  for (int i = 0; i < 34; ++i) v.push_back(u(rng));
+  for (int i = 0; i < 33; ++i) v.push_back(u(rng));
   return v;  // 64 values
 }
 
@@ -135,6 +135,9 @@ TEST(GeneratedKernels, ArithmeticAndComparisonsMatchTheCpuBackendBitForBit) {
 TEST(GeneratedKernels, IntegerSemanticsWrapAndFloorAsOnTheCpu) {
   // Python floor semantics on integers, a zero divisor giving 0, wrapping stores.
   expect_map_matches_cpu("x // y", DType::s32, DType::s32, DType::s32);
+  // INT64_MIN // -1 wraps and INT64_MIN % -1 is 0, never a signal.
+  expect_map_matches_cpu("x // y", DType::s64, DType::s64, DType::s64);
+  expect_map_matches_cpu("x % y", DType::s64, DType::s64, DType::s64);
   expect_map_matches_cpu("x % y", DType::s64, DType::s8, DType::s64);
   expect_map_matches_cpu("3 * x + 1", DType::s32, DType::s32, DType::s8);
   expect_map_matches_cpu("x + y", DType::u8, DType::u32, DType::u8);
