@@ -1,5 +1,7 @@
 #include "sim/collective_cost.h"
 
+#include "sim/nccl_model.h"
+
 #include <algorithm>
 
 namespace thunky::sim {
@@ -74,6 +76,25 @@ double collective_seconds(Op op, const std::vector<AxisSpan>& axes, double bytes
   }
   if (op == Op::all_reduce) return 2.0 * combine(latency, transfer, additive);
   return combine(latency, transfer * (op == Op::all_to_all ? volume : 1.0), additive);
+}
+
+CollectiveCost collective_cost(Op op, const std::vector<AxisSpan>& axes, double bytes) {
+  int64_t n = 1;
+  for (const auto& a : axes) n *= a.ranks;
+  if (n <= 1 || axes.empty()) return {};
+  const AxisLinks& first = *axes.front().links;
+  if (first.nccl) {
+    const NcclChoice c = nccl_collective(op, first, n, bytes);
+    return {c.latency_s, c.transfer_s, true, c.algo, c.proto};
+  }
+  // The ideal formulas: the latency term alone, and what the bytes add.
+  const double latency = collective_seconds(op, axes, 0, false);
+  return {latency, std::max(0.0, collective_seconds(op, axes, bytes, true) - latency)};
+}
+
+std::string CollectiveCost::algorithm() const {
+  if (!nccl) return "";
+  return std::string(nccl_algo_name(algo)) + "/" + std::string(nccl_proto_name(proto));
 }
 
 double permute_seconds(const AxisLinks& links, int64_t hops, double bytes, bool additive) {

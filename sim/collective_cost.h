@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/schedule.h"
@@ -27,6 +28,20 @@ double collective_seconds(Op op, const std::vector<AxisSpan>& axes, double bytes
 // A collective_permute pair moving `bytes` over `hops` links of a ring axis
 // (or through a switch when the axis is not a ring).
 double permute_seconds(const AxisLinks& links, int64_t hops, double bytes, bool additive);
+
+// A collective's price split as the engine runs it: a latency, then a
+// transfer (whose rate the links it drives share by max-min), and, under
+// the NCCL model, the algorithm and protocol it got ("ring/LL128").
+struct CollectiveCost {
+  double latency_s = 0, transfer_s = 0;
+  bool nccl = false;  // priced by the NCCL model, which chose:
+  NcclAlgo algo = NcclAlgo::ring;
+  NcclProto proto = NcclProto::simple;
+  std::string algorithm() const;  // "ring/LL128", or "" under the ideal formulas
+};
+// The axes' collective model decides: the ideal formulas, or NCCL's
+// (nccl_model.h) when the first axis says "collective_model": "nccl".
+CollectiveCost collective_cost(Op op, const std::vector<AxisSpan>& axes, double bytes);
 
 // nccl-tests' convention: algBw = bytes / time; busBw = algBw * factor with
 // factor (n-1)/n for all_gather, reduce_scatter and all_to_all, 2(n-1)/n

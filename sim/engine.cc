@@ -803,9 +803,10 @@ class Engine {
       }
       return bytes;
     }
-    const double lat_only = collective_seconds(c.op, spans, 0, false);
-    const double transfer = std::max(0.0, collective_seconds(c.op, spans, bytes, true) - lat_only);
-    latency = std::max(latency, lat_only);
+    const CollectiveCost cost = collective_cost(c.op, spans, bytes);
+    const double transfer = cost.transfer_s;
+    latency = std::max(latency, cost.latency_s);
+    if (cost.nccl) algorithm_of(mi) = cost;
     // One flow over every link the collective drives, sized so that alone
     // it takes the closed-form transfer time at the slowest link's rate.
     const int f = new_flow(a, 0);
@@ -902,7 +903,7 @@ class Engine {
     const Command& c = *infos_[info].cmd;
     auto [it, fresh] = stats_seen_.try_emplace(std::pair{info, inst}, static_cast<int>(stats_.size()));
     if (!fresh) return;
-    stats_.push_back({op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0});
+    stats_.push_back({op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0, algorithm_at(info)});
     act.stats.push_back(it->second);
   }
 
@@ -1011,9 +1012,16 @@ class Engine {
       for (int f : link_flows_[l]) load += flows_[f].rate;
       const double u = capacity_[l] > 0 ? std::min(1.0, load / capacity_[l]) : 0.0;
       auto& s = link_series_[l];
-      if (s.empty() ? u != 0 : s.back().second != u) {
-        if (!s.empty() && s.back().first == now_) s.back().second = u;
-        else s.emplace_back(now_, u);
+      // Shares that differ only by rounding (the same load summed in
+      // another order) are no change.
+      if (s.empty() ? u > 1e-12 : std::abs(s.back().second - u) > 1e-9) {
+        if (!s.empty() && s.back().first == now_) {
+          // Changed twice at one instant: back to what it was is no change.
+          s.back().second = u;
+          if (s.size() > 1 && std::abs(s[s.size() - 2].second - u) <= 1e-9) s.pop_back();
+        } else {
+          s.emplace_back(now_, u);
+        }
       }
     }
   }
@@ -1278,6 +1286,7 @@ class Engine {
         const Command& c = *infos_[rec.info].cmd;
         const Work& w = work(rec.info, rank, scratch);
         rr.ops.push_back({op_id(rec.info, rec.instance), std::string(op_name(c.op)), c.rare().name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
+        rr.ops.back().algorithm = algorithm_at(rec.info);
       }
       for (const Edge& e : edges_[from])
         rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, infos_[e.info].cmd->token, e.join});
@@ -1364,6 +1373,15 @@ class Engine {
   std::vector<std::vector<Rec>> ops_;
   std::vector<std::vector<Edge>> edges_;
   std::vector<CollectiveStat> stats_;
+  // The algorithm and protocol each collective got under the NCCL model, by info.
+  std::vector<CollectiveCost> algorithms_;
+  CollectiveCost& algorithm_of(int info) {
+    if (algorithms_.size() <= static_cast<size_t>(info)) algorithms_.resize(infos_.size());
+    return algorithms_[static_cast<size_t>(info)];
+  }
+  std::string algorithm_at(int info) const {
+    return static_cast<size_t>(info) < algorithms_.size() ? algorithms_[static_cast<size_t>(info)].algorithm() : std::string();
+  }
   // (command, instance) -> its row of stats_
   std::pmr::map<std::pair<int, int32_t>, int> stats_seen_{&arena_};
   EventQueue queue_;

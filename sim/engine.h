@@ -29,6 +29,7 @@ struct CollectiveStat {
   double bytes = 0;  // V of the cost model
   double seconds = 0;
   double alg_bw = 0, bus_bw = 0;
+  std::string algorithm;  // "ring/Simple" under the NCCL model, else empty
 };
 
 struct SimResult {

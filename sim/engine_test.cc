@@ -132,12 +132,13 @@ TEST(SimLinks, SwitchAndHierarchicalThroughTheEngine) {
   };
   const std::string models = std::string(THUNKY_SOURCE_DIR) + "/models";
   const double gib = 1073741824.0;
-  // H100 node (switch, additive): 7/8 * 2^30 / 4.5e11 + 5 us = 2092.7 us.
-  EXPECT_NEAR(makespan(sched(8), load_machine("h100-8gpu", models).value()), 7.0 / 8 * gib / 4.5e11 + 5e-6, 1e-9);
-  // H100 cluster, 16 ranks = 2 nodes: within the node 7/8 V / 4.5e11 + 5 us, across nodes
-  // 1/2 V / (8 * 5e10) + 10 us: 2092.7 + 1352.2 = 3444.9 us.
-  EXPECT_NEAR(makespan(sched(16), load_machine("h100-cluster", models).value()),
-              7.0 / 8 * gib / 4.5e11 + 5e-6 + 0.5 * gib / (8 * 5e10) + 1e-5, 1e-9);
+  // H100 node, NCCL model: ring/Simple all_gather, n - 1 = 7 steps:
+  // 19.4 + 8.4 + 7 x 6.79 = 75.33 us, plus 7/8 x 2^30 / (0.82 x 4.5e11).
+  EXPECT_NEAR(makespan(sched(8), load_machine("h100-8gpu", models).value()), 75.33e-6 + 7.0 / 8 * gib / (0.82 * 4.5e11), 1e-9);
+  // H100 cluster, 16 ranks = 2 nodes: 15 steps, one across nodes (28 us):
+  // 19.4 + 8.4 + 14 x 6.79 + 28 = 150.86 us, and a node's 8 NICs at
+  // 0.92 x 5e10 each (368 GB/s, under NVLink's 369) bound the bandwidth.
+  EXPECT_NEAR(makespan(sched(16), load_machine("h100-cluster", models).value()), 150.86e-6 + 15.0 / 16 * gib / (0.92 * 5e10 * 8), 1e-9);
 }
 
 // One collective alone on 4 ranks, V = 1e6 bytes (the gathered result,
@@ -153,9 +154,9 @@ Machine topology_machine(const std::string& t) {
   if (t == "ring" || t == "line")
     axes = R"({"topology": "ring", "wraparound": )" + std::string(t == "ring" ? "true" : "false") + R"(, "link_bandwidth": 1e9, "hop_latency_s": 0})";
   else if (t == "switch")
-    axes = R"({"topology": "switch", "egress_bandwidth": 1e9, "latency_s": 0})";
+    axes = R"({"topology": "switch", "egress_bandwidth": 1e9, "latency_s": 0, "collective_model": "ideal"})";
   else
-    axes = R"({"topology": "hierarchical", "group_size": 2, "switch": {"egress_bandwidth": 1e9, "latency_s": 0}, "nic_bandwidth": 1e8, "nic_latency_s": 0})";
+    axes = R"({"topology": "hierarchical", "group_size": 2, "switch": {"egress_bandwidth": 1e9, "latency_s": 0}, "nic_bandwidth": 1e8, "nic_latency_s": 0, "collective_model": "ideal"})";
   return parse_machine(nlohmann::ordered_json::parse(R"({"format": "thunky.machine/1", "name": "t",
     "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "test"}, "axes": {"*": )" + axes + "}}"));
 }

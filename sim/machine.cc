@@ -26,6 +26,63 @@ void parse_switch(Obj& o, AxisLinks& a) {
   if (a.egress_bandwidth <= 0) fail(o.at("egress_bandwidth"), "must be positive");
 }
 
+// One protocol's figures ("ring": {"LL": {...}}); each key optional.
+void parse_protocols(Obj& o, std::string_view key, NcclProtocol (&protos)[kNcclProtos]) {
+  std::optional<Value> v = o.get(key);
+  if (!v) return;
+  Obj po(*v, o.at(key));
+  for (int p = 0; p < kNcclProtos; ++p) {
+    const std::string_view name = nccl_proto_name(static_cast<NcclProto>(p));
+    std::optional<Value> pv = po.get(name);
+    if (!pv) continue;
+    Obj f(*pv, po.at(name));
+    NcclProtocol& x = protos[p];
+    x.base_latency_s = positive(f, "base_latency_s", false, x.base_latency_s);
+    x.step_latency_s = positive(f, "step_latency_s", false, x.step_latency_s);
+    x.efficiency = positive(f, "efficiency", false, x.efficiency);
+    if (x.efficiency <= 0 || x.efficiency > 1) fail(f.at("efficiency"), "must be in (0, 1]");
+    x.max_bandwidth = positive(f, "max_bandwidth", false, x.max_bandwidth);
+    f.done();
+  }
+  po.done();
+}
+
+// The collective model of an axis: "collective_model", "algorithms" and
+// the "nccl" figures (DESIGN.md 4.5).
+void parse_collective_model(Obj& o, AxisLinks& a) {
+  const std::string model = o.str_or("collective_model", a.topology == AxisLinks::Topology::ring ? "ideal" : "nccl");
+  if (model != "ideal" && model != "nccl") fail(o.at("collective_model"), "expected ideal or nccl");
+  a.nccl = model == "nccl";
+  if (std::optional<Value> algs = o.get("algorithms")) {
+    if (!algs->is_array() || algs->empty()) fail(o.at("algorithms"), "expected a non-empty list of ring, tree, nvls, nvls_tree");
+    a.algorithms = 0;
+    algs->each_element([&](size_t i, Value e) {
+      const std::string at = child(o.at("algorithms"), i);
+      bool known = false;
+      for (int k = 0; k < kNcclAlgos; ++k)
+        if (e.is_string() && e.str() == nccl_algo_name(static_cast<NcclAlgo>(k))) {
+          a.algorithms |= static_cast<uint8_t>(1u << k);
+          known = true;
+        }
+      if (!known) fail(at, "unknown algorithm (expected ring, tree, nvls or nvls_tree)");
+    });
+  }
+  std::optional<Value> nv = o.get("nccl");
+  if (!nv) return;
+  if (!a.nccl) fail(o.at("nccl"), "NCCL figures need \"collective_model\": \"nccl\"");
+  Obj n(*nv, o.at("nccl"));
+  NcclParams& q = a.nccl_params;
+  q.overhead_s = positive(n, "overhead_s", false, q.overhead_s);
+  parse_protocols(n, "ring", q.ring);
+  parse_protocols(n, "tree", q.tree);
+  parse_protocols(n, "network", q.network);
+  q.nvls_bandwidth = positive(n, "nvls_bandwidth", false, q.nvls_bandwidth);
+  q.nvls_latency_s = positive(n, "nvls_latency_s", false, q.nvls_latency_s);
+  if (std::optional<Value> m = n.get("nvls_min_ranks")) q.nvls_min_ranks = as_int(*m, n.at("nvls_min_ranks"));
+  q.multinode_simple_factor = positive(n, "multinode_simple_factor", false, q.multinode_simple_factor);
+  n.done();
+}
+
 AxisLinks parse_axis(Value j, const std::string& ptr) {
   Obj o(j, ptr);
   AxisLinks a;
@@ -52,11 +109,39 @@ AxisLinks parse_axis(Value j, const std::string& ptr) {
   } else {
     fail(o.at("topology"), "unknown topology '" + topo + "' (expected ring, switch or hierarchical)");
   }
+  parse_collective_model(o, a);
   o.done();
   return a;
 }
 
 }  // namespace
+
+std::string_view nccl_algo_name(NcclAlgo a) {
+  constexpr std::string_view kNames[] = {"ring", "tree", "nvls", "nvls_tree"};
+  return kNames[static_cast<int>(a)];
+}
+std::string_view nccl_proto_name(NcclProto p) {
+  constexpr std::string_view kNames[] = {"LL", "LL128", "Simple"};
+  return kNames[static_cast<int>(p)];
+}
+
+// NCCL's tuning figures (src/graph/tuning.cc, NCCL 2.2x): base latency
+// {LL, LL128, Simple} Ring {6.6, 14, 8.4} us, Tree {6.8, 14, 8.4} us;
+// NVLink step latency Ring {0.6, 1.9, 3.4} us, Tree {0.6, 1.25, 4.0} us;
+// network step latency Ring {2.7, 4.0, 14} us, Tree {5.0, 8.5, 14} us;
+// bandwidth: Simple near 80% of the link rate, LL128 at 0.92 of Simple,
+// LL at half (and at most 141 GB/s on Hopper), Tree LL128 x 7/9, Tree LL / 3.8.
+NcclParams::NcclParams() {
+  const double ring_base[] = {6.6e-6, 14e-6, 8.4e-6}, ring_step[] = {0.6e-6, 1.9e-6, 3.4e-6};
+  const double tree_base[] = {6.8e-6, 14e-6, 8.4e-6}, tree_step[] = {0.6e-6, 1.25e-6, 4.0e-6};
+  const double net_ring[] = {2.7e-6, 4.0e-6, 14e-6};
+  const double eff_simple = 0.8, eff[] = {0.5 * eff_simple, 0.92 * eff_simple, eff_simple};
+  for (int p = 0; p < kNcclProtos; ++p) {
+    ring[p] = {ring_base[p], ring_step[p], eff[p], p == 0 ? 141e9 : 0};
+    tree[p] = {tree_base[p], tree_step[p], p == 0 ? 0.92 * eff_simple / 3.8 : p == 1 ? 0.92 * eff_simple * 7 / 9 : 0.92 * eff_simple, 0};
+    network[p] = {0, net_ring[p], 0.92, 0};
+  }
+}
 
 const AxisLinks* Machine::axis(std::string_view n) const {
   auto it = axes.find(std::string(n));

@@ -2,6 +2,7 @@
 // of every mesh axis, loaded strictly (unknown keys are errors).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +14,36 @@
 #include "core/status.h"
 
 namespace thunky::sim {
+
+// NCCL's algorithms and protocols, as its tuning model prices them.
+enum class NcclAlgo : uint8_t { ring, tree, nvls, nvls_tree };
+enum class NcclProto : uint8_t { ll, ll128, simple };
+constexpr int kNcclAlgos = 4, kNcclProtos = 3;
+std::string_view nccl_algo_name(NcclAlgo a);    // "ring", "tree", "nvls", "nvls_tree"
+std::string_view nccl_proto_name(NcclProto p);  // "LL", "LL128", "Simple"
+
+// One protocol of one algorithm: a latency (base, plus per step of the
+// algorithm) and an achievable bus bandwidth, a fraction of the link rate
+// (the protocol's efficiency), capped where NCCL caps it.
+struct NcclProtocol {
+  double base_latency_s = 0, step_latency_s = 0;
+  double efficiency = 1;    // of the axis' link rate (egress, or the NICs across nodes)
+  double max_bandwidth = 0;  // bytes/s; 0 = no cap
+};
+
+// The NCCL cost model of an axis (DESIGN.md 4.5). Defaults are NCCL's own
+// tuning figures (src/graph/tuning.cc) for NVLink and InfiniBand; machine
+// files calibrate them from nccl-tests runs (thunky-calibrate).
+struct NcclParams {
+  double overhead_s = 0;  // per collective: launch and synchronisation the tuning tables leave out
+  NcclProtocol ring[kNcclProtos], tree[kNcclProtos];
+  NcclProtocol network[kNcclProtos];  // a step across nodes (hierarchical): latency, and efficiency of the NICs
+  double nvls_bandwidth = 0;           // bus bandwidth of NVLS all_reduce (NVLink SHARP); 0 = no NVLS
+  double nvls_latency_s = 25e-6;
+  int64_t nvls_min_ranks = 5;  // NCCL enables NVLS from this many GPUs of a node (Hopper)
+  double multinode_simple_factor = 1.4;  // NCCL's latency factor of multi-node Ring/Simple all_reduce
+  NcclParams();
+};
 
 struct AxisLinks {
   enum class Topology { ring, switch_, hierarchical };
@@ -28,6 +59,11 @@ struct AxisLinks {
   int64_t group_size = 1;
   double nic_bandwidth = 0;
   double nic_latency_s = 0;
+  // How collectives are priced: the ideal formulas (DESIGN.md 4.2), or as
+  // NCCL runs them (4.5; the default for switch and hierarchical axes).
+  bool nccl = false;
+  uint8_t algorithms = 0xf;  // allowed NcclAlgo bits ("algorithms", as NCCL_ALGO)
+  NcclParams nccl_params;
 };
 
 struct Machine {

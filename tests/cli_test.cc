@@ -46,6 +46,7 @@ Result run_tool(const std::string& tool, const std::string& args) {
 Result run(const std::string& args) { return run_tool(THUNKY_EXEC_BIN, args); }
 Result sim(const std::string& args) { return run_tool(THUNKY_SIM_BIN, args); }
 Result compare(const std::string& args) { return run_tool(THUNKY_COMPARE_BIN, args); }
+Result calibrate(const std::string& args) { return run_tool(THUNKY_CALIBRATE_BIN, args); }
 
 const std::string kSrc = THUNKY_SOURCE_DIR;
 
@@ -379,6 +380,38 @@ TEST(CompareCli, PredictedAgainstMeasuredCommandByCommand) {
   EXPECT_EQ(compare((dir / "one.json").string() + " " + (dir / "m.json").string()).code, 2);
   EXPECT_EQ(compare("").code, 2);
   fs::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CalibrateCli, FitsNcclTestsAndWritesAMachineThatThunkySimLoads) {
+  TempDir d("calibrate");
+  const std::string out = (d.path / "a100-cal.json").string();
+  Result r = calibrate("nccl-tests " + kSrc + "/tests/nccl/a100_8gpu_all_reduce_perf.txt --machine a100-8gpu -o " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // One row per size (28), then the fit's summary.
+  EXPECT_NE(r.out.find("fit over 28 sizes"), std::string::npos) << r.out;
+  auto m = nlohmann::json::parse(std::ifstream(out));
+  EXPECT_EQ(m["name"], "a100-8gpu-nvlink-calibrated");
+  EXPECT_EQ(m["axes"]["*"]["collective_model"], "nccl");
+  EXPECT_NE(m["chip"]["source"].get<std::string>().find("a100_8gpu_all_reduce_perf.txt"), std::string::npos);
+  Result s = sim(kSrc + "/examples/sum_across_gpus.json --machine " + out);
+  EXPECT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("ring/LL"), std::string::npos) << s.out;  // a tiny all_reduce takes LL
+}
+
+TEST(CalibrateCli, ABadFileNamesItsLine) {
+  TempDir d("calibrate_bad");
+  const std::string bad = d.write("all_gather_perf.txt",
+                                  "# nThread 1 nGpus 8\n#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                                  "  1024  256  float  none  -1  12.5  0.1  0.1  0  twelve  0.1  0.1  0\n");
+  Result r = calibrate("nccl-tests " + bad + " --machine h100-8gpu -o " + (d.path / "o.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(bad + ":line 3: in-place time 'twelve'"), std::string::npos) << r.err;
+  EXPECT_EQ(calibrate("nccl-tests " + bad + " -o x.json").code, 2);  // --machine is required
+  EXPECT_FALSE(fs::exists(d.path / "o.json"));
 }
 
 }  // namespace

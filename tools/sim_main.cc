@@ -62,11 +62,11 @@ int run_main(int argc, char** argv) {
   thunky::print_table(r->report, std::cout);
   if (!r->collectives.empty()) {
     char line[256];
-    std::snprintf(line, sizeof line, "%-34s %-20s %6s %14s %12s %12s\n", "collective (rank 0)", "op", "ranks", "time_us", "algbw_GB/s", "busbw_GB/s");
+    std::snprintf(line, sizeof line, "%-34s %-20s %6s %14s %12s %12s  %s\n", "collective (rank 0)", "op", "ranks", "time_us", "algbw_GB/s", "busbw_GB/s", "algorithm");
     std::cout << line;
     for (const auto& c : r->collectives) {
-      std::snprintf(line, sizeof line, "%-34s %-20s %6lld %14.3f %12.2f %12.2f\n", c.id.c_str(), c.op.c_str(), static_cast<long long>(c.ranks),
-                    c.seconds * 1e6, c.alg_bw / 1e9, c.bus_bw / 1e9);
+      std::snprintf(line, sizeof line, "%-34s %-20s %6lld %14.3f %12.2f %12.2f  %s\n", c.id.c_str(), c.op.c_str(), static_cast<long long>(c.ranks),
+                    c.seconds * 1e6, c.alg_bw / 1e9, c.bus_bw / 1e9, c.algorithm.empty() ? "ideal" : c.algorithm.c_str());
       std::cout << line;
     }
   }

@@ -140,9 +140,11 @@ ojson to_json(const Report& r) {
     rj["rank"] = rank.rank;
     rj["coords"] = rank.coords;
     ojson ops = ojson::array();
-    for (const auto& op : rank.ops)
+    for (const auto& op : rank.ops) {
       ops.push_back({{"id", op.id}, {"op", op.op}, {"name", op.name}, {"stream", op.stream}, {"start_s", op.start_s},
                      {"end_s", op.end_s}, {"bytes", op.bytes}, {"flops", op.flops}});
+      if (!op.algorithm.empty()) ops.back()["algorithm"] = op.algorithm;
+    }
     rj["ops"] = ops;
     ojson flows = ojson::array();
     for (const auto& f : rank.flows)
@@ -199,6 +201,7 @@ Report report_from_json(const ojson& j) {
         rec.end_s = need(o, "end_s", op_ptr).get<double>();
         rec.bytes = o.value("bytes", int64_t{0});
         rec.flops = o.value("flops", 0.0);
+        rec.algorithm = o.value("algorithm", "");
         rr.ops.push_back(rec);
       }
       if (ranks[i].contains("flows"))

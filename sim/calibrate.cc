@@ -1,0 +1,181 @@
+#include "sim/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "core/status.h"
+#include "sim/nccl_model.h"
+
+namespace thunky::sim {
+
+namespace {
+
+[[noreturn]] void fail_at(int line, const std::string& what) { throw ThunkyError("line " + std::to_string(line), what); }
+
+std::optional<Op> op_of_test(const std::string& name) {
+  if (name.find("all_reduce") != std::string::npos) return Op::all_reduce;
+  if (name.find("all_gather") != std::string::npos) return Op::all_gather;
+  if (name.find("reduce_scatter") != std::string::npos) return Op::reduce_scatter;
+  if (name.find("alltoall") != std::string::npos || name.find("all_to_all") != std::string::npos) return Op::all_to_all;
+  if (name.find("sendrecv") != std::string::npos) return Op::collective_permute;
+  return std::nullopt;
+}
+
+bool parse_number(const std::string& s, double& out) {
+  if (s == "N/A") {
+    out = 0;
+    return true;
+  }
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end && *end == '\0' && std::isfinite(out) && out >= 0;
+}
+
+}  // namespace
+
+std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file) {
+  std::optional<Op> op = op_of_test(file.substr(file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/') + 1));
+  int64_t ranks = 0, threads_gpus = 0;
+  bool table = false;
+  std::vector<NcclTestRow> rows;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    // MPI launchers prefix each line ("[1,0]<stdout>:").
+    if (auto k = line.find("<stdout>:"); k != std::string::npos) line = line.substr(k + 9);
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (w.empty()) continue;
+    if (w[0] == "#") {
+      if (line.find("Collective test starting:") != std::string::npos) {
+        op = op_of_test(w.back());
+        if (!op) fail_at(n, "unknown collective test '" + w.back() + "'");
+      }
+      if (w.size() > 2 && w[1] == "Rank") ++ranks;
+      if (w.size() > 1 && w[1] == "nThread") {
+        int64_t t = 0, g = 0;
+        for (size_t i = 1; i + 1 < w.size(); ++i) {
+          if (w[i] == "nThread") t = std::atoll(w[i + 1].c_str());
+          if (w[i] == "nGpus") g = std::atoll(w[i + 1].c_str());
+        }
+        threads_gpus = t * g;
+      }
+      if (w.size() > 1 && w[1] == "size") table = true;
+      continue;
+    }
+    if (line[0] == '#' || !table || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
+    // size count type [redop [root]] time algbw busbw #wrong [time algbw busbw #wrong]:
+    // counted from the end, the out-of-place time is 8th (4th when there
+    // is no in-place half) and the in-place time 4th.
+    if (!op) fail_at(n, "cannot tell the collective: no '# Collective test starting:' line and the file name names none (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, sendrecv_perf)");
+    if (w.size() < 7) fail_at(n, "expected size, count, type, ..., time, algbw, busbw, #wrong columns, got " + std::to_string(w.size()));
+    NcclTestRow r;
+    r.op = *op;
+    r.file = file;
+    r.line = n;
+    if (!parse_number(w[0], r.bytes) || r.bytes <= 0) fail_at(n, "size '" + w[0] + "' is not a positive number");
+    const bool both = w.size() >= 11;
+    const std::string& oop_text = w[w.size() - (both ? 8 : 4)];
+    double oop = 0, ip = 0;
+    if (!parse_number(oop_text, oop)) fail_at(n, "out-of-place time '" + oop_text + "' is not a number of microseconds");
+    if (both && !parse_number(w[w.size() - 4], ip)) fail_at(n, "in-place time '" + w[w.size() - 4] + "' is not a number of microseconds");
+    r.out_of_place_s = oop * 1e-6;
+    r.in_place_s = ip * 1e-6;
+    if (r.seconds() <= 0) fail_at(n, "no positive time on this line");
+    rows.push_back(r);
+  }
+  if (ranks == 0) ranks = threads_gpus;
+  if (rows.empty()) fail_at(n, "no result rows (is this the stdout of an nccl-tests program?)");
+  if (ranks < 2) fail_at(1, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
+  for (auto& r : rows) r.ranks = ranks;
+  return rows;
+}
+
+double model_bytes(const NcclTestRow& r) { return r.bytes; }
+
+double model_seconds(const AxisLinks& a, const NcclTestRow& r) {
+  if (r.op == Op::collective_permute) {
+    // sendrecv: each rank sends to its neighbour, bytes over one link.
+    const double bw = a.topology == AxisLinks::Topology::ring ? a.link_bandwidth : a.egress_bandwidth;
+    const NcclProtocol& s = a.nccl_params.ring[static_cast<int>(NcclProto::simple)];
+    return a.nccl_params.overhead_s + s.base_latency_s + s.step_latency_s + r.bytes / (s.efficiency * bw);
+  }
+  return nccl_collective(r.op, a, r.ranks, model_bytes(r)).seconds();
+}
+
+namespace {
+
+// One fitted figure: where it lives in the axis, and its bounds.
+struct Knob {
+  double* value;
+  double lo, hi;
+};
+
+double mean_error(const AxisLinks& a, const std::vector<NcclTestRow>& rows, double* worst = nullptr) {
+  double sum = 0, max = 0;
+  for (const auto& r : rows) {
+    const double e = std::fabs(model_seconds(a, r) - r.seconds()) / r.seconds();
+    sum += e;
+    max = std::max(max, e);
+  }
+  if (worst) *worst = max;
+  return sum / static_cast<double>(rows.size());
+}
+
+}  // namespace
+
+FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows) {
+  FitResult out;
+  out.axis = base;
+  AxisLinks& a = out.axis;
+  a.nccl = true;
+  NcclParams& q = a.nccl_params;
+  std::vector<Knob> knobs = {{&q.overhead_s, 0, 1e-3}};
+  for (auto& p : q.ring) {
+    knobs.push_back({&p.step_latency_s, 0, 1e-3});
+    knobs.push_back({&p.efficiency, 1e-3, 1});
+  }
+  bool nvls_used = false, multinode = false;
+  for (const auto& r : rows) {
+    nvls_used |= r.op == Op::all_reduce && q.nvls_bandwidth > 0 && r.ranks >= q.nvls_min_ranks;
+    multinode |= base.topology == AxisLinks::Topology::hierarchical && r.ranks > base.group_size;
+  }
+  if (nvls_used) {
+    knobs.push_back({&q.nvls_bandwidth, 1e9, 1e13});
+    knobs.push_back({&q.nvls_latency_s, 0, 1e-3});
+  }
+  if (multinode)
+    for (auto& p : q.network) {
+      knobs.push_back({&p.step_latency_s, 0, 1e-2});
+      knobs.push_back({&p.efficiency, 1e-3, 1});
+    }
+  // Random search in log space, one figure at a time, from the base
+  // figures; a fixed seed makes it repeatable.
+  std::mt19937_64 rng(20261202);
+  std::normal_distribution<double> step(0.0, 0.15);
+  std::uniform_int_distribution<size_t> pick(0, knobs.size() - 1);
+  for (auto& k : knobs)
+    if (*k.value <= 0) *k.value = k.lo > 0 ? k.lo : 1e-7;
+  double best = mean_error(a, rows);
+  for (int it = 0; it < 30000; ++it) {
+    Knob& k = knobs[pick(rng)];
+    const double old = *k.value;
+    *k.value = std::clamp(old * std::exp(step(rng)), k.lo > 0 ? k.lo : 1e-9, k.hi);
+    const double e = mean_error(a, rows);
+    if (e < best) best = e;
+    else *k.value = old;
+  }
+  out.mean_abs_error = mean_error(a, rows, &out.max_abs_error);
+  return out;
+}
+
+}  // namespace thunky::sim

@@ -1,0 +1,55 @@
+// Calibration from measurements: the standard stdout of nccl-tests
+// (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf,
+// sendrecv_perf) read into rows, and the NCCL model of an axis fitted to
+// them (thunky-calibrate nccl-tests).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/schedule.h"
+#include "sim/machine.h"
+
+namespace thunky::sim {
+
+// One size of one nccl-tests run.
+struct NcclTestRow {
+  Op op = Op::all_reduce;  // collective_permute for sendrecv_perf
+  int64_t ranks = 0;
+  double bytes = 0;                      // the "size" column
+  double out_of_place_s = 0, in_place_s = 0;  // 0 where the column reads N/A
+  std::string file;
+  int line = 0;
+  // The measured time (out-of-place, else in-place).
+  double seconds() const { return out_of_place_s > 0 ? out_of_place_s : in_place_s; }
+};
+
+// Reads one nccl-tests output. The collective comes from a "# Collective
+// test starting: X_perf" line, else from the file name (all_reduce_perf...);
+// the ranks from the "#  Rank k" lines (or nThread x nGpus). Throws
+// ThunkyError whose pointer is "line N" on anything it cannot read.
+std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file);
+
+// V of DESIGN.md 4.2 for a row (what the engine prices): the size column
+// is the gathered result for all_gather, the unreduced input for
+// reduce_scatter and the array for the others, as nccl-tests reports it.
+double model_bytes(const NcclTestRow& r);
+
+// The NCCL model's time for a row on axis `a`.
+double model_seconds(const AxisLinks& a, const NcclTestRow& r);
+
+struct FitResult {
+  AxisLinks axis;                // the fitted axis
+  double mean_abs_error = 0;     // over the rows, relative
+  double max_abs_error = 0;
+};
+
+// Fits the axis' NCCL figures to the rows (least mean relative error of the
+// times): the overhead, every ring protocol's step latency and efficiency,
+// NVLS' bandwidth and latency where the axis has NVLS and the rows hold an
+// all_reduce that uses it, and the network's figures where the rows span
+// nodes. Deterministic.
+FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows);
+
+}  // namespace thunky::sim

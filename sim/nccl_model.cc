@@ -1,0 +1,118 @@
+#include "sim/nccl_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace thunky::sim {
+
+namespace {
+
+// What an axis offers: the link rate within a node (egress of a device),
+// the NICs' rate of a node across nodes, and how the ranks split.
+struct Shape {
+  double intra_bw = 0, inter_bw = 0;
+  int64_t per_node = 1, nodes = 1;
+};
+
+Shape shape_of(const AxisLinks& a, int64_t n) {
+  Shape s;
+  if (a.topology == AxisLinks::Topology::ring) {
+    s.intra_bw = 2 * a.link_bandwidth;
+    s.per_node = n;
+    return s;
+  }
+  s.intra_bw = a.egress_bandwidth;
+  if (a.topology == AxisLinks::Topology::hierarchical) {
+    s.per_node = std::min(a.group_size, n);
+    s.nodes = (n + s.per_node - 1) / s.per_node;
+    // One NIC per GPU of a node, as on DGX and HGX systems (rail-optimised).
+    s.inter_bw = a.nic_bandwidth * static_cast<double>(s.per_node);
+  } else {
+    s.per_node = n;
+  }
+  return s;
+}
+
+bool allowed(const AxisLinks& a, NcclAlgo algo) { return (a.algorithms >> static_cast<int>(algo)) & 1u; }
+
+double bandwidth(const NcclProtocol& p, double link) {
+  double bw = p.efficiency * link;
+  if (p.max_bandwidth > 0) bw = std::min(bw, p.max_bandwidth);
+  return bw;
+}
+
+// Ring: nsteps = 2(n-1) for all_reduce, n-1 otherwise; of them, the steps
+// that cross nodes pay the network's latency; the bus bandwidth is the
+// slower of the node's links and its NICs. algBw = busBw * n / nsteps.
+NcclChoice ring(Op op, const AxisLinks& a, const Shape& s, int64_t n, double bytes, NcclProto proto) {
+  const NcclParams& q = a.nccl_params;
+  const int pi = static_cast<int>(proto);
+  const double nsteps = op == Op::all_reduce ? 2.0 * static_cast<double>(n - 1) : static_cast<double>(n - 1);
+  const double ninter = s.nodes > 1 ? (op == Op::all_reduce ? 2.0 : 1.0) * static_cast<double>(s.nodes - 1) : 0;
+  double latency = q.overhead_s + q.ring[pi].base_latency_s + (nsteps - ninter) * q.ring[pi].step_latency_s + ninter * q.network[pi].step_latency_s;
+  if (s.nodes > 1 && op == Op::all_reduce && proto == NcclProto::simple) latency *= q.multinode_simple_factor;
+  double bw = bandwidth(q.ring[pi], s.intra_bw);
+  if (s.nodes > 1) bw = std::min(bw, bandwidth(q.network[pi], s.inter_bw));
+  return {latency, nsteps / static_cast<double>(n) * bytes / bw, NcclAlgo::ring, proto};
+}
+
+// Tree (all_reduce): a reduce up and a broadcast down a chain within each
+// node and a binary tree across nodes; algBw = busBw / 2.
+NcclChoice tree(const AxisLinks& a, const Shape& s, double bytes, NcclProto proto) {
+  const NcclParams& q = a.nccl_params;
+  const int pi = static_cast<int>(proto);
+  const double up = static_cast<double>(s.per_node - 1) * q.tree[pi].step_latency_s +
+                    std::log2(static_cast<double>(s.nodes)) * q.network[pi].step_latency_s;
+  const double latency = q.overhead_s + q.tree[pi].base_latency_s + 2 * up;
+  double bw = bandwidth(q.tree[pi], s.intra_bw);
+  if (s.nodes > 1) bw = std::min(bw, bandwidth(q.network[pi], s.inter_bw));
+  return {latency, 2 * bytes / bw, NcclAlgo::tree, proto};
+}
+
+// NVLS (all_reduce on an NVSwitch node, NVLink SHARP; Simple only): the
+// switch reduces, so the bus bandwidth is its own figure. Across nodes
+// (NVLS-tree) the NICs add a tree's steps and their rate.
+NcclChoice nvls(const AxisLinks& a, const Shape& s, int64_t n, double bytes) {
+  const NcclParams& q = a.nccl_params;
+  const int pi = static_cast<int>(NcclProto::simple);
+  double latency = q.overhead_s + q.nvls_latency_s, bw = q.nvls_bandwidth;
+  NcclAlgo algo = NcclAlgo::nvls;
+  if (s.nodes > 1) {
+    latency += 2 * std::log2(static_cast<double>(s.nodes)) * q.network[pi].step_latency_s;
+    bw = std::min(bw, bandwidth(q.network[pi], s.inter_bw));
+    algo = NcclAlgo::nvls_tree;
+  }
+  const double nsteps = 2.0 * static_cast<double>(n - 1);
+  return {latency, nsteps / static_cast<double>(n) * bytes / bw, algo, NcclProto::simple};
+}
+
+}  // namespace
+
+NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes) {
+  if (n <= 1) return {};
+  const Shape s = shape_of(a, n);
+  const NcclParams& q = a.nccl_params;
+  NcclChoice best;
+  double best_t = std::numeric_limits<double>::infinity();
+  auto consider = [&](const NcclChoice& c) {
+    if (c.seconds() < best_t) {
+      best_t = c.seconds();
+      best = c;
+    }
+  };
+  const bool reduce_all = op == Op::all_reduce;
+  for (int p = 0; p < kNcclProtos; ++p) {
+    const auto proto = static_cast<NcclProto>(p);
+    // all_to_all is point-to-point in NCCL: its ring figures with Simple.
+    if (op == Op::all_to_all && proto != NcclProto::simple) continue;
+    if (allowed(a, NcclAlgo::ring)) consider(ring(op, a, s, n, bytes, proto));
+    if (reduce_all && allowed(a, NcclAlgo::tree) && s.nodes > 1) consider(tree(a, s, bytes, proto));
+  }
+  const bool nvls_node = a.topology != AxisLinks::Topology::ring && q.nvls_bandwidth > 0 && s.per_node >= q.nvls_min_ranks;
+  if (reduce_all && nvls_node && allowed(a, s.nodes > 1 ? NcclAlgo::nvls_tree : NcclAlgo::nvls)) consider(nvls(a, s, n, bytes));
+  if (!std::isfinite(best_t)) return ring(op, a, s, n, bytes, NcclProto::simple);  // nothing allowed applies
+  return best;
+}
+
+}  // namespace thunky::sim

@@ -1,0 +1,30 @@
+// Collectives priced as NCCL prices and picks them (DESIGN.md 4.5): for
+// every algorithm (ring, tree, NVLS, NVLS-tree) and protocol (LL, LL128,
+// Simple) that applies, a latency (overhead, base, and a latency per step
+// of the algorithm, steps across nodes at the network's) plus the bytes
+// over an achievable bus bandwidth (link rate x protocol efficiency, the
+// NICs' across nodes); the fastest is taken, as NCCL's tuner does.
+#pragma once
+
+#include <cstdint>
+
+#include "core/schedule.h"
+#include "sim/machine.h"
+
+namespace thunky::sim {
+
+struct NcclChoice {
+  double latency_s = 0, transfer_s = 0;
+  NcclAlgo algo = NcclAlgo::ring;
+  NcclProto proto = NcclProto::simple;
+  double seconds() const { return latency_s + transfer_s; }
+};
+
+// One collective over `n` ranks of axis `a` (switch, hierarchical, or a
+// ring axis whose two directions count as its link rate). `bytes` is V of
+// DESIGN.md 4.2: the gathered result (all_gather), the unreduced input
+// (reduce_scatter), the array (all_reduce, all_to_all), per device. Only
+// the algorithms allowed on the axis are considered; none left is ring.
+NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes);
+
+}  // namespace thunky::sim

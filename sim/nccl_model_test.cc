@@ -1,0 +1,186 @@
+// The NCCL collective model against public nccl-tests measurements, and
+// thunky-calibrate's fit. Each test prints its measured-against-model table.
+#include "sim/nccl_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "sim/calibrate.h"
+
+namespace thunky::sim {
+namespace {
+
+const std::string kModels = std::string(THUNKY_SOURCE_DIR) + "/models";
+
+std::vector<NcclTestRow> fixture(const std::string& name) {
+  const std::string path = std::string(THUNKY_SOURCE_DIR) + "/tests/nccl/" + name;
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return read_nccl_tests(ss.str(), path);
+}
+
+struct Errors {
+  double mean = 0, max = 0;
+  int n = 0;
+};
+
+// Mean and largest relative error of the model over the rows whose size is
+// in [lo, hi], with the table printed.
+Errors errors(const AxisLinks& a, const std::vector<NcclTestRow>& rows, double lo, double hi, const char* title) {
+  Errors e;
+  std::printf("%s\n%14s %12s %12s %8s  %s\n", title, "size_B", "measured_us", "model_us", "error", "algorithm");
+  for (const auto& r : rows) {
+    if (r.bytes < lo || r.bytes > hi) continue;
+    const NcclChoice c = nccl_collective(r.op, a, r.ranks, model_bytes(r));
+    const double err = std::fabs(c.seconds() - r.seconds()) / r.seconds();
+    std::printf("%14.0f %12.2f %12.2f %+7.1f%%  %s/%s\n", r.bytes, r.seconds() * 1e6, c.seconds() * 1e6, 100 * (c.seconds() - r.seconds()) / r.seconds(),
+                std::string(nccl_algo_name(c.algo)).c_str(), std::string(nccl_proto_name(c.proto)).c_str());
+    e.mean += err;
+    e.max = std::max(e.max, err);
+    ++e.n;
+  }
+  e.mean /= std::max(1, e.n);
+  std::printf("mean |error| %.1f%%, max %.1f%% over %d sizes\n", 100 * e.mean, 100 * e.max, e.n);
+  return e;
+}
+
+TEST(NcclTests, ReadsTheStandardOutputFormat) {
+  const auto rows = fixture("a100_8gpu_all_reduce_perf.txt");
+  // 28 sizes, 64 B to 8 GiB, on the 8 ranks the '#  Rank' lines list.
+  ASSERT_EQ(rows.size(), 28u);
+  EXPECT_EQ(rows.front().op, Op::all_reduce);
+  EXPECT_EQ(rows.front().ranks, 8);
+  EXPECT_EQ(rows.front().bytes, 64);
+  EXPECT_DOUBLE_EQ(rows.front().out_of_place_s, 32.01e-6);
+  EXPECT_DOUBLE_EQ(rows.front().in_place_s, 31.82e-6);
+  EXPECT_EQ(rows.back().bytes, 8589934592.0);
+  EXPECT_DOUBLE_EQ(rows.back().out_of_place_s, 63929e-6);
+}
+
+TEST(NcclTests, ABadLineIsNamed) {
+  const std::string head = "# Collective test starting: all_gather_perf\n# nThread 1 nGpus 4 minBytes 8\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+  try {
+    read_nccl_tests(head + "        1024           256     float    none      -1    12.5    0.08    0.06      0    oops    0.08    0.06      0\n", "x.txt");
+    FAIL() << "expected an error";
+  } catch (const ThunkyError& e) {
+    EXPECT_EQ(e.pointer(), "line 4");
+    EXPECT_NE(std::string(e.what()).find("in-place time 'oops'"), std::string::npos) << e.what();
+  }
+  // With nGpus 4 and no rank lines: 4 ranks, all_gather from the header line.
+  const auto rows = read_nccl_tests(head + "        1024           256     float    none      -1    12.5    0.08    0.06      0    12.9    0.08    0.06      0\n", "x.txt");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].op, Op::all_gather);
+  EXPECT_EQ(rows[0].ranks, 4);
+  EXPECT_THROW(read_nccl_tests("# nThread 1 nGpus 4\n", "unknown.txt"), ThunkyError);  // no collective, no rows
+}
+
+TEST(NcclModel, ShippedA100ModelFollowsThePublicCurve) {
+  // The a100-8gpu model's figures were fitted to this curve (in sample):
+  // from 1 MiB up at most 10% mean error and no point past 50%; from
+  // 32 KiB to 1 MiB at most 30%.
+  const auto rows = fixture("a100_8gpu_all_reduce_perf.txt");
+  const Machine m = load_machine("a100-8gpu", kModels).value();
+  const AxisLinks& a = *m.axis("x");
+  const Errors big = errors(a, rows, 1 << 20, 1e12, "8x A100 all_reduce, 1 MiB and up");
+  EXPECT_LE(big.mean, 0.10);
+  EXPECT_LE(big.max, 0.50);
+  const Errors small = errors(a, rows, 32 << 10, 1 << 20, "8x A100 all_reduce, 32 KiB to 1 MiB");
+  EXPECT_LE(small.mean, 0.30);
+}
+
+TEST(NcclModel, CalibrationReproducesACurveFromNcclsOwnFigures) {
+  // Starting from NCCL's tuning defaults (not the shipped fit), the fit
+  // reproduces the curve within 5% mean error.
+  const auto rows = fixture("a100_8gpu_all_reduce_perf.txt");
+  AxisLinks base;
+  base.topology = AxisLinks::Topology::switch_;
+  base.egress_bandwidth = 3e11;
+  base.nccl = true;
+  const FitResult fit = fit_nccl(base, rows);
+  const Errors e = errors(fit.axis, rows, 0, 1e12, "8x A100 all_reduce, fitted");
+  EXPECT_LE(e.mean, 0.05);
+  EXPECT_NEAR(fit.mean_abs_error, e.mean, 1e-12);
+}
+
+double bus_bw(const NcclChoice& c, double bytes, int64_t n) { return bytes / c.seconds() * 2.0 * static_cast<double>(n - 1) / static_cast<double>(n); }
+
+TEST(NcclModel, H100FiguresAtLargeSizes) {
+  // 8x H100 all_reduce near 10 GB per device: ring about 370 GB/s bus
+  // bandwidth (0.82 of the 450 GB/s line rate), NVLS about 480 (the figures
+  // NCCL's maintainers give); NVLS is what NCCL picks there.
+  Machine m = load_machine("h100-8gpu", kModels).value();
+  AxisLinks ring_only = *m.axis("x");
+  ring_only.algorithms = 1u << static_cast<int>(NcclAlgo::ring);
+  const double v = 1e10;
+  EXPECT_NEAR(bus_bw(nccl_collective(Op::all_reduce, ring_only, 8, v), v, 8), 370e9, 0.03 * 370e9);
+  const NcclChoice best = nccl_collective(Op::all_reduce, *m.axis("x"), 8, v);
+  EXPECT_EQ(best.algo, NcclAlgo::nvls);
+  EXPECT_NEAR(bus_bw(best, v, 8), 480e9, 0.03 * 480e9);
+  // On 4 GPUs NCCL does not enable NVLS (Hopper: 5 or more): ring.
+  EXPECT_EQ(nccl_collective(Op::all_reduce, *m.axis("x"), 4, v).algo, NcclAlgo::ring);
+  // Ring at 128 MiB: latency 19.4 + 8.4 + 14 x 6.79 = 122.9 us, plus
+  // 7/4 x 2^27 / 369 GB/s = 636.5 us: 759 us, 309 GB/s (published: about 290).
+  const double s128 = 134217728.0;
+  const NcclChoice r128 = nccl_collective(Op::all_reduce, ring_only, 8, s128);
+  EXPECT_NEAR(r128.seconds(), 122.86e-6 + 1.75 * s128 / (0.82 * 4.5e11), 1e-9);
+  EXPECT_NEAR(bus_bw(r128, s128, 8), 290e9, 0.1 * 290e9);
+  std::printf("8x H100 ring all_reduce busBw: 4 MiB %.0f, 58 MB %.0f, 128 MiB %.0f, 10 GB %.0f GB/s\n",
+              bus_bw(nccl_collective(Op::all_reduce, ring_only, 8, 4194304), 4194304, 8) / 1e9, bus_bw(nccl_collective(Op::all_reduce, ring_only, 8, 58e6), 58e6, 8) / 1e9,
+              bus_bw(r128, s128, 8) / 1e9, bus_bw(nccl_collective(Op::all_reduce, ring_only, 8, v), v, 8) / 1e9);
+}
+
+TEST(NcclModel, TheFastestAllowedAlgorithmAndProtocolIsChosen) {
+  Machine m = load_machine("h100-8gpu", kModels).value();
+  const AxisLinks& a = *m.axis("x");
+  // Small: LL (lowest latency); large all_gather: ring/Simple (all_gather has no NVLS here).
+  EXPECT_EQ(nccl_collective(Op::all_reduce, a, 8, 1024).proto, NcclProto::ll);
+  const NcclChoice ag = nccl_collective(Op::all_gather, a, 8, 1e9);
+  EXPECT_EQ(ag.algo, NcclAlgo::ring);
+  EXPECT_EQ(ag.proto, NcclProto::simple);
+  // all_gather: n-1 = 7 steps; time = 19.4 + 8.4 + 7 x 6.79 us + 7/8 x 1e9 / 369e9.
+  EXPECT_NEAR(ag.seconds(), 19.4e-6 + 8.4e-6 + 7 * 6.79e-6 + 0.875 * 1e9 / (0.82 * 4.5e11), 1e-9);
+  // Every choice is the minimum over what is allowed.
+  for (double v : {1e3, 1e5, 1e7, 1e9}) {
+    const NcclChoice c = nccl_collective(Op::all_reduce, a, 8, v);
+    for (int k = 0; k < kNcclAlgos; ++k) {
+      AxisLinks only = a;
+      only.algorithms = static_cast<uint8_t>(1u << k);
+      EXPECT_LE(c.seconds(), nccl_collective(Op::all_reduce, only, 8, v).seconds() * (1 + 1e-12)) << v << " " << k;
+    }
+  }
+}
+
+TEST(NcclModel, AcrossNodesTheNicsBoundTheRing) {
+  // h100-cluster, 16 ranks = 2 nodes of 8: ring/Simple all_gather of 8 GB is
+  // bound by a node's 8 NICs at 0.92 x 50 GB/s = 368 GB/s (the node's
+  // NVLink ring gives 369 GB/s): 15/16 x 8e9 / 368e9 = 20.38 ms, plus
+  // latency (19.4 + 8.4 + 14 x 6.79 + 1 x 28 us = 150.9 us).
+  Machine m = load_machine("h100-cluster", kModels).value();
+  AxisLinks ring_only = *m.axis("x");
+  ring_only.algorithms = 1u << static_cast<int>(NcclAlgo::ring);
+  const NcclChoice c = nccl_collective(Op::all_gather, ring_only, 16, 8e9);
+  EXPECT_NEAR(c.seconds(), 150.86e-6 + 15.0 / 16 * 8e9 / (0.92 * 5e10 * 8), 1e-9);
+  // all_reduce across nodes may take NVLS-tree.
+  EXPECT_EQ(nccl_collective(Op::all_reduce, *m.axis("x"), 16, 8e9).algo, NcclAlgo::nvls_tree);
+}
+
+TEST(NcclModel, IdealStaysSelectable) {
+  // "collective_model": "ideal" on a switch keeps DESIGN.md 4.2's formula.
+  const Machine m = parse_machine_text(R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
+    "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "latency_s": 0, "collective_model": "ideal"}}})");
+  EXPECT_FALSE(m.axis("x")->nccl);
+  const Machine n = parse_machine_text(R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
+    "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "algorithms": ["ring"]}}})");
+  EXPECT_TRUE(n.axis("x")->nccl);  // the default on a switch
+  EXPECT_EQ(n.axis("x")->algorithms, 1u);
+  EXPECT_THROW(parse_machine_text(R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
+    "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "algorithms": ["rings"]}}})"), ThunkyError);
+}
+
+}  // namespace
+}  // namespace thunky::sim

@@ -1,0 +1,115 @@
+// thunky-calibrate nccl-tests FILE... --machine BASE -o OUT.json: the NCCL
+// model of a machine fitted to nccl-tests runs; prints measured against
+// fitted per size and writes the calibrated machine model.
+#include "tools/cli.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "core/files.h"
+#include "sim/calibrate.h"
+#include "sim/machine.h"
+#include "traces/report.h"
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+ojson protocols_json(const thunky::sim::NcclProtocol (&p)[thunky::sim::kNcclProtos]) {
+  ojson j = ojson::object();
+  for (int k = 0; k < thunky::sim::kNcclProtos; ++k)
+    j[std::string(thunky::sim::nccl_proto_name(static_cast<thunky::sim::NcclProto>(k)))] = {
+        {"base_latency_s", p[k].base_latency_s}, {"step_latency_s", p[k].step_latency_s}, {"efficiency", p[k].efficiency}, {"max_bandwidth", p[k].max_bandwidth}};
+  return j;
+}
+
+int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out) {
+  auto base = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
+  if (!base) {
+    for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
+    return 2;
+  }
+  std::vector<std::string> inputs = files;
+  inputs.push_back(machine);
+  if (auto code = thunky::cli::refuse_overwrite("thunky-calibrate", {{"-o", out}}, inputs)) return *code;
+  std::vector<thunky::sim::NcclTestRow> rows;
+  for (const auto& f : files) {
+    std::string error;
+    const std::string text = thunky::read_input_file(f, error);
+    if (!error.empty()) {
+      std::cerr << f << ": the nccl-tests output " << error << "\n";
+      return 2;
+    }
+    try {
+      auto got = thunky::sim::read_nccl_tests(text, f);
+      rows.insert(rows.end(), got.begin(), got.end());
+    } catch (const thunky::ThunkyError& e) {
+      std::cerr << f << ":" << e.pointer() << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
+  const thunky::sim::AxisLinks* axis = base->axis(axis_name);
+  if (!axis) {
+    std::cerr << machine << ":/axes: no axis '" << axis_name << "' (and no \"*\")\n";
+    return 2;
+  }
+  if (axis->topology == thunky::sim::AxisLinks::Topology::ring) {
+    std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is fitted to switch and hierarchical axes\n";
+    return 2;
+  }
+  const thunky::sim::FitResult fit = thunky::sim::fit_nccl(*axis, rows);
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %-15s %5s %14s %12s %12s %8s\n", "file:line", "op", "ranks", "size_B", "measured_us", "fitted_us", "error");
+  std::cout << line;
+  for (const auto& r : rows) {
+    const double m = thunky::sim::model_seconds(fit.axis, r);
+    std::string where = r.file.substr(r.file.find_last_of('/') == std::string::npos ? 0 : r.file.find_last_of('/') + 1) + ":" + std::to_string(r.line);
+    if (where.size() > 28) where = where.substr(where.size() - 28);
+    std::snprintf(line, sizeof line, "%-28s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%\n", where.c_str(), std::string(thunky::op_name(r.op)).c_str(),
+                  static_cast<long long>(r.ranks), r.bytes, r.seconds() * 1e6, m * 1e6, 100 * (m - r.seconds()) / r.seconds());
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof line, "fit over %zu sizes: mean |error| %.1f%%, max %.1f%%\n", rows.size(), 100 * fit.mean_abs_error, 100 * fit.max_abs_error);
+  std::cout << line;
+  // The base model with the axis' NCCL figures replaced.
+  std::string error;
+  ojson doc = ojson::parse(thunky::read_input_file(std::filesystem::exists(machine) ? machine : std::string(THUNKY_MODELS_DIR) + "/" + machine +
+                                                                                          (machine.size() > 5 && machine.substr(machine.size() - 5) == ".json" ? "" : ".json"),
+                                                   error));
+  const std::string key = doc["axes"].contains(axis_name) ? axis_name : "*";
+  ojson& ax = doc["axes"][key];
+  const thunky::sim::NcclParams& q = fit.axis.nccl_params;
+  ax["collective_model"] = "nccl";
+  ojson n = {{"overhead_s", q.overhead_s}, {"ring", protocols_json(q.ring)}, {"tree", protocols_json(q.tree)}, {"network", protocols_json(q.network)},
+             {"nvls_bandwidth", q.nvls_bandwidth}, {"nvls_latency_s", q.nvls_latency_s}, {"nvls_min_ranks", q.nvls_min_ranks},
+             {"multinode_simple_factor", q.multinode_simple_factor}};
+  ax["nccl"] = n;
+  doc["name"] = doc["name"].get<std::string>() + "-calibrated";
+  std::string files_list;
+  for (const auto& f : files) files_list += (files_list.empty() ? "" : ", ") + f.substr(f.find_last_of('/') == std::string::npos ? 0 : f.find_last_of('/') + 1);
+  std::snprintf(line, sizeof line, "%.1f", 100 * fit.mean_abs_error);
+  doc["chip"]["source"] = doc["chip"]["source"].get<std::string>() + "; collectives of axis '" + key + "' fitted by thunky-calibrate nccl-tests to " + files_list +
+                          " (mean |error| " + line + "%)";
+  const std::string err = thunky::write_json_file(out, doc);
+  if (!err.empty()) return std::cerr << out << ": " << err << "\n", 2;
+  std::cout << "wrote " << out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  CLI::App app{"thunky-calibrate: fit a machine model to measurements"};
+  app.require_subcommand(1);
+  std::vector<std::string> files;
+  std::string machine, axis = "*", out;
+  CLI::App* nt = app.add_subcommand("nccl-tests", "fit the NCCL model of an axis to nccl-tests stdout (all_reduce_perf, all_gather_perf, ...)");
+  nt->add_option("FILE", files, "nccl-tests output files")->required();
+  nt->add_option("--machine", machine, "the machine model to start from: a file, or a name under models/")->required();
+  nt->add_option("--axis", axis, "the axis to fit (default \"*\", every axis not named)");
+  nt->add_option("-o", out, "write the calibrated machine model here")->required();
+  if (auto code = thunky::cli::parse(app, "thunky-calibrate", argc, argv)) return *code;
+  return nccl_tests(files, machine, axis, out);
+}
+
+int main(int argc, char** argv) { return thunky::cli::guarded_main("thunky-calibrate", run_main, argc, argv); }
