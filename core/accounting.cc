@@ -52,6 +52,11 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
       const int64_t c_count = count(S(*c.c));
       w.flops = 2.0 * static_cast<double>(c_count) * static_cast<double>(k);
       w.bytes = a_bytes + B(*c.b) + c_count * elem(*c.c) * (c.beta != 0 ? 2 : 1);
+      const std::span<const int64_t> cs = S(*c.c);
+      w.gemm_m = cs[cs.size() - 2];
+      w.gemm_n = cs[cs.size() - 1];
+      w.gemm_k = k;
+      w.gemm_batch = cs.size() == 3 ? cs[0] : 1;
       break;
     }
     case Op::map: {

@@ -16,6 +16,9 @@ namespace thunky {
 struct Work {
   int64_t bytes = 0;  // bytes read plus bytes written
   double flops = 0;
+  // A GEMM's problem: batch x [m, k] x [k, n] (0 for other commands), for
+  // cost models that price by shape.
+  int64_t gemm_m = 0, gemm_n = 0, gemm_k = 0, gemm_batch = 0;
 };
 
 // Whether a ref's view can differ between ranks: an index expression names

@@ -179,6 +179,21 @@ Machine read_machine(Value j) {
   m.launch_overhead_s = positive(chip, "launch_overhead_s", false);
   m.gemm_efficiency = positive(chip, "gemm_efficiency", false, 1.0);
   if (m.gemm_efficiency <= 0 || m.gemm_efficiency > 1) fail("/chip/gemm_efficiency", "must be in (0, 1]");
+  if (std::optional<Value> sms = chip.get("sm_count")) {
+    m.sm_count = as_int(*sms, "/chip/sm_count");
+    if (m.sm_count < 1) fail("/chip/sm_count", "must be at least 1");
+    Value tile = chip.need("gemm_tile");
+    if (!tile.is_array() || tile.size() != 3) fail("/chip/gemm_tile", "expected [m, n, k] of a GEMM tile");
+    int64_t* dims[] = {&m.gemm_tile_m, &m.gemm_tile_n, &m.gemm_tile_k};
+    tile.each_element([&](size_t i, Value d) {
+      *dims[i] = as_int(d, "/chip/gemm_tile/" + std::to_string(i));
+      if (*dims[i] < 1) fail("/chip/gemm_tile/" + std::to_string(i), "must be at least 1");
+    });
+    if (std::optional<Value> k0 = chip.get("gemm_k_overhead")) m.gemm_k_overhead = as_int(*k0, "/chip/gemm_k_overhead");
+    if (m.gemm_k_overhead < 0) fail("/chip/gemm_k_overhead", "must not be negative");
+  } else if (chip.has("gemm_tile") || chip.has("gemm_k_overhead")) {
+    fail("/chip/sm_count", "gemm_tile and gemm_k_overhead need sm_count");
+  }
   m.source = chip.str("source");
   chip.done();
   std::string lat = o.str_or("latency_model", "floor");

@@ -73,6 +73,14 @@ struct Machine {
   double hbm_bandwidth = 0;
   double launch_overhead_s = 0;
   double gemm_efficiency = 1;
+  // GEMMs priced by shape (all three set) or at gemm_efficiency of peak
+  // (none set): the output is cut into tiles of gemm_tile [m, n], which
+  // the sm_count streaming multiprocessors take in waves, each tile's K
+  // loop rounded up to gemm_tile's k and paying gemm_k_overhead more
+  // (its prologue and epilogue, in units of K).
+  int64_t sm_count = 0;
+  int64_t gemm_tile_m = 0, gemm_tile_n = 0, gemm_tile_k = 0;
+  int64_t gemm_k_overhead = 0;
   bool additive_latency = false;  // latency_model: floor (false) or additive
   std::map<std::string, AxisLinks> axes;  // "*" serves every axis not named
 

@@ -1,0 +1,57 @@
+// GEMMs priced by shape: tile and wave quantisation on the GPU models.
+#include <gtest/gtest.h>
+
+#include "core/accounting.h"
+#include "sim/engine.h"
+#include "tests/test_util.h"
+
+namespace thunky::sim {
+namespace {
+
+// Seconds of one bf16 GEMM [m, k] x [k, n] on `machine`, as thunky-sim prices it.
+double gemm_seconds(const std::string& machine, int64_t m, int64_t n, int64_t k) {
+  const std::string s = R"({"format": "thunky.sched/1", "buffers": {
+      "a": {"shape": [)" + std::to_string(m) + ", " + std::to_string(k) + R"(], "dtype": "bf16", "role": "input", "init": {"kind": "zeros"}},
+      "b": {"shape": [)" + std::to_string(k) + ", " + std::to_string(n) + R"(], "dtype": "bf16", "role": "input", "init": {"kind": "zeros"}},
+      "c": {"shape": [)" + std::to_string(m) + ", " + std::to_string(n) + R"(], "dtype": "bf16", "role": "output"}},
+    "program": [{"op": "gemm", "a": "a", "b": "b", "c": "c"}]})";
+  Program p = testing::load_ok(s);
+  const Machine mach = load_machine(machine, std::string(THUNKY_SOURCE_DIR) + "/models").value();
+  return compute_seconds(p, mach, p.program[0], command_work(p, p.program[0], rank_ctx(p.mesh, 0)));
+}
+
+TEST(GemmByShape, LargeSquareRunsAtTheMeasuredRate) {
+  // 8192^3 on h200-8gpu: 64 x 32 = 2048 tiles of 128x256 in 16 waves of 132
+  // (2112 tile slots), K = 8192 + 128: 2 x 2112 x 32768 x 8320 = 1.1515e12
+  // flops at 0.84 x 989 TFLOP/s = 1.386 ms, plus 3 us of launch: 791 TFLOP/s
+  // of real work (measured on an H200: 788).
+  const double t = gemm_seconds("h200-8gpu", 8192, 8192, 8192);
+  EXPECT_NEAR(t, 2.0 * 2112 * 32768 * 8320 / (0.84 * 9.89e14) + 3e-6, 1e-9);
+  EXPECT_NEAR(2.0 * 8192.0 * 8192 * 8192 / t / 1e12, 788, 0.02 * 788);
+}
+
+TEST(GemmByShape, SmallAndSkinnyProblemsRunBelowPeak) {
+  // 1024^3: 8 x 4 = 32 tiles of 128x256 fill a quarter of 132 SMs (1 wave);
+  // 128x128 tiles (64, 1 wave, 0.9 rate) and 64x128 (128, 1 wave, 0.75)
+  // cost 2 x 132 x 16384 x 1152 / 0.9 = 5.54e9 and 2 x 132 x 8192 x 1152 / 0.75
+  // = 3.32e9 flops: the smallest tile wins, 2.147e9 / 3.32e9 = 65% of the
+  // rate within tiles.
+  const double t = gemm_seconds("h100-8gpu", 1024, 1024, 1024);
+  EXPECT_NEAR(t, 2.0 * 132 * 8192 * 1152 / 0.75 / (0.84 * 9.89e14) + 3e-6, 1e-9);
+  const double big = 2.0 * 8192.0 * 8192 * 8192 / gemm_seconds("h100-8gpu", 8192, 8192, 8192);
+  const double small = 2.0 * 1024.0 * 1024 * 1024 / t;
+  EXPECT_LT(small, 0.6 * big);  // well below the large GEMM's rate
+  // Skinny (128 x 8192 x 8192): bound by reading B (128 MiB) from HBM:
+  // (2 MiB + 128 MiB + 2 MiB) / 3.35e12 + 3 us.
+  const double skinny = gemm_seconds("h100-8gpu", 128, 8192, 8192);
+  EXPECT_NEAR(skinny, (128.0 * 8192 * 2 + 8192.0 * 8192 * 2 + 128.0 * 8192 * 2) / 3.35e12 + 3e-6, 1e-9);
+}
+
+TEST(GemmByShape, ModelsWithoutSmCountKeepTheEfficiencyFormula) {
+  // tpu-v5e gives no sm_count: flops / (peak x gemm_efficiency).
+  const Machine m = load_machine("tpu-v5e", std::string(THUNKY_SOURCE_DIR) + "/models").value();
+  EXPECT_EQ(m.sm_count, 0);
+}
+
+}  // namespace
+}  // namespace thunky::sim
