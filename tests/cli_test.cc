@@ -402,6 +402,23 @@ TEST(CalibrateCli, FitsNcclTestsAndWritesAMachineThatThunkySimLoads) {
   EXPECT_NE(s.out.find("ring/LL"), std::string::npos) << s.out;  // a tiny all_reduce takes LL
 }
 
+TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {
+  TempDir d("calibrate_exec");
+  const std::string out = (d.path / "cpu.json").string();
+  Result r = calibrate("exec --backend cpu --ranks 2 --quick -o " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("calibrate [1] gemm f32"), std::string::npos) << r.err;  // the progress lines
+  auto m = nlohmann::json::parse(std::ifstream(out));
+  // Any CPU multiplies at 0.1 GFLOP/s or more and copies at 0.1 GB/s or more.
+  EXPECT_GT(m["chip"]["peak_flops"]["f32"].get<double>(), 1e8);
+  EXPECT_GT(m["chip"]["hbm_bandwidth"].get<double>(), 1e8);
+  EXPECT_GT(m["chip"]["launch_overhead_s"].get<double>(), 0);
+  EXPECT_GT(m["axes"]["*"]["latency_s"].get<double>(), 0);  // a 2-rank all_reduce takes time
+  EXPECT_NE(m["chip"]["source"].get<std::string>().find("measured by thunky-calibrate exec --backend cpu"), std::string::npos);
+  Result s = sim(kSrc + "/examples/ring_collective_matmul_n4.json --machine " + out);
+  EXPECT_EQ(s.code, 0) << s.err;
+}
+
 TEST(CalibrateCli, ABadFileNamesItsLine) {
   TempDir d("calibrate_bad");
   const std::string bad = d.write("all_gather_perf.txt",

@@ -8,6 +8,7 @@
 
 #include "core/files.h"
 #include "sim/calibrate.h"
+#include "tools/calibrate_exec.h"
 #include "sim/machine.h"
 #include "traces/report.h"
 
@@ -108,7 +109,27 @@ int run_main(int argc, char** argv) {
   nt->add_option("--machine", machine, "the machine model to start from: a file, or a name under models/")->required();
   nt->add_option("--axis", axis, "the axis to fit (default \"*\", every axis not named)");
   nt->add_option("-o", out, "write the calibrated machine model here")->required();
+  std::string backend = "cpu", exec_out;
+  int ranks = 4;
+  CLI::App* ex = app.add_subcommand("exec", "run micro-benchmarks on a backend and fit the machine model of the machine they ran on");
+  ex->add_option("--backend", backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  ex->add_option("--ranks", ranks, "ranks of the collective benchmark, and of the runs the model is for (default 4)")->check(CLI::Range(1, 64));
+  ex->add_option("-o", exec_out, "write the machine model here")->required();
+  bool quick = false;
+  ex->add_flag("--quick", quick, "one small shape and size of each benchmark (seconds, for tests; the figures are rougher)");
   if (auto code = thunky::cli::parse(app, "thunky-calibrate", argc, argv)) return *code;
+  if (ex->parsed()) {
+    int step = 0;
+    auto m = thunky::calibrate::calibrate_backend(backend, ranks, quick, [&](const std::string& what) { std::cerr << "calibrate [" << ++step << "] " << what << "\n"; });
+    if (!m) {
+      for (const auto& e : m.errors()) std::cerr << "thunky-calibrate exec: " << e.message << "\n";
+      return m.exit_code();
+    }
+    const std::string err = thunky::write_json_file(exec_out, *m);
+    if (!err.empty()) return std::cerr << exec_out << ": " << err << "\n", 2;
+    std::cout << m->dump(1) << "\nwrote " << exec_out << "\n";
+    return 0;
+  }
   return nccl_tests(files, machine, axis, out);
 }
 

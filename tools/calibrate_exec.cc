@@ -1,0 +1,214 @@
+#include "tools/calibrate_exec.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+#include "core/validate.h"
+#include "exec/backend.h"
+
+namespace thunky::calibrate {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+ojson schedule(const std::string& name, int ranks, ojson buffers, ojson program) {
+  ojson s;
+  s["format"] = "thunky.sched/1";
+  s["name"] = name;
+  if (ranks > 1) s["mesh"] = {{"axis_names", {"x"}}, {"shape", {ranks}}};
+  s["buffers"] = std::move(buffers);
+  s["program"] = std::move(program);
+  return s;
+}
+
+ojson input(ojson shape, const std::string& dtype) {
+  return {{"shape", std::move(shape)}, {"dtype", dtype}, {"role", "input"}, {"init", {{"kind", "uniform"}, {"low", -1}, {"high", 1}, {"seed", 1}}}};
+}
+ojson output(ojson shape, const std::string& dtype) { return {{"shape", std::move(shape)}, {"dtype", dtype}, {"role", "output"}}; }
+
+// The median, over timed iterations, of the durations of the ops named `name` (summed per iteration).
+class Runner {
+ public:
+  explicit Runner(std::string backend) : backend_(std::move(backend)) {}
+
+  Expected<double> op_seconds(const ojson& doc, const std::string& name, int iters = 5) {
+    auto p = load_schedule_text(doc.dump(), doc["name"].get<std::string>() + ".json");
+    if (!p) return p.errors();
+    auto b = make_backend(backend_);
+    if (!b) return b.errors();
+    ExecOptions o;
+    o.warmup = 1;
+    o.iters = 1;
+    if (auto e = (*b)->plan(*p, o); !e.empty()) return e;
+    if (auto e = (*b)->initialise(); !e.empty()) return e;
+    std::vector<double> times;
+    for (int i = 0; i < iters; ++i) {
+      auto r = (*b)->execute();
+      if (!r) return r.errors();
+      double t = 0;
+      for (const auto& op : r->report.ranks.front().ops)
+        if (op.name == name) t += op.end_s - op.start_s;
+      times.push_back(t);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+
+  Expected<double> makespan(const ojson& doc, int iters = 5) {
+    auto p = load_schedule_text(doc.dump(), doc["name"].get<std::string>() + ".json");
+    if (!p) return p.errors();
+    auto b = make_backend(backend_);
+    if (!b) return b.errors();
+    ExecOptions o;
+    o.warmup = 1;
+    o.iters = iters;
+    auto r = (*b)->run(*p, o);
+    if (!r) return r.errors();
+    return r->report.makespan_s;
+  }
+
+ private:
+  std::string backend_;
+};
+
+std::string gemm_label(const std::string& dtype, int64_t m, int64_t n, int64_t k) {
+  return "gemm " + dtype + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+}
+
+}  // namespace
+
+Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool quick, const std::function<void(const std::string&)>& progress) {
+  const bool gpu = backend == "cuda";
+  Runner run(backend);
+  std::string notes;
+  char buf[256];
+  // GEMMs: each dtype's best rate over a few shapes is its peak (the model
+  // then runs GEMMs at gemm_efficiency 1 of it).
+  ojson peaks = ojson::object();
+  const std::vector<std::string> dtypes = gpu ? std::vector<std::string>{"bf16", "f16", "f32", "f64"} : std::vector<std::string>{"f32", "f64", "bf16"};
+  std::vector<std::array<int64_t, 3>> shapes = gpu ? std::vector<std::array<int64_t, 3>>{{4096, 4096, 4096}, {8192, 8192, 8192}, {8192, 8192, 2048}}
+                                                   : std::vector<std::array<int64_t, 3>>{{128, 128, 128}, {256, 256, 256}, {512, 512, 512}, {64, 1024, 256}};
+  if (quick) shapes = {{64, 64, 64}, {128, 128, 128}, {96, 64, 128}};
+  for (const auto& dt : dtypes) {
+    double best = 0;
+    for (const auto& [m, n, k] : shapes) {
+      if (dt == "bf16" && !gpu && m > 256) continue;  // emulated on the CPU: slow, and its rate shows at 256
+      const std::string label = gemm_label(dt, m, n, k);
+      progress(label);
+      auto t = run.op_seconds(schedule("calibrate_gemm", 1, {{"a", input({m, k}, dt)}, {"b", input({k, n}, dt)}, {"c", output({m, n}, dt)}},
+                                       ojson::array({{{"op", "gemm"}, {"name", "g"}, {"a", "a"}, {"b", "b"}, {"c", "c"}}})),
+                              "g");
+      if (!t) return t.errors();
+      if (*t > 0) best = std::max(best, 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / *t);
+    }
+    peaks[dt] = best;
+  }
+  // Copies: bytes read plus written over time, at the largest size.
+  std::vector<int64_t> copy_sizes = gpu ? std::vector<int64_t>{1 << 24, 1 << 28, int64_t{1} << 30} : std::vector<int64_t>{1 << 20, 1 << 23, 1 << 26};
+  if (quick) copy_sizes = {1 << 20};
+  double hbm = 0;
+  for (int64_t bytes : copy_sizes) {
+    progress("copy " + std::to_string(bytes >> 20) + " MiB");
+    auto t = run.op_seconds(schedule("calibrate_copy", 1, {{"src", input({bytes}, "u8")}, {"dst", output({bytes}, "u8")}},
+                                     ojson::array({{{"op", "copy"}, {"name", "c"}, {"src", "src"}, {"dst", "dst"}}})),
+                            "c");
+    if (!t) return t.errors();
+    if (*t > 0) hbm = 2.0 * static_cast<double>(bytes) / *t;
+  }
+  // Memsets and maps over the same sizes (reported: the model prices them at hbm_bandwidth).
+  {
+    const int64_t bytes = copy_sizes.back();
+    progress("memset " + std::to_string(bytes >> 20) + " MiB");
+    auto ms = run.op_seconds(schedule("calibrate_memset", 1, {{"dst", output({bytes / 4}, "f32")}},
+                                      ojson::array({{{"op", "memset"}, {"name", "m"}, {"dst", "dst"}, {"value", 1.5}}})),
+                             "m");
+    progress("map " + std::to_string(bytes >> 20) + " MiB");
+    auto mp = run.op_seconds(schedule("calibrate_map", 1, {{"x", input({bytes / 4}, "f32")}, {"y", output({bytes / 4}, "f32")}},
+                                      ojson::array({{{"op", "map"}, {"name", "m"}, {"out", "y"}, {"expr", "x * 2.0 + 1.0"}, {"in", {{"x", "x"}}}}})),
+                             "m");
+    if (!ms) return ms.errors();
+    if (!mp) return mp.errors();
+    std::snprintf(buf, sizeof buf, "memset %.1f GB/s, map (x * 2 + 1, f32) %.1f GB/s read+written", bytes / std::max(*ms, 1e-12) / 1e9,
+                  2.0 * bytes / std::max(*mp, 1e-12) / 1e9);
+    notes += std::string("; ") + buf;
+  }
+  // Launch overhead: the median time of a 4-byte memset.
+  progress("tiny commands");
+  auto tiny = run.op_seconds(schedule("calibrate_tiny", 1, {{"dst", output({1}, "f32")}}, ojson::array({{{"op", "memset"}, {"name", "t"}, {"dst", "dst"}, {"value", 1.0}}})), "t", 21);
+  if (!tiny) return tiny.errors();
+  // Two streams at once: a GEMM beside a copy, against each alone.
+  {
+    const auto [m, n, k] = shapes[gpu ? 1 : 2];
+    const std::string dt = gpu ? "bf16" : "f32";
+    const int64_t bytes = copy_sizes.back();
+    progress("a GEMM beside a copy");
+    ojson buffers = {{"a", input({m, k}, dt)}, {"b", input({k, n}, dt)}, {"c", output({m, n}, dt)}, {"src", input({bytes}, "u8")}, {"dst", output({bytes}, "u8")}};
+    ojson both = ojson::array({{{"op", "async_start"}, {"token", "t"}, {"stream", {{"kind", "communication"}, {"id", 0}}},
+                                {"body", ojson::array({{{"op", "copy"}, {"name", "c"}, {"src", "src"}, {"dst", "dst"}}})}},
+                               {{"op", "gemm"}, {"name", "g"}, {"a", "a"}, {"b", "b"}, {"c", "c"}},
+                               {{"op", "async_done"}, {"token", "t"}}});
+    auto g = run.op_seconds(schedule("calibrate_both", 1, buffers, both), "g");
+    auto c = run.op_seconds(schedule("calibrate_both", 1, buffers, both), "c");
+    if (!g) return g.errors();
+    if (!c) return c.errors();
+    const double g_alone = 2.0 * static_cast<double>(m) * n * k / peaks[dt].get<double>(), c_alone = 2.0 * bytes / hbm;
+    std::snprintf(buf, sizeof buf, "a GEMM beside a copy took %.2fx and the copy %.2fx their times alone", *g / g_alone, *c / c_alone);
+    notes += std::string("; ") + buf;
+  }
+  // A collective among the ranks: latency from a 4-byte all_reduce, bandwidth from a large one
+  // (DESIGN.md 4.2's switch: 2 latency + 2 (n-1)/n V / B).
+  double latency = 0, egress = hbm;
+  if (ranks > 1) {
+    const int64_t big = quick ? (1 << 16) : gpu ? (1 << 28) : (1 << 22);
+    auto ar = [&](int64_t count) {
+      return schedule("calibrate_all_reduce", ranks, {{"a", input({count}, "f32")}, {"b", output({count}, "f32")}},
+                      ojson::array({{{"op", "all_reduce"}, {"name", "r"}, {"src", "a"}, {"dst", "b"}, {"axis", "x"}}}));
+    };
+    progress("all_reduce of 4 bytes on " + std::to_string(ranks) + " ranks");
+    auto small = run.op_seconds(ar(1), "r", 21);
+    progress("all_reduce of " + std::to_string(big >> 20) + " MiB on " + std::to_string(ranks) + " ranks");
+    auto large = run.op_seconds(ar(big / 4), "r");
+    if (!small) return small.errors();
+    if (!large) return large.errors();
+    latency = *small / 2;
+    const double frac = 2.0 * (ranks - 1) / ranks;
+    if (*large > *small) egress = frac * static_cast<double>(big) / (*large - *small);
+  }
+  // On the cpu backend every rank is threads of one host: with more ranks
+  // than cores the ranks' compute shares them, so each rank's figures are
+  // the host's share.
+  double share = 1;
+  if (!gpu) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    share = std::min(1.0, static_cast<double>(cores) / std::max(1, ranks));
+    for (auto& [dt, v] : peaks.items()) v = v.get<double>() * share;
+    std::snprintf(buf, sizeof buf, "; %u cores shared by %d ranks: each rank's peak and bandwidth are %.2f of the host's", cores, ranks, share);
+    notes += buf;
+  }
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  ojson m;
+  m["format"] = "thunky.machine/1";
+  m["name"] = backend + "-" + host;
+  m["chip"] = {{"peak_flops", peaks},
+               {"hbm_bandwidth", hbm * share},
+               {"launch_overhead_s", *tiny},
+               {"gemm_efficiency", 1.0},
+               {"source", "measured by thunky-calibrate exec --backend " + backend + " on " + host + ", " + date +
+                              ": each dtype's peak is its best GEMM rate, hbm_bandwidth the bytes read and written per second of the largest copy, "
+                              "launch_overhead_s a 4-byte memset's time" + notes}};
+  m["latency_model"] = "additive";
+  m["axes"] = {{"*", {{"topology", "switch"}, {"egress_bandwidth", egress}, {"latency_s", latency}, {"collective_model", "ideal"}}}};
+  return m;
+}
+
+}  // namespace thunky::calibrate
