@@ -1,5 +1,6 @@
 #include "core/expr.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -64,6 +65,7 @@ class Parser {
     e->int_op = int_op(k, text);
     e->text = text;
     e->args = std::move(args);
+    for (const auto& a : e->args) e->height = std::max(e->height, a->height + 1);
     return e;
   }
   // An operator node, its operands moved in (no reference counts touched).
@@ -136,6 +138,7 @@ class Parser {
       pos_ += op.text.size();
       compared = compared || op.level <= kCmp;  // a later comparison was refused inside the operand
       l = make(Expr::Kind::binary, op.text, std::move(l), parse_level(op.level + 1));
+      if (l->height > kMaxExprHeight) fail("expression more than " + std::to_string(kMaxExprHeight) + " operations deep");
     }
   }
   ExprPtr parse_or() { return parse_level(kOr); }

@@ -69,7 +69,13 @@ struct Expr {
   int64_t ival = 0;
   double fval = 0;
   ExprArgs args;
+  int height = 1;  // levels of the tree from here down (at most kMaxExprHeight)
 };
+
+// How deep an expression's tree may be: the parser refuses deeper ones
+// (a chain "x + 1 + 1 + ..." of 256 operators is 257 levels), so every
+// consumer may walk a tree without exhausting its stack.
+constexpr int kMaxExprHeight = 256;
 
 // Parses `src`; throws ThunkyError (pointer left empty, the caller fills it).
 ExprPtr parse_expr(std::string_view src);

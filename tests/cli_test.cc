@@ -284,6 +284,40 @@ TEST(HostileInput, NpyHeadersAreCheckedBeforeMemoryIsSetAside) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
+TEST(HostileInput, DeepExpressionsAreRefusedNotRecursedInto) {
+  // 2,000 terms would overflow a recursive evaluator's stack; the parser
+  // refuses trees over 256 levels, naming the map's expr.
+  std::string expr = "x";
+  for (int i = 0; i < 2000; ++i) expr += " + 1.0";
+  TempDir d("deep");
+  const std::string sched = d.write("s.json", R"({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [4], "dtype": "f32", "role": "input", "init": {"kind": "iota"}}, "y": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "map", "out": "y", "expr": ")" + expr + R"(", "in": {"x": "x"}}]})");
+  Result r = run(sched);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/program/0/expr"), std::string::npos) << r.err.substr(0, 300);
+  EXPECT_NE(r.err.find("256 operations deep"), std::string::npos) << r.err.substr(0, 300);
+}
+
+TEST(HostileInput, TheCpuBackendsLimitsAreCheckedBeforeItStarts) {
+  TempDir d("limits");
+  // 1,024 ranks x 3 streams = 3,072 threads, over the limit of 2,048.
+  const std::string wide = d.write("wide.json", R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [1024]}, "buffers": {
+      "a": {"shape": [4], "dtype": "f32", "role": "output"}, "b": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0}, "body": [{"op": "memzero", "dst": "a"}]},
+                {"op": "async_start", "token": "u", "stream": {"kind": "communication", "id": 1}, "body": [{"op": "memzero", "dst": "b"}]},
+                {"op": "async_done", "token": "t"}, {"op": "async_done", "token": "u"}]})");
+  Result r = run(wide);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("1024 ranks x 3 streams = 3072 threads"), std::string::npos) << r.err;
+  // A stand-in kernel of 10^9 s would hold its stream for 31 years.
+  const std::string slow = d.write("slow.json", R"({"format": "thunky.sched/1", "buffers": {"a": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "kernel", "reads": [], "writes": ["a"], "cost": {"seconds": 1e9}}]})");
+  r = run(slow);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/program/0/cost/seconds"), std::string::npos) << r.err;
+}
+
 TEST(HostileInput, IntegerDivisionOverflowWrapsAndDivisionByZeroIsZero) {
   // s64: INT64_MIN // -1 wraps to INT64_MIN, INT64_MIN % -1 is 0; 7 // 0 and 7 % 0 are 0 (documented).
   TempDir d("intdiv");

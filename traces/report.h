@@ -23,7 +23,7 @@ struct OpRecord {
   int64_t bytes = 0;
   double flops = 0;
   bool collective = false;  // derived from op, not serialised
-  std::string algorithm;    // sim, NCCL model: the algorithm and protocol a collective got ("nvls/Simple")
+  std::string algorithm = {};  // sim, NCCL model: the algorithm and protocol a collective got ("nvls/Simple")
 };
 
 // A fork or join edge between two streams of one rank (async_start / async_done).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <thread>
 
@@ -338,7 +339,7 @@ class Run {
           cpu::Tensor t = tensor(s, r);
           for (size_t i = 0; i < t.bytes(); ++i) t.data[i] = static_cast<volatile uint8_t*>(t.data)[i];
         }
-        if (c.cost && c.cost->seconds) std::this_thread::sleep_for(std::chrono::duration<double>(*c.cost->seconds));
+        if (c.cost && c.cost->seconds) std::this_thread::sleep_for(std::chrono::duration<double>(*c.cost->seconds));  // at most kMaxKernelSeconds (plan)
         break;
       }
       case Op::ptx_kernel: run_map(s, *c.rare().cpu); break;
@@ -389,6 +390,15 @@ class CpuBackend final : public Backend {
     std::vector<Diagnostic> errors;
     refuse_unrunnable(p, p.program, errors);
     if (!errors.empty()) return errors;
+    // Every rank runs as a thread, and every stream of a block as one more:
+    // the threads are counted before any starts.
+    std::set<StreamId> streams = {StreamId{}};
+    count_streams(p.program, streams);
+    const int64_t threads = p.mesh.size() * static_cast<int64_t>(streams.size());
+    if (threads > kMaxThreads)
+      return {{ErrorKind::input, p.file, "", "the cpu backend runs every rank and stream as a thread: " + std::to_string(p.mesh.size()) + " ranks x " +
+                                                 std::to_string(streams.size()) + " streams = " + std::to_string(threads) + " threads, more than its limit of " +
+                                                 std::to_string(kMaxThreads)}};
     try {
       npy_ = load_npy_inits(p);
     } catch (const ThunkyError& e) {
@@ -456,8 +466,22 @@ class CpuBackend final : public Backend {
     }
   }
 
+  static constexpr int64_t kMaxThreads = 2048;
+  static constexpr double kMaxKernelSeconds = 600;
+
+  static void count_streams(const Block& b, std::set<StreamId>& streams) {
+    for (const auto& c : b) {
+      if (c.op == Op::async_start) streams.insert(c.stream);
+      for (const Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) count_streams(*sub, streams);
+      for (const auto& br : c.rare().branches) count_streams(br, streams);
+    }
+  }
+
   static void refuse_unrunnable(const Program& p, const Block& b, std::vector<Diagnostic>& errors) {
     for (const auto& c : b) {
+      if (c.op == Op::kernel && c.cost && c.cost->seconds && *c.cost->seconds > kMaxKernelSeconds)
+        errors.push_back({ErrorKind::input, p.file, c.pointer + "/cost/seconds",
+                          "a kernel stand-in of " + std::to_string(*c.cost->seconds) + " s: the cpu backend holds a stream at most " + std::to_string(static_cast<int>(kMaxKernelSeconds)) + " s for one"});
       if (c.op == Op::ptx_kernel && !c.rare().cpu)
         errors.push_back({ErrorKind::input, p.file, c.pointer,
                           "ptx_kernel '" + c.rare().launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});

@@ -213,12 +213,15 @@ TEST(GeneratedKernels, AnUnknownNameIsAnError) {
 }
 
 TEST(GeneratedKernels, DeepExpressionsNeedNoDeepRecursion) {
-  // A chain of 5,000 additions is a tree 5,000 deep: generated with an explicit stack.
+  // A chain of 255 additions is a tree of the deepest height the parser
+  // takes (256): generated with an explicit stack.
   std::string text = "x";
-  for (int i = 0; i < 5000; ++i) text += " + 1.0";
+  for (int i = 0; i < kMaxExprHeight - 1; ++i) text += " + 1.0";
   const ExprPtr e = parse_expr(text);
+  EXPECT_EQ(e->height, kMaxExprHeight);
   const auto k = map_kernel(*e, {{"x", DType::f32, false}}, {}, DType::f32);
-  EXPECT_GT(k.code.size(), 5000u * 8);
+  EXPECT_GT(k.code.size(), 255u * 8);
+  EXPECT_THROW(parse_expr(text + " + 1.0"), ThunkyError);  // one more level is refused
 }
 
 TEST(GeneratedKernels, FillPatternIsTheStoredValue) {
