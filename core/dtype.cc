@@ -91,19 +91,23 @@ uint32_t encode_mini(float v, MiniFloat f) {
 constexpr MiniFloat kE4M3{4, 3, false};
 constexpr MiniFloat kE5M2{5, 2, true};
 
+// A double stored to an integer dtype: truncated toward zero, saturated
+// at the int64 range (as the GPU's conversion does), NaN as 0, then
+// wrapped to the dtype's width as a C cast does (300 -> s8 44).
 template <typename T>
 T wrap_cast(double v) {
   if (std::isnan(v)) return 0;
-  double t = std::trunc(v);
-  if constexpr (std::is_signed_v<T>) {
-    constexpr double lo = static_cast<double>(std::numeric_limits<int64_t>::min());
-    if (t < lo || t >= -lo) return 0;
-    return static_cast<T>(static_cast<int64_t>(t));
-  } else {
-    if (t <= -9.2e18 || t >= 1.8e19) return 0;
-    if (t < 0) return static_cast<T>(static_cast<int64_t>(t));
-    return static_cast<T>(static_cast<uint64_t>(t));
+  const double t = std::trunc(v);
+  int64_t x;
+  if (t >= 9223372036854775807.0) x = std::numeric_limits<int64_t>::max();
+  else if (t <= -9223372036854775808.0) x = std::numeric_limits<int64_t>::min();
+  else x = static_cast<int64_t>(t);
+  if constexpr (std::is_unsigned_v<T>) {
+    // Unsigned: values at or past 2^63 keep their low bits as uint64 would.
+    if (t >= 9223372036854775808.0 && t < 18446744073709551616.0) return static_cast<T>(static_cast<uint64_t>(t));
+    if (t >= 18446744073709551616.0) return static_cast<T>(std::numeric_limits<uint64_t>::max());
   }
+  return static_cast<T>(x);
 }
 }  // namespace
 
@@ -166,7 +170,7 @@ void store_from_double(void* base, DType t, size_t i, double v) {
     case DType::s8: p[i] = static_cast<uint8_t>(wrap_cast<int8_t>(v)); return;
     case DType::u32: { uint32_t x = wrap_cast<uint32_t>(v); std::memcpy(p + 4 * i, &x, 4); return; }
     case DType::u8: p[i] = wrap_cast<uint8_t>(v); return;
-    case DType::boolean: p[i] = (v != 0 && !std::isnan(v)) ? 1 : 0; return;
+    case DType::boolean: p[i] = v != 0 ? 1 : 0; return;  // NaN is true, as numpy's bool(nan)
   }
 }
 

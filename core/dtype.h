@@ -38,7 +38,9 @@ float f8e5m2_to_f32(uint8_t b);
 // s64/u64 values beyond 2^53).
 double load_as_double(const void* base, DType t, size_t i);
 // Writes v converted to dtype t (floats round to nearest even; integers
-// truncate toward zero and wrap as a C cast of an in-range value; NaN -> 0).
+// truncate toward zero, saturate at the int64 range, and wrap to the
+// dtype's width as a C cast does; NaN stores 0 in an integer and true in
+// a bool).
 void store_from_double(void* base, DType t, size_t i, double v);
 // Rounds v to the precision of dtype t, as a cast would.
 double round_to(DType t, double v);

@@ -59,5 +59,20 @@ TEST(DType, IntegerStoresTruncateTowardZero) {
   EXPECT_EQ(round_to(DType::u8, 300.0), 44.0);  // wraps as a C cast of 300 to uint8
 }
 
+TEST(DType, OutOfRangeIntegerStoresSaturateThenWrapAndNanIsZeroOrTrue) {
+  int64_t w[3];
+  store_from_double(w, DType::s64, 0, 1e30);   // saturates at INT64_MAX (not 0)
+  store_from_double(w, DType::s64, 1, -1e30);  // and INT64_MIN
+  store_from_double(w, DType::s64, 2, NAN);    // NaN stores 0
+  EXPECT_EQ(w[0], INT64_MAX);
+  EXPECT_EQ(w[1], INT64_MIN);
+  EXPECT_EQ(w[2], 0);
+  EXPECT_EQ(round_to(DType::s8, 300.0), 44.0);   // 300 = 0x12c keeps its low byte
+  EXPECT_EQ(round_to(DType::u8, -1.0), 255.0);   // -1 wraps
+  EXPECT_EQ(round_to(DType::s32, 1e30), -1.0);   // INT64_MAX's low 32 bits
+  EXPECT_EQ(round_to(DType::u32, 1e19), 2313682944.0);  // 1e19 = 0x8ac7230489e80000 < 2^64: its low 32 bits
+  EXPECT_EQ(round_to(DType::boolean, NAN), 1.0);  // bool(nan) is True, as numpy
+}
+
 }  // namespace
 }  // namespace thunky

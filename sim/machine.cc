@@ -172,6 +172,7 @@ Machine read_machine(Value j) {
   peaks.each([&](std::string_view key, Value v, std::string at) {
     if (!parse_dtype(key)) fail(at, "unknown dtype '" + std::string(key) + "'");
     m.peak_flops[std::string(key)] = non_negative(v, at);
+    if (m.peak_flops[std::string(key)] <= 0) fail(at, "must be positive (flop/s)");
   });
   if (m.peak_flops.empty()) fail("/chip/peak_flops", "needs at least one dtype");
   m.hbm_bandwidth = positive(chip, "hbm_bandwidth");

@@ -38,5 +38,25 @@ TEST(Machine, LoadsByNameAndRejectsUnknownKeys) {
   }
 }
 
+TEST(Machine, ZeroPeakAndMisplacedNcclFiguresAreRefused) {
+  auto refused_at = [](const std::string& chip, const std::string& axis) {
+    try {
+      parse_machine_text(R"({"format": "thunky.machine/1", "name": "m", "chip": )" + chip + R"(, "axes": {"*": )" + axis + "}}");
+    } catch (const ThunkyError& e) {
+      return e.pointer();
+    }
+    return std::string("accepted");
+  };
+  const std::string chip = R"({"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s"})";
+  const std::string sw = R"({"topology": "switch", "egress_bandwidth": 1e9)";
+  // A zero peak would price every GEMM at infinity.
+  EXPECT_EQ(refused_at(R"({"peak_flops": {"f32": 0}, "hbm_bandwidth": 1e11, "source": "s"})", sw + "}"), "/chip/peak_flops/f32");
+  EXPECT_EQ(refused_at(chip, sw + R"(, "collective_model": "nccl", "nccl": {"ring": {"LL": {"efficiency": 1.5}}}})"), "/axes/*/nccl/ring/LL/efficiency");
+  EXPECT_EQ(refused_at(chip, sw + R"(, "collective_model": "ideal", "nccl": {}})"), "/axes/*/nccl");  // figures of a model not in use
+  EXPECT_EQ(refused_at(chip, sw + R"(, "nccl": {"rings": {}}})"), "/axes/*/nccl/rings");              // unknown key
+  EXPECT_EQ(refused_at(R"({"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s", "gemm_tile": [128, 256, 64]})", sw + "}"), "/chip/sm_count");
+  EXPECT_EQ(refused_at(chip, sw + "}"), "accepted");
+}
+
 }  // namespace
 }  // namespace thunky::sim

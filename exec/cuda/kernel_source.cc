@@ -70,16 +70,16 @@ __device__ __forceinline__ unsigned short thunky_f32_to_bf16(float v) {
 __device__ __forceinline__ i64_t thunky_wrap_signed(double v) {
   if (v != v) return 0;
   double t = trunc(v);
-  const double lo = -9223372036854775808.0;
-  if (t < lo || t >= -lo) return 0;
+  if (t >= 9223372036854775807.0) return 0x7fffffffffffffffLL;
+  if (t <= -9223372036854775808.0) return (i64_t)0x8000000000000000ULL;
   return (i64_t)t;
 }
 __device__ __forceinline__ u64_t thunky_wrap_unsigned(double v) {
   if (v != v) return 0;
   double t = trunc(v);
-  if (t <= -9.2e18 || t >= 1.8e19) return 0;
-  if (t < 0) return (u64_t)(i64_t)t;
-  return (u64_t)t;
+  if (t >= 18446744073709551616.0) return 0xffffffffffffffffULL;
+  if (t >= 9223372036854775808.0) return (u64_t)t;
+  return (u64_t)thunky_wrap_signed(t);
 }
 
 __device__ __forceinline__ double ld_f64(const u8_t* p, i64_t i) { return ((const double*)p)[i]; }
@@ -108,7 +108,7 @@ __device__ __forceinline__ void st_s16(u8_t* p, i64_t i, double v) { ((short*)p)
 __device__ __forceinline__ void st_s8(u8_t* p, i64_t i, double v) { p[i] = (u8_t)(signed char)thunky_wrap_signed(v); }
 __device__ __forceinline__ void st_u32(u8_t* p, i64_t i, double v) { ((unsigned*)p)[i] = (unsigned)thunky_wrap_unsigned(v); }
 __device__ __forceinline__ void st_u8(u8_t* p, i64_t i, double v) { p[i] = (u8_t)thunky_wrap_unsigned(v); }
-__device__ __forceinline__ void st_bool(u8_t* p, i64_t i, double v) { p[i] = (v != 0 && v == v) ? 1 : 0; }
+__device__ __forceinline__ void st_bool(u8_t* p, i64_t i, double v) { p[i] = v != 0 ? 1 : 0; }
 
 __device__ __forceinline__ i64_t thunky_as_i64(double v) {  // truncated, saturated, NaN as 0 (as cvt.rzi.s64.f64)
   if (v != v) return 0;
