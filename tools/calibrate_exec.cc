@@ -32,11 +32,13 @@ ojson input(ojson shape, const std::string& dtype) {
 }
 ojson output(ojson shape, const std::string& dtype) { return {{"shape", std::move(shape)}, {"dtype", dtype}, {"role", "output"}}; }
 
-// The median, over timed iterations, of the durations of the ops named `name` (summed per iteration).
+// Runs benchmark schedules on one backend.
 class Runner {
  public:
   explicit Runner(std::string backend) : backend_(std::move(backend)) {}
 
+  // The median over `iters` runs of the time rank 0's ops named `name`
+  // take (summed within a run); plan and initialise are not timed.
   Expected<double> op_seconds(const ojson& doc, const std::string& name, int iters = 5) {
     auto p = load_schedule_text(doc.dump(), doc["name"].get<std::string>() + ".json");
     if (!p) return p.errors();
@@ -60,18 +62,6 @@ class Runner {
     return times[times.size() / 2];
   }
 
-  Expected<double> makespan(const ojson& doc, int iters = 5) {
-    auto p = load_schedule_text(doc.dump(), doc["name"].get<std::string>() + ".json");
-    if (!p) return p.errors();
-    auto b = make_backend(backend_);
-    if (!b) return b.errors();
-    ExecOptions o;
-    o.warmup = 1;
-    o.iters = iters;
-    auto r = (*b)->run(*p, o);
-    if (!r) return r.errors();
-    return r->report.makespan_s;
-  }
 
  private:
   std::string backend_;
