@@ -327,6 +327,12 @@ class Engine {
       advance();
       while (auto e = queue_.pop()) {
         now_ = e->time.s;
+        // Past 10^7 s (116 days) a double's step is a microsecond's tenth
+        // and events of short commands stop advancing time: such figures
+        // (a kernel's cost, a latency, a tiny bandwidth) are out of range.
+        if (!(now_ <= kMaxSimulatedSeconds))
+          throw ThunkyError("", "the simulated time passed " + std::to_string(static_cast<int64_t>(kMaxSimulatedSeconds)) +
+                                    " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
         handle(e->payload);
         advance();
       }
@@ -354,6 +360,7 @@ class Engine {
   using Scope = std::pmr::unordered_map<std::string_view, int>;
 
   static constexpr size_t kNumberAhead = 8;
+  static constexpr double kMaxSimulatedSeconds = 1e7;
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes) {
     const int first = static_cast<int>(infos_.size());
@@ -1168,6 +1175,9 @@ class Engine {
 
   // A finished command: kept for the report, or only counted.
   void record(int64_t rank, const Rec& r) {
+    if (!(r.end <= kMaxSimulatedSeconds))
+      throw ThunkyError("", "the simulated time passed " + std::to_string(static_cast<int64_t>(kMaxSimulatedSeconds)) +
+                                " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
     if (keep_records_) {
       ops_[rank].push_back(r);
       return;

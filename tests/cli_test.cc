@@ -316,6 +316,11 @@ TEST(HostileInput, TheCpuBackendsLimitsAreCheckedBeforeItStarts) {
   r = run(slow);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("/program/0/cost/seconds"), std::string::npos) << r.err;
+  // The simulator stops past 10^7 s of simulated time, where a double can
+  // no longer advance by short commands' durations (it would spin).
+  Result s = sim(slow + " --machine h100-8gpu");
+  EXPECT_EQ(s.code, 2);
+  EXPECT_NE(s.err.find("simulated time passed 10000000 s"), std::string::npos) << s.err;
 }
 
 TEST(HostileInput, IntegerDivisionOverflowWrapsAndDivisionByZeroIsZero) {
