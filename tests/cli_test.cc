@@ -323,6 +323,33 @@ TEST(HostileInput, TheCpuBackendsLimitsAreCheckedBeforeItStarts) {
   EXPECT_NE(s.err.find("simulated time passed 10000000 s"), std::string::npos) << s.err;
 }
 
+TEST(HostileInput, ReportsWithImpossibleRanksOrOpsAreRefusedByPointer) {
+  TempDir d("reports");
+  ASSERT_EQ(run(kSrc + "/examples/sum_across_gpus.json --report " + (d.path / "good.json").string()).code, 0);
+  auto good = nlohmann::ordered_json::parse(std::ifstream(d.path / "good.json"));
+  struct Case {
+    std::string pointer;
+    nlohmann::ordered_json value;
+  };
+  // sum_across_gpus has 2 ranks: 99, -1 and 0.5 name none of them.
+  for (const Case& c : {Case{"/ranks/1/rank", 99}, Case{"/ranks/1/rank", -1}, Case{"/ranks/1/rank", 0.5}, Case{"/ranks/0/ops", nullptr}}) {
+    auto bad = good;
+    bad[nlohmann::ordered_json::json_pointer(c.pointer)] = c.value;
+    const std::string path = d.write("bad.json", bad.dump());
+    Result r = compare(path + " " + (d.path / "good.json").string());
+    EXPECT_EQ(r.code, 2) << c.pointer << " = " << c.value.dump();
+    EXPECT_NE(r.err.find(path + ":" + c.pointer + ":"), std::string::npos) << r.err;
+  }
+}
+
+TEST(HostileInput, TheGeneratorRefusesUnknownDtypesAndFailedWrites) {
+  Result r = run_tool(THUNKY_GEN_BIN, "ring_matmul --dtype foo");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown element type 'foo'"), std::string::npos) << r.err;
+  r = run_tool(THUNKY_GEN_BIN, "ring_matmul -o /dev/full");
+  EXPECT_EQ(r.code, 2);
+}
+
 TEST(HostileInput, IntegerDivisionOverflowWrapsAndDivisionByZeroIsZero) {
   // s64: INT64_MIN // -1 wraps to INT64_MIN, INT64_MIN % -1 is 0; 7 // 0 and 7 % 0 are 0 (documented).
   TempDir d("intdiv");

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/dtype.h"
 #include "tools/gen.h"
 
 int main(int argc, char** argv) {
@@ -18,6 +19,10 @@ int main(int argc, char** argv) {
   app.add_flag("--literal", o.literal, "bidirectional: the guide's literal workspace sizing");
   app.add_option("-o,--output", out, "output file (default: stdout)");
   if (auto code = thunky::cli::parse(app, "thunky-gen", argc, argv)) return *code;
+  if (!thunky::parse_dtype(o.dtype)) {
+    std::cerr << "thunky-gen: --dtype: unknown element type '" << o.dtype << "' (f64 f32 f16 bf16 f8e4m3 f8e5m2 s64 s32 s16 s8 u32 u8 bool)\n";
+    return 2;
+  }
   nlohmann::ordered_json s;
   try {
     if (pattern == "ring_matmul") s = thunky::gen::ring_matmul(o);
@@ -33,10 +38,13 @@ int main(int argc, char** argv) {
   }
   if (out.empty()) {
     std::cout << s.dump(2) << "\n";
+    std::cout.flush();
+    if (!std::cout) return std::cerr << "thunky-gen: cannot write the schedule to standard output\n", 2;
     return 0;
   }
   std::ofstream f(out);
   f << s.dump(2) << "\n";
+  f.close();
   if (!f) {
     std::cerr << out << ": cannot write\n";
     return 2;

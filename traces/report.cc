@@ -182,13 +182,25 @@ Report report_from_json(const ojson& j) {
     r.axis_names = need(mesh, "axis_names", "/mesh").get<std::vector<std::string>>();
     r.mesh_shape = need(mesh, "shape", "/mesh").get<std::vector<int64_t>>();
     r.makespan_s = need(j, "makespan_s", "").get<double>();
+    int64_t mesh_size = 1;
+    for (size_t d = 0; d < r.mesh_shape.size(); ++d) {
+      if (r.mesh_shape[d] < 1 || r.mesh_shape[d] > (int64_t{1} << 20)) throw ThunkyError("/mesh/shape/" + std::to_string(d), "expected a positive size");
+      mesh_size *= r.mesh_shape[d];
+      if (mesh_size > (int64_t{1} << 24)) throw ThunkyError("/mesh/shape", "more than 2^24 ranks");
+    }
+    if (r.axis_names.size() != r.mesh_shape.size()) throw ThunkyError("/mesh", "axis_names and shape differ in length");
     const ojson& ranks = need(j, "ranks", "");
+    if (!ranks.is_array()) throw ThunkyError("/ranks", "expected an array of ranks");
     for (size_t i = 0; i < ranks.size(); ++i) {
       std::string rp = "/ranks/" + std::to_string(i);
       RankReport rr;
-      rr.rank = need(ranks[i], "rank", rp).get<int64_t>();
+      const ojson& rank = need(ranks[i], "rank", rp);
+      if (!rank.is_number_integer() || rank.get<int64_t>() < 0 || rank.get<int64_t>() >= mesh_size)
+        throw ThunkyError(rp + "/rank", "expected a rank of the mesh (an integer from 0 to " + std::to_string(mesh_size - 1) + "), got " + rank.dump());
+      rr.rank = rank.get<int64_t>();
       rr.coords = need(ranks[i], "coords", rp).get<std::vector<int64_t>>();
       const ojson& ops = need(ranks[i], "ops", rp);
+      if (!ops.is_array()) throw ThunkyError(rp + "/ops", "expected an array of ops, got " + std::string(ops.type_name()));
       for (size_t k = 0; k < ops.size(); ++k) {
         std::string op_ptr = rp + "/ops/" + std::to_string(k);
         const ojson& o = ops[k];
