@@ -153,11 +153,11 @@ const AxisLinks* Machine::axis(std::string_view n) const {
 double Machine::peak(DType t) const {
   auto it = peak_flops.find(dtype_name(t));
   if (it != peak_flops.end()) return it->second;
-  it = peak_flops.find("f32");
-  if (it != peak_flops.end()) return it->second;
-  double best = 0;
-  for (const auto& [k, v] : peak_flops) best = std::max(best, v);
-  return best;
+  // No silent stand-in: a GEMM of a dtype the model does not rate is an error.
+  std::string have;
+  for (const auto& [k, v] : peak_flops) have += (have.empty() ? "" : ", ") + k;
+  throw ThunkyError("/chip/peak_flops", "machine model '" + name + "' gives no peak_flops for " + std::string(dtype_name(t)) + " (it rates " + have +
+                                            "): add it to price this command");
 }
 
 namespace {

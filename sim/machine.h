@@ -86,7 +86,7 @@ struct Machine {
 
   // The links of a mesh axis, or nullptr when neither it nor "*" is modelled.
   const AxisLinks* axis(std::string_view name) const;
-  // Peak flop/s for a dtype (falls back to f32's, then to the largest figure).
+  // Peak flop/s for a dtype; throws ThunkyError when the model gives none.
   double peak(DType t) const;
 };
 

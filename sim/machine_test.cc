@@ -56,6 +56,15 @@ TEST(Machine, ZeroPeakAndMisplacedNcclFiguresAreRefused) {
   EXPECT_EQ(refused_at(chip, sw + R"(, "nccl": {"rings": {}}})"), "/axes/*/nccl/rings");              // unknown key
   EXPECT_EQ(refused_at(R"({"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s", "gemm_tile": [128, 256, 64]})", sw + "}"), "/chip/sm_count");
   EXPECT_EQ(refused_at(chip, sw + "}"), "accepted");
+  // A dtype the model does not rate is an error when priced, not another dtype's peak.
+  const Machine m = parse_machine_text(R"({"format": "thunky.machine/1", "name": "m", "chip": )" + chip + R"(, "axes": {"*": )" + sw + "}}}");
+  EXPECT_DOUBLE_EQ(m.peak(DType::f32), 1e12);
+  try {
+    m.peak(DType::bf16);
+    FAIL() << "bf16 priced at f32's peak";
+  } catch (const ThunkyError& e) {
+    EXPECT_NE(std::string(e.what()).find("no peak_flops for bf16 (it rates f32)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
