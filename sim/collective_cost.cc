@@ -44,7 +44,8 @@ double collective_seconds(Op op, const std::vector<AxisSpan>& axes, double bytes
     // groups over the NICs, where each rank's NIC carries 1/g of the
     // off-group data.
     const int64_t g = std::min(first.group_size, n);
-    const int64_t groups = n / g;
+    // A partial last group is a group: 12 ranks in groups of 8 span 2 nodes.
+    const int64_t groups = (n + g - 1) / g;
     double inner = switch_seconds(op, g, bytes, first.egress_bandwidth, first.latency_s, additive);
     if (groups <= 1) return inner;
     const double frac = static_cast<double>(groups - 1) / static_cast<double>(groups);

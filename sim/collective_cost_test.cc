@@ -64,6 +64,10 @@ TEST(CollectiveCost, SwitchAndHierarchical) {
   // 32 ranks = 4 nodes: inner 7/8 V/B + 5 us, outer 3/4 V / (8 * 5e10) + 10 us.
   EXPECT_NEAR(collective_seconds(Op::all_gather, {{&h, 32}}, gib, true),
               7.0 / 8 * gib / 4.5e11 + 5e-6 + 0.75 * gib / (8 * 5e10) + 1e-5, 1e-12);
+  // 12 ranks in groups of 8 span 2 nodes (not 1): inner 7/8 V/B + 5 us,
+  // outer 1/2 V / (8 * 5e10) + 10 us.
+  EXPECT_NEAR(collective_seconds(Op::all_gather, {{&h, 12}}, gib, true),
+              7.0 / 8 * gib / 4.5e11 + 5e-6 + 0.5 * gib / (8 * 5e10) + 1e-5, 1e-12);
 }
 
 TEST(CollectiveCost, NeighbourShiftAndBusFactors) {
