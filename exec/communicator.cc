@@ -1,5 +1,8 @@
 #include "exec/communicator.h"
 
+#include "core/command_facts.h"
+#include "core/mesh.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -128,6 +131,26 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
   }
   rv.done = true;
   monitor_.notify_all();
+}
+
+CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx& ctx, const std::function<uint8_t*(const View&)>& address) {
+  CollectiveCall call;
+  call.op = c.op;
+  call.reduction = c.rare().reduction;
+  const View sv = resolve(p, *c.src, ctx), dv = resolve(p, *c.dst, ctx);
+  call.dtype = p.buffers[sv.buffer].dtype;
+  call.src = address(sv);
+  call.dst = address(dv);
+  call.src_count = sv.count();
+  call.dst_count = dv.count();
+  const Participants part = participants(p.mesh, ctx.rank, c.axis, c.rare().groups);
+  call.ranks = part.ranks;
+  call.position = part.position;
+  const int64_t n = static_cast<int64_t>(part.ranks.size());
+  if (c.op == Op::collective_permute) call.pairs = permute_pairs(c, n);
+  call.id = c.id();
+  call.signature = collective_signature(p, c, sv, dv, n);
+  return call;
 }
 
 void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*>& src, uint8_t* dst) {

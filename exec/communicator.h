@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/schedule.h"
+#include "core/validate.h"
 #include "exec/monitor.h"
 
 namespace thunky {
@@ -32,6 +34,11 @@ struct CollectiveCall {
   std::string signature;   // what must match across ranks (collective_signature)
   void* stream = nullptr;  // device transports: the stream it is issued on
 };
+
+// The call `c` makes on `rank` (ctx), its views at the addresses
+// `address` gives (host or device memory): participants, counts, pairs and
+// signature as every transport needs them.
+CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx& ctx, const std::function<uint8_t*(const View&)>& address);
 
 class Communicator {
  public:

@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "core/accounting.h"
-#include "core/command_facts.h"
 #include "core/init.h"
 #include "core/mesh.h"
 #include "core/validate.h"
@@ -232,26 +231,6 @@ class Run {
     s.decisions[c.id()].push_back(value);
   }
 
-  CollectiveCall collective_call(RankState& s, const Command& c) {
-    CollectiveCall call;
-    call.op = c.op;
-    call.reduction = c.rare().reduction;
-    View sv = resolve(p_, *c.src, s.ctx), dv = resolve(p_, *c.dst, s.ctx);
-    call.dtype = p_.buffers[sv.buffer].dtype;
-    call.src = (*s.memory)[sv.buffer].data() + sv.offset * dtype_size(call.dtype);
-    call.dst = (*s.memory)[dv.buffer].data() + dv.offset * dtype_size(call.dtype);
-    call.src_count = sv.count();
-    call.dst_count = dv.count();
-    Participants part = participants(p_.mesh, s.rank, c.axis, c.rare().groups);
-    call.ranks = part.ranks;
-    call.position = part.position;
-    const int64_t n = static_cast<int64_t>(part.ranks.size());
-    if (c.op == Op::collective_permute) call.pairs = permute_pairs(c, n);
-    call.id = c.id();
-    call.signature = collective_signature(p_, c, sv, dv, n);
-    return call;
-  }
-
   void exec(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
     switch (c.op) {
       case Op::cond: {
@@ -291,7 +270,10 @@ class Run {
           for (const auto& m : c.body) members.push_back(&m);
         else
           members.push_back(&c);
-        for (const Command* m : members) calls.push_back(collective_call(s, *m));
+        for (const Command* m : members)
+          calls.push_back(collective_call(p_, *m, s.ctx, [&](const View& v) {
+            return (*s.memory)[v.buffer].data() + v.offset * dtype_size(p_.buffers[v.buffer].dtype);
+          }));
         const std::vector<int> launch = launch_members(p_.mesh, s.rank, members);
         double start = now();
         comm_->run(static_cast<int>(s.rank), calls, launch, who(s, stream));

@@ -22,7 +22,6 @@
 #include <unordered_map>
 
 #include "core/accounting.h"
-#include "core/command_facts.h"
 #include "core/init.h"
 #include "core/mesh.h"
 #include "core/validate.h"
@@ -671,13 +670,13 @@ class CudaBackend final : public Backend {
       const uint8_t* pred = view_ptr(*c.pred);
       std::vector<const Block*> bodies = {&x.then_};
       if (!x.else_.empty()) bodies.push_back(&x.else_);
-      conditional_node(s, cur, cudaGraphCondTypeIf, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_if, params_of({h, ptr_bits(pred)}), st); });
+      conditional_node(s, cur, cudaGraphCondTypeIf, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_if, pack_params({h, ptr_bits(pred)}), st); });
     } else if (c.op == Op::switch_) {
       const uint8_t* index = view_ptr(*c.index);
       std::vector<const Block*> bodies;
       for (const auto& br : x.branches) bodies.push_back(&br);
       const uint64_t n = bodies.size();
-      conditional_node(s, cur, cudaGraphCondTypeSwitch, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_switch, params_of({h, ptr_bits(index), n}), st); });
+      conditional_node(s, cur, cudaGraphCondTypeSwitch, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_switch, pack_params({h, ptr_bits(index), n}), st); });
     } else {
       const uint8_t* pred = view_ptr(*c.cond_buf);
       const size_t slot = s.loop_ids.size();
@@ -687,7 +686,7 @@ class CudaBackend final : public Backend {
       THUNKY_CUDA_CHECK(cudaMemsetAsync(counter, 0, 8, stream(s, cur)));
       issue_block(s, x.cond, cur, true);
       const uint64_t max = static_cast<uint64_t>(opts_->max_trip_count);
-      auto set = [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_while, params_of({h, ptr_bits(pred), ptr_bits(counter), max, ptr_bits(counter + 8)}), st); };
+      auto set = [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_while, pack_params({h, ptr_bits(pred), ptr_bits(counter), max, ptr_bits(counter + 8)}), st); };
       // The handle is set before the node from the first evaluation, and
       // again at the end of every iteration.
       conditional_node(s, cur, cudaGraphCondTypeWhile, {&c.body}, set, [&](cudaGraphConditionalHandle h) {
@@ -742,16 +741,6 @@ class CudaBackend final : public Backend {
     }
   }
 
-  static uint64_t ptr_bits(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
-  static std::vector<uint8_t> params_of(std::initializer_list<uint64_t> fields) {
-    std::vector<uint8_t> b;
-    for (uint64_t v : fields) {
-      uint8_t x[8];
-      std::memcpy(x, &v, 8);
-      b.insert(b.end(), x, x + 8);
-    }
-    return b;
-  }
   // One thread: the kernels that set a conditional handle.
   static void launch_one(cudaKernel_t k, const std::vector<uint8_t>& params, cudaStream_t st) {
     void* args[] = {const_cast<uint8_t*>(params.data())};
@@ -796,24 +785,8 @@ class CudaBackend final : public Backend {
   void collective(RankState& s, const Command& c, const std::vector<const Command*>& members, const StreamId& cur) {
     std::vector<CollectiveCall> calls;
     for (const Command* m : members) {
-      CollectiveCall call;
-      call.op = m->op;
-      call.reduction = m->rare().reduction;
-      const View sv = resolve(*p_, *m->src, s.ctx), dv = resolve(*p_, *m->dst, s.ctx);
-      call.dtype = dtype_of(sv);
-      call.src = ptr(s, sv);
-      call.dst = ptr(s, dv);
-      call.src_count = sv.count();
-      call.dst_count = dv.count();
-      Participants part = participants(p_->mesh, s.rank, m->axis, m->rare().groups);
-      call.ranks = part.ranks;
-      call.position = part.position;
-      const int64_t n = static_cast<int64_t>(part.ranks.size());
-      if (m->op == Op::collective_permute) call.pairs = permute_pairs(*m, n);
-      call.id = m->id();
-      call.signature = collective_signature(*p_, *m, sv, dv, n);
-      call.stream = stream(s, cur);
-      calls.push_back(std::move(call));
+      calls.push_back(collective_call(*p_, *m, s.ctx, [&](const View& v) { return ptr(s, v); }));
+      calls.back().stream = stream(s, cur);
     }
     s.last_collective = c.id();
     const std::vector<int> launch_set = launch_members(p_->mesh, s.rank, members);
@@ -892,17 +865,7 @@ class CudaBackend final : public Backend {
       THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, d), static_cast<int>(pattern & 0xff), n, st));
       return;
     }
-    std::vector<uint8_t> params;
-    auto put = [&](uint64_t v) {
-      uint8_t b[8];
-      std::memcpy(b, &v, 8);
-      params.insert(params.end(), b, b + 8);
-    };
-    put(reinterpret_cast<uintptr_t>(ptr(s, d)));
-    put(static_cast<uint64_t>(d.count()));
-    put(es);
-    put(pattern);
-    launch(kernels_->get(support_, "thunky_fill"), d.count(), params, st, sms(s));
+    launch(kernels_->get(support_, "thunky_fill"), d.count(), pack_params({ptr_bits(ptr(s, d)), static_cast<uint64_t>(d.count()), es, pattern}), st, sms(s));
   }
 
   void map(RankState& s, const Command& c, const Command& m, StreamState& ss) {
@@ -1041,14 +1004,7 @@ class CudaBackend final : public Backend {
   // model, which the executor does not price: only the traffic runs).
   void stand_in(RankState& s, const Command& c, cudaStream_t st) {
     auto params = [](const void* src, int64_t sb, void* dst, int64_t db) {
-      std::vector<uint8_t> b;
-      for (uint64_t v : {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(src)), static_cast<uint64_t>(sb),
-                         static_cast<uint64_t>(reinterpret_cast<uintptr_t>(dst)), static_cast<uint64_t>(db)}) {
-        uint8_t x[8];
-        std::memcpy(x, &v, 8);
-        b.insert(b.end(), x, x + 8);
-      }
-      return b;
+      return pack_params({ptr_bits(src), static_cast<uint64_t>(sb), ptr_bits(dst), static_cast<uint64_t>(db)});
     };
     cudaKernel_t touch = kernels_->get(support_, "thunky_touch");
     for (const auto& r : c.refs) {
@@ -1060,9 +1016,7 @@ class CudaBackend final : public Backend {
       if (bytes(v)) launch(touch, static_cast<int64_t>(bytes(v)), params(nullptr, 0, ptr(s, v), static_cast<int64_t>(bytes(v))), st, sms(s));
     }
     if (c.cost && c.cost->seconds && *c.cost->seconds > 0) {
-      const uint64_t ns = static_cast<uint64_t>(std::min(*c.cost->seconds, 3600.0) * 1e9);
-      std::vector<uint8_t> b(8);
-      std::memcpy(b.data(), &ns, 8);
+      std::vector<uint8_t> b = pack_params({static_cast<uint64_t>(std::min(*c.cost->seconds, 3600.0) * 1e9)});
       void* args[] = {b.data()};
       THUNKY_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernels_->get(support_, "thunky_spin")), dim3(static_cast<unsigned>(sms(s))), dim3(32), args, 0, st));
     }

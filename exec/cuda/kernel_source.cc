@@ -266,7 +266,7 @@ void put(std::vector<uint8_t>& out, uint64_t v) {
   std::memcpy(b, &v, 8);
   out.insert(out.end(), b, b + 8);
 }
-void put_ptr(std::vector<uint8_t>& out, const void* p) { put(out, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p))); }
+void put_ptr(std::vector<uint8_t>& out, const void* p) { put(out, ptr_bits(p)); }
 
 }  // namespace
 
@@ -429,6 +429,12 @@ extern "C" __global__ void thunky_set_switch(SetSwitchParams p) {
 }
 )";
   return {"", s};
+}
+
+std::vector<uint8_t> pack_params(std::initializer_list<uint64_t> fields) {
+  std::vector<uint8_t> b;
+  for (uint64_t v : fields) put(b, v);
+  return b;
 }
 
 uint64_t fill_pattern(DType t, double value) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,11 @@ std::vector<uint8_t> combine_params(void* out, int64_t count, int64_t offset, co
 //    node's handle, stopping the loop and raising *overflow once *counter
 //    reaches max trips.
 KernelSource support_kernels();
+
+// Kernel parameters as the generated structs lay them out: 8-byte fields
+// in order (pointers as their bits).
+std::vector<uint8_t> pack_params(std::initializer_list<uint64_t> fields);
+inline uint64_t ptr_bits(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
 
 // The fill pattern of `value` converted to dtype t (store_from_double's
 // bytes), little-endian in the low bytes.
