@@ -159,38 +159,60 @@ TEST(GuideExamples, SplicedPsum) {
   EXPECT_EQ(run_example("splice_jax_collective.json", "out", 1), (std::vector<double>{8, 12, 16, 20}));
 }
 
-// C = A x B from the gathered inputs, computed naively in double.
-void expect_matmul(const Program& p, const ExecResult& r, int64_t n, const gen::RingMatmulOptions& o) {
+// C = A x B from the gathered inputs (the local ones on one device),
+// computed naively in double.
+void expect_matmul(const Program& p, const ExecResult& r, int64_t n) {
   auto a = global_values(p, r, "a"), b = global_values(p, r, "b"), c = global_values(p, r, "c");
-  const int64_t rows = n * o.m_block, cols = n * o.n_block;
+  const Buffer& ab = p.buffers[p.find_buffer("a")];
+  const Buffer& bb = p.buffers[p.find_buffer("b")];
+  const auto& a_shape = ab.global ? ab.global->shape : ab.shape;
+  const auto& b_shape = bb.global ? bb.global->shape : bb.shape;
+  const int64_t rows = a_shape[0], depth = a_shape[1], cols = b_shape[1];
+  ASSERT_EQ(b_shape[0], depth);
   ASSERT_EQ(static_cast<int64_t>(c.size()), rows * cols);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       double s = 0;
-      for (int64_t k = 0; k < o.k; ++k) s += a[i * o.k + k] * b[k * cols + j];
-      // |a|, |b| <= 1 and k = 16 terms: f32 accumulation error stays far below 1e-4.
+      for (int64_t k = 0; k < depth; ++k) s += a[i * depth + k] * b[k * cols + j];
+      // |a|, |b| <= 1 and at most 8 x 16 terms: f32 accumulation error stays below 1e-4.
       ASSERT_NEAR(c[i * cols + j], s, 1e-4) << "N=" << n << " C[" << i << "," << j << "]";
     }
 }
 
 class RingMatmul : public ::testing::TestWithParam<int64_t> {};
 
+// Each generator's schedule loads (validation, race check), runs on the CPU
+// backend and gives A x B for N = 1..8.
+void expect_generated_matmul(const nlohmann::ordered_json& schedule, int64_t n) {
+  Program p = load_ok(schedule.dump());
+  expect_matmul(p, run_cpu(p), n);
+}
+
 TEST_P(RingMatmul, UnidirectionalGathersCorrectly) {
-  gen::RingMatmulOptions o{GetParam(), 4, 16, 3, "f32", false};
-  Program p = load_ok(gen::ring_matmul(o).dump());
-  expect_matmul(p, run_cpu(p), GetParam(), o);
+  expect_generated_matmul(gen::ring_matmul({GetParam(), 4, 16, 3, "f32", false}), GetParam());
 }
 
 TEST_P(RingMatmul, BidirectionalGathersCorrectly) {
-  gen::RingMatmulOptions o{GetParam(), 4, 16, 3, "f32", false};
-  Program p = load_ok(gen::bidirectional_ring_matmul(o).dump());
-  expect_matmul(p, run_cpu(p), GetParam(), o);
+  expect_generated_matmul(gen::bidirectional_ring_matmul({GetParam(), 4, 16, 3, "f32", false}), GetParam());
 }
 
 TEST_P(RingMatmul, BlockingBaselineGathersCorrectly) {
-  gen::RingMatmulOptions o{GetParam(), 4, 16, 3, "f32", false};
-  Program p = load_ok(gen::blocking_matmul(o).dump());
-  expect_matmul(p, run_cpu(p), GetParam(), o);
+  expect_generated_matmul(gen::blocking_matmul({GetParam(), 4, 16, 3, "f32", false}), GetParam());
+}
+
+TEST_P(RingMatmul, UnshardedBaselineMultiplies) {
+  // One device: [N 4, 16] x [16, 3].
+  expect_generated_matmul(gen::unsharded_matmul({GetParam(), 4, 16, 3, "f32", false}), GetParam());
+}
+
+TEST_P(RingMatmul, ReduceScatterRingSumsCorrectly) {
+  // A [N 4, N 2] . B [N 2, 3], C reduce-scattered by rows.
+  expect_generated_matmul(gen::ring_reduce_scatter_matmul({GetParam(), 4, 2, 3, "f32", false}), GetParam());
+}
+
+TEST_P(RingMatmul, ReduceScatterBaselinesMultiply) {
+  expect_generated_matmul(gen::blocking_reduce_scatter_matmul({GetParam(), 4, 2, 3, "f32", false}), GetParam());
+  expect_generated_matmul(gen::unsharded_reduce_scatter_matmul({GetParam(), 4, 2, 3, "f32", false}), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks1To8, RingMatmul, ::testing::Range<int64_t>(1, 9));

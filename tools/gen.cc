@@ -29,6 +29,33 @@ ojson common(const RingMatmulOptions& o, const std::string& name) {
   return s;
 }
 
+ojson input(ojson shape, const std::string& dtype, int seed) {
+  return {{"shape", std::move(shape)}, {"dtype", dtype}, {"role", "input"},
+          {"init", {{"kind", "uniform"}, {"low", -1.0}, {"high", 1.0}, {"seed", seed}}}};
+}
+
+ojson sharded(ojson buffer, ojson global_shape, ojson spec) {
+  buffer["global"] = {{"shape", std::move(global_shape)}, {"spec", std::move(spec)}};
+  return buffer;
+}
+
+// The reduce-scatter variants' buffers: A[M, K_x] . B[K_x, N] -> C[M_x, N].
+ojson reduce_scatter_common(const RingMatmulOptions& o, const std::string& name) {
+  if (o.ranks < 1 || o.m_block < 1 || o.k < 1 || o.n_block < 1) throw std::invalid_argument("ranks and block sizes must be positive");
+  const int64_t n = o.ranks;
+  ojson s;
+  s["format"] = "thunky.sched/1";
+  s["name"] = name;
+  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {n}}};
+  ojson b;
+  b["a"] = sharded(input({n * o.m_block, o.k}, o.dtype, 1), {n * o.m_block, n * o.k}, {nullptr, "x"});
+  b["b"] = sharded(input({o.k, o.n_block}, o.dtype, 2), {n * o.k, o.n_block}, {"x", nullptr});
+  b["c"] = {{"shape", {o.m_block, o.n_block}}, {"dtype", o.dtype}, {"role", "output"},
+            {"global", {{"shape", {n * o.m_block, o.n_block}}, {"spec", {"x", nullptr}}}}};
+  s["buffers"] = b;
+  return s;
+}
+
 ojson scratch(int64_t rows, int64_t cols, const std::string& dtype) {
   return {{"shape", {rows, cols}}, {"dtype", dtype}, {"role", "scratch"}};
 }
@@ -51,6 +78,20 @@ ojson done(const std::string& token) { return {{"op", "async_done"}, {"token", t
 
 ojson gemm(const std::string& a, const std::string& c, const std::string& name) {
   return {{"op", "gemm"}, {"name", name}, {"a", a}, {"b", "b"}, {"c", c}};
+}
+
+// One device, no mesh: C = A x B of the given shapes.
+ojson one_device_matmul(const RingMatmulOptions& o, const std::string& name, int64_t m, int64_t k, int64_t n, const std::string& description) {
+  if (o.ranks < 1 || o.m_block < 1 || o.k < 1 || o.n_block < 1) throw std::invalid_argument("ranks and block sizes must be positive");
+  ojson s;
+  s["format"] = "thunky.sched/1";
+  s["name"] = name;
+  s["description"] = description;
+  s["buffers"]["a"] = input({m, k}, o.dtype, 1);
+  s["buffers"]["b"] = input({k, n}, o.dtype, 2);
+  s["buffers"]["c"] = {{"shape", {m, n}}, {"dtype", o.dtype}, {"role", "output"}};
+  s["program"] = {gemm("a", "c", "GEMM")};
+  return s;
 }
 
 }  // namespace
@@ -142,6 +183,51 @@ ojson blocking_matmul(const RingMatmulOptions& o) {
   s["program"] = {{{"op", "all_gather"}, {"name", "all_gather A"}, {"src", "a"}, {"dst", "a_full"}, {"axis", "x"}},
                   {{"op", "gemm"}, {"name", "GEMM"}, {"a", "a_full"}, {"b", "b"}, {"c", "c"}}};
   return s;
+}
+
+ojson unsharded_matmul(const RingMatmulOptions& o) {
+  return one_device_matmul(o, "unsharded_matmul_n" + std::to_string(o.ranks), o.ranks * o.m_block, o.k, o.n_block,
+                           "Unsharded baseline: one device's GEMM of the AllGather matmuls (the gathered A times its B block) with no communication; its makespan is the floor that overlapping aims at.");
+}
+
+ojson ring_reduce_scatter_matmul(const RingMatmulOptions& o) {
+  const int64_t n = o.ranks;
+  ojson s = reduce_scatter_common(o, "ring_reduce_scatter_matmul_n" + std::to_string(n));
+  s["description"] = "Ring collective matmul whose output is reduce-scattered: C = ReduceScatter(A x B). At step s rank x multiplies row block (x + s + 1) mod N of A by its B, adds the partial sum received from rank x + 1 and passes it to rank x - 1 on communication:0 while the next block's GEMM runs; after N - 1 steps each rank holds its own block, fully reduced.";
+  const std::string mb = std::to_string(o.m_block);
+  auto rows = [&](int64_t step) { return "a[ds(((x + " + std::to_string(step + 1) + ") % " + std::to_string(n) + ") * " + mb + ", " + mb + ")]"; };
+  ojson prog = ojson::array();
+  if (n == 1) {
+    prog.push_back(gemm("a", "c", "GEMM 0"));
+    s["program"] = prog;
+    return s;
+  }
+  for (const char* name : {"acc", "part", "recv"}) s["buffers"][name] = scratch(o.m_block, o.n_block, o.dtype);
+  prog.push_back(gemm(rows(0), "acc", "GEMM 0"));
+  for (int64_t st = 1; st < n; ++st) {
+    const std::string tok = "pass" + std::to_string(st);
+    prog.push_back(async(tok, ojson::array({shift("acc", "recv", -1, "pass " + std::to_string(st))})));
+    prog.push_back(gemm(rows(st), "part", "GEMM " + std::to_string(st)));
+    prog.push_back(done(tok));
+    prog.push_back({{"op", "map"}, {"name", "accumulate " + std::to_string(st)}, {"out", st + 1 == n ? "c" : "acc"},
+                    {"expr", "p + r"}, {"in", {{"p", "part"}, {"r", "recv"}}}});
+  }
+  s["program"] = prog;
+  return s;
+}
+
+ojson blocking_reduce_scatter_matmul(const RingMatmulOptions& o) {
+  ojson s = reduce_scatter_common(o, "blocking_reduce_scatter_matmul_n" + std::to_string(o.ranks));
+  s["description"] = "Blocking baseline: one GEMM of the local partial product, then ReduceScatter; nothing overlaps.";
+  s["buffers"]["c_partial"] = scratch(o.ranks * o.m_block, o.n_block, o.dtype);
+  s["program"] = {gemm("a", "c_partial", "GEMM"),
+                  {{"op", "reduce_scatter"}, {"name", "reduce_scatter C"}, {"src", "c_partial"}, {"dst", "c"}, {"axis", "x"}}};
+  return s;
+}
+
+ojson unsharded_reduce_scatter_matmul(const RingMatmulOptions& o) {
+  return one_device_matmul(o, "unsharded_reduce_scatter_matmul_n" + std::to_string(o.ranks), o.ranks * o.m_block, o.k, o.n_block,
+                           "Unsharded baseline: one device's partial product of the ReduceScatter matmuls (its K columns of A times its K rows of B) with no communication; its makespan is the floor that overlapping aims at.");
 }
 
 }  // namespace thunky::gen

@@ -1,6 +1,8 @@
-// Schedule generators: the ring collective matmul of the user guide
-// (unidirectional and bidirectional) and its blocking baseline, for any
-// number of ranks.
+// Schedule generators: the collective matmuls of the user guide for any
+// number of ranks, sizes and dtype (AllGather + matmul as a unidirectional or
+// bidirectional ring, and the matmul whose output is reduce-scattered), with
+// the two baselines overlap is measured against: `blocking` (the collective,
+// then one GEMM) and `unsharded` (one device's GEMM with no communication).
 #pragma once
 
 #include <cstdint>
@@ -21,9 +23,23 @@ struct RingMatmulOptions {
   bool literal = false;
 };
 
-// C = AllGather(A) x B with A sharded by rows and B by columns over mesh axis x.
+// C = AllGather(A) x B with A sharded by rows and B by columns over mesh
+// axis x: A is [N m_block, k], B [k, N n_block], C [N m_block, N n_block].
 nlohmann::ordered_json ring_matmul(const RingMatmulOptions& o);
 nlohmann::ordered_json bidirectional_ring_matmul(const RingMatmulOptions& o);
 nlohmann::ordered_json blocking_matmul(const RingMatmulOptions& o);
+// One device: the GEMM every rank of the AllGather variants does, on the
+// gathered A ([N m_block, k] x [k, n_block]), with no communication.
+nlohmann::ordered_json unsharded_matmul(const RingMatmulOptions& o);
+
+// C = ReduceScatter(A x B) over x with the contraction sharded: A is
+// [N m_block, N k] (each rank holds its k columns), B [N k, n_block] (its k
+// rows), C [N m_block, n_block] scattered by rows. `k` is per rank here.
+// The ring passes a partial sum one rank back per step while the next
+// block's GEMM runs; the blocking baseline multiplies, then reduce-scatters.
+nlohmann::ordered_json ring_reduce_scatter_matmul(const RingMatmulOptions& o);
+nlohmann::ordered_json blocking_reduce_scatter_matmul(const RingMatmulOptions& o);
+// One device: a rank's partial product [N m_block, k] x [k, n_block].
+nlohmann::ordered_json unsharded_reduce_scatter_matmul(const RingMatmulOptions& o);
 
 }  // namespace thunky::gen

@@ -26,6 +26,16 @@ TEST(Generators, RingStepCounts) {
     auto b = bidirectional_ring_matmul(o);
     EXPECT_EQ(count_op(b["program"], "collective_group"), (n - 1) / 2);
     EXPECT_EQ(count_op(b["program"], "collective_permute"), 2 * ((n - 1) / 2) + (n % 2 == 0 ? 1 : 0));
+    // Reduce-scatter ring: N - 1 passes of the partial sum, N GEMMs, and an
+    // add after each pass.
+    auto r = ring_reduce_scatter_matmul(o);
+    EXPECT_EQ(count_op(r["program"], "collective_permute"), n - 1);
+    EXPECT_EQ(count_op(r["program"], "gemm"), n);
+    EXPECT_EQ(count_op(r["program"], "map"), n - 1);
+    // Baselines: one collective and one GEMM; none and one on one device.
+    EXPECT_EQ(count_op(blocking_reduce_scatter_matmul(o)["program"], "reduce_scatter"), 1);
+    EXPECT_EQ(count_op(unsharded_matmul(o)["program"], "gemm"), 1);
+    EXPECT_FALSE(unsharded_matmul(o).contains("mesh"));
   }
 }
 
