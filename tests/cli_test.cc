@@ -498,3 +498,75 @@ TEST(CalibrateCli, ABadFileNamesItsLine) {
 }
 
 }  // namespace
+
+namespace {
+
+const char* kFlatRing = R"({"format": "thunky.machine/1", "name": "flat-ring",
+  "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e18, "launch_overhead_s": 0, "gemm_efficiency": 1.0, "source": "test"},
+  "axes": {"*": {"topology": "ring", "wraparound": true, "link_bandwidth": 1e9, "hop_latency_s": 0}}})";
+
+TEST(Overlap, CompareGivesTheFractionOfCommunicationRecovered) {
+  // N = 2, A [2 x 64, 128], B [128, 2 x 64], f32, on a ring of L = 1e9 B/s per
+  // direction without latency and 1e12 FLOP/s:
+  //   blocking: AllGather V = 128 x 128 x 4 = 65536 B at W = 2L: 32.768 us,
+  //             then GEMM [128, 128] x [128, 64] = 2 x 128 x 128 x 64 = 2.097152 us: 34.865 us;
+  //   ring: the shift of one chunk (32768 B at L) 32.768 us, under which GEMM 0
+  //         (1.048576 us) runs, then GEMM 1: 33.817 us;
+  //   unsharded: the GEMM alone, 2.097 us.
+  // Recovered: (34.865 - 33.817) / (34.865 - 2.097) = 1.048576 / 32.768 = 3.2%.
+  TempDir d("overlap");
+  const std::string machine = d.write("flat.json", kFlatRing);
+  std::string reports;
+  for (const char* pattern : {"blocking_matmul", "ring_matmul", "unsharded_matmul"}) {
+    const std::string sched = (d.path / (std::string(pattern) + ".json")).string();
+    const std::string report = (d.path / (std::string(pattern) + ".report.json")).string();
+    ASSERT_EQ(run_tool(THUNKY_GEN_BIN, std::string(pattern) + " -n 2 --dtype f32 -o " + sched).code, 0);
+    Result s = sim(sched + " --machine " + machine + " --report " + report);
+    ASSERT_EQ(s.code, 0) << s.err;
+    reports += report + " ";
+  }
+  std::istringstream names(reports);
+  std::string b, o, u;
+  names >> b >> o >> u;
+  Result r = compare("--blocking " + b + " --overlapped " + o + " --unsharded " + u);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("blocking            34.865"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("overlapped          33.817"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unsharded            2.097"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("communication cost (blocking - unsharded): 32.768 us"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1.049 us = 3.2% of it"), std::string::npos) << r.out;
+  // All three are needed, and they exclude the predicted/measured pair.
+  EXPECT_EQ(compare("--blocking " + b + " --overlapped " + o).code, 2);
+  EXPECT_EQ(compare(b + " " + o + " --blocking " + b + " --overlapped " + o + " --unsharded " + u).code, 2);
+}
+
+TEST(ShardedMatmulCli, PrintsTheCaseAndWritesAScheduleThatRuns) {
+  TempDir d("matmul");
+  const std::string sched = (d.path / "m.json").string();
+  // A[I_X, J_Y] . B[J_Y, K] on X=2, Y=2, f32: case 3 over Y; an AllReduce of C's
+  // shard [8/2, 4] x 4 bytes = 64 bytes per device.
+  Result g = run_tool(THUNKY_GEN_BIN, "matmul --mesh X=2,Y=2 --lhs 8x8 --lhs-spec X,Y --rhs 8x4 --rhs-spec Y,None --dtype f32 -o " + sched);
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_NE(g.out.find("A[I_X, J_Y] f32[8, 8]: shard f32[4, 4], 64 B per device, 1 copy of each shard"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("B[J_Y, K] f32[8, 4]: shard f32[4, 4], 64 B per device, 2 copies of each shard"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("B[0,0] on 0,2; B[1,0] on 1,3;"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("case 3"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("all_reduce of C over Y: 64 B per device"), std::string::npos) << g.out;
+  Result r = run(sched);
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Bad specs are usage errors.
+  Result bad = run_tool(THUNKY_GEN_BIN, "matmul --mesh X=2 --lhs 8x8 --lhs-spec X,X --rhs 8x4 --rhs-spec None,None");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("axis X shards two dimensions"), std::string::npos) << bad.err;
+  // With a machine: both case 2 strategies, priced, and which one is written.
+  const std::string machine = d.write("flat.json", kFlatRing);
+  Result s = run_tool(THUNKY_GEN_BIN, "matmul --mesh X=4 --lhs 64x1024 --lhs-spec None,None --rhs 1024x256 --rhs-spec X,None --dtype f32 --machine " +
+                                          machine + " -o " + sched);
+  ASSERT_EQ(s.code, 0) << s.err;
+  // See ShardedMatmul.StrategyFlipMatchesTheClosedForm for the figures.
+  EXPECT_NE(s.out.find("reduce is cheaper below I = 831.169"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("reduce is cheaper up to I = 828, gather from 832"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("writing the reduce strategy"), std::string::npos) << s.out;
+}
+
+}  // namespace

@@ -1,5 +1,6 @@
 // thunky-compare PREDICTED.json MEASURED.json: predicted against measured,
-// command by command.
+// command by command. thunky-compare --blocking B --overlapped O
+// --unsharded U: the fraction of communication cost an overlap recovers.
 #include "tools/cli.h"
 #include <fstream>
 #include <iostream>
@@ -35,11 +36,27 @@ bool read_report(const std::string& path, thunky::Report& out) {
 }
 
 int run_main(int argc, char** argv) {
-  std::string predicted_path, measured_path;
-  CLI::App app{"thunky-compare: a predicted report (thunky-sim) against a measured one (thunky-exec)"};
-  app.add_option("PREDICTED", predicted_path, "report.json written by thunky-sim")->required();
-  app.add_option("MEASURED", measured_path, "report.json written by thunky-exec")->required();
+  std::string predicted_path, measured_path, blocking_path, overlapped_path, unsharded_path;
+  CLI::App app{"thunky-compare: a predicted report (thunky-sim) against a measured one (thunky-exec), or the overlap a schedule recovers"};
+  auto* pred = app.add_option("PREDICTED", predicted_path, "report.json written by thunky-sim");
+  auto* meas = app.add_option("MEASURED", measured_path, "report.json written by thunky-exec");
+  auto* blocking = app.add_option("--blocking", blocking_path, "report of the blocking schedule (the collective, then the GEMM)");
+  auto* overlapped = app.add_option("--overlapped", overlapped_path, "report of the overlapped schedule");
+  auto* unsharded = app.add_option("--unsharded", unsharded_path, "report of the unsharded schedule (no communication)");
+  blocking->needs(overlapped, unsharded)->excludes(pred, meas);
+  overlapped->needs(blocking);
+  unsharded->needs(blocking);
   if (auto code = thunky::cli::parse(app, "thunky-compare", argc, argv)) return *code;
+  if (!blocking_path.empty()) {
+    thunky::Report b, o, u;
+    if (!read_report(blocking_path, b) || !read_report(overlapped_path, o) || !read_report(unsharded_path, u)) return 2;
+    thunky::print_recovery(b, o, u, thunky::recovered_fraction(b, o, u), std::cout);
+    return 0;
+  }
+  if (predicted_path.empty() || measured_path.empty()) {
+    std::cerr << "thunky-compare: give PREDICTED and MEASURED reports, or --blocking, --overlapped and --unsharded\nrun 'thunky-compare --help' for usage\n";
+    return 2;
+  }
   thunky::Report predicted, measured;
   if (!read_report(predicted_path, predicted) || !read_report(measured_path, measured)) return 2;
   try {

@@ -275,10 +275,10 @@ MatmulPlan plan_matmul(const MatmulProblem& p) {
 
   MatmulPlan plan;
   plan.problem = p;
+  std::vector<std::string> text;
   const int64_t I = p.lhs[0], J = p.lhs[1], K = p.rhs[1];
   DimAxes a_i = p.lhs_spec[0], a_j = p.lhs_spec[1], b_j = p.rhs_spec[0], b_k = p.rhs_spec[1];
   Builder build(p, plan);
-  std::vector<std::string> text;
 
   // The schedule declares A and B as the user shards them, except that the
   // reduce strategy slices a replicated operand along J (free: every device
@@ -292,6 +292,8 @@ MatmulPlan plan_matmul(const MatmulProblem& p) {
       if (!plan.reduce_possible)
         bad("--strategy reduce: the replicated operand cannot be sliced along J over " + axes_text(s) + ", which already shards its other dimension");
       (a_j.empty() ? a_j : b_j) = s;
+      text.push_back(std::string("case 2, reduce strategy: ") + (p.lhs_spec[1].empty() ? "A" : "B") +
+                     " is replicated on J: slice it along J over " + axes_text(s) + " (no communication), then multiply and reduce as in case 3");
     }
   }
   plan.a_spec = {a_i, a_j};
@@ -332,7 +334,7 @@ MatmulPlan plan_matmul(const MatmulProblem& p) {
     if (plan.case_number != 4) plan.case_number = 1;
     text.push_back("case 1: neither operand is sharded on the contracting dimension J: multiply the local shards, no communication");
   } else if (a_j == b_j) {
-    if (plan.case_number != 4) plan.case_number = 3;
+    if (plan.case_number != 4) plan.case_number = text.empty() ? 3 : 2;
     unreduced = a_j;
     text.push_back("case 3: both operands are sharded on J over " + axes_text(a_j) +
                    ": multiply the local shards, leaving partial sums of C over " + axes_text(a_j) + ", then reduce them");

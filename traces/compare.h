@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,5 +38,18 @@ Comparison compare_reports(const Report& predicted, const Report& measured);
 // The side-by-side table: makespans, per-rank overlap and exposed
 // communication, and rank 0's commands one by one.
 void print_comparison(const Report& predicted, const Report& measured, const Comparison& c, std::ostream& os);
+
+// How much of its communication cost an overlapped schedule hides: with
+// the makespans of the blocking schedule (the collective, then the GEMM),
+// the overlapped one and the unsharded one (the GEMM alone, no
+// communication), (T_blocking - T_overlapped) / (T_blocking - T_unsharded).
+// Predicted and measured reports alike; no fraction when the blocking
+// schedule is not slower than the unsharded one (nothing to recover).
+struct Recovery {
+  double blocking_s = 0, overlapped_s = 0, unsharded_s = 0;
+  std::optional<double> fraction;
+};
+Recovery recovered_fraction(const Report& blocking, const Report& overlapped, const Report& unsharded);
+void print_recovery(const Report& blocking, const Report& overlapped, const Report& unsharded, const Recovery& r, std::ostream& os);
 
 }  // namespace thunky

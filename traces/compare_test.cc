@@ -44,3 +44,29 @@ TEST(Compare, DifferentMeshesAreAnError) {
 
 }  // namespace
 }  // namespace thunky
+
+namespace thunky {
+namespace {
+
+TEST(Recovery, FractionOfTheCommunicationCostHidden) {
+  using testing::op;
+  using testing::report;
+  // blocking: AllGather 0-300 us, GEMM 300-400 us; overlapped: the same work
+  // in 250 us; unsharded: the GEMM alone, 100 us.
+  // (400 - 250) / (400 - 100) = 0.5.
+  Report b = report("sim", {{op("/0", "all_gather", 0, 300e-6), op("/1", "gemm", 300e-6, 400e-6)}});
+  Report o = report("sim", {{op("/0", "collective_permute", 0, 200e-6), op("/1", "gemm", 0, 250e-6)}});
+  Report u = report("sim", {{op("/0", "gemm", 0, 100e-6)}});
+  Recovery r = recovered_fraction(b, o, u);
+  EXPECT_NEAR(r.blocking_s, 400e-6, 1e-12);
+  ASSERT_TRUE(r.fraction);
+  EXPECT_NEAR(*r.fraction, 0.5, 1e-9);
+  std::ostringstream text;
+  print_recovery(b, o, u, r, text);
+  EXPECT_NE(text.str().find("recovered by overlap (blocking - overlapped): 150.000 us = 50.0% of it"), std::string::npos) << text.str();
+  // A blocking schedule no slower than the unsharded one has nothing to recover.
+  EXPECT_FALSE(recovered_fraction(u, o, u).fraction);
+}
+
+}  // namespace
+}  // namespace thunky
