@@ -85,7 +85,7 @@ int matmul(const MatmulArgs& a, const std::string& out) {
         if (c.closed_form_batch) info << "reduce is cheaper below " << c.batch_name << " = " << std::setprecision(6) << *c.closed_form_batch << "\n";
         else info << "reduce is cheaper at every " << c.batch_name << "\n";
         info << "  simulated: ";
-        if (!c.flip_high) info << "reduce is cheaper at every " << c.batch_name << " below 2^31\n";
+        if (!c.flip_high) info << "reduce is cheaper at every " << c.batch_name << " tried (up to 2^31, or 2^40 elements an operand)\n";
         else if (!c.flip_low) info << "gather is cheaper from the smallest " << c.batch_name << " tried (" << *c.flip_high << ")\n";
         else info << "reduce is cheaper up to " << c.batch_name << " = " << *c.flip_low << ", gather from " << *c.flip_high << "\n";
         if (a.strategy == "auto" && c.reduce.total_s() < c.gather.total_s()) p.strategy = thunky::gen::Strategy::reduce;

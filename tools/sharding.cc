@@ -19,6 +19,7 @@ namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 31;
 constexpr int64_t kMaxDevices = 65536;
 constexpr size_t kMaxAxes = 8;
+constexpr double kMaxElements = 1099511627776.0;  // 2^40, the loader's limit on one array
 
 [[noreturn]] void bad(const std::string& message) { throw std::invalid_argument(message); }
 
@@ -49,9 +50,8 @@ bool is_identifier(const std::string& s) {
 }
 
 int64_t parse_positive(const std::string& text, int64_t max, const std::string& what) {
-  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos)
-    bad(what + ": '" + text + "' is not a positive integer");
-  const int64_t v = std::stoll(text);
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) bad(what + ": '" + text + "' is not a positive integer");
+  const int64_t v = text.size() > 12 ? max + 1 : std::stoll(text);
   if (v < 1 || v > max) bad(what + ": " + text + " is out of range (1.." + std::to_string(max) + ")");
   return v;
 }
@@ -270,6 +270,9 @@ MatmulPlan plan_matmul(const MatmulProblem& p) {
   if (p.lhs[1] != p.rhs[0])
     bad("the contracting dimensions differ: A is " + shape_text(p.dtype, p.lhs) + " and B " + shape_text(p.dtype, p.rhs));
   const MeshAxes& mesh = p.mesh;
+  for (const auto& [what, shape] : {std::pair{"A", p.lhs}, std::pair{"B", p.rhs}, std::pair{"C", std::vector<int64_t>{p.lhs[0], p.rhs[1]}}})
+    if (static_cast<double>(shape[0]) * static_cast<double>(shape[1]) > kMaxElements)
+      bad(std::string(what) + " " + shape_text(p.dtype, shape) + " has more than 2^40 elements, the most one array may have");
   check_divisible(mesh, p.lhs, p.lhs_spec, "--lhs-spec");
   check_divisible(mesh, p.rhs, p.rhs_spec, "--rhs-spec");
 

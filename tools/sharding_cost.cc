@@ -78,7 +78,14 @@ StrategyComparison compare_strategies(const MatmulProblem& problem, const sim::M
     return price(p, Strategy::reduce, machine).total_s() <= price(p, Strategy::gather, machine).total_s();
   };
   int64_t lo = 0, hi = step;  // lo: reduce wins (0 = none tried), hi: gather wins
-  while (reduce_wins(hi)) {
+  for (;;) {
+    bool reduce_cheaper;
+    try {
+      reduce_cheaper = reduce_wins(hi);
+    } catch (const std::invalid_argument&) {
+      return c;  // the operands grew past the limit on one array: no change of sides below it
+    }
+    if (!reduce_cheaper) break;
     lo = hi;
     if (hi > (int64_t{1} << 31) / 2) return c;
     hi *= 2;

@@ -40,7 +40,8 @@ struct StrategyComparison {
   std::optional<double> closed_form_batch;  // B* (global), none when reduce always wins
   // Where the simulated costs change sides, searched in steps of the mesh's
   // device count: the last batch where reduce is cheaper and the first where
-  // gather is; none when no change below 2^31.
+  // gather is; none when no change below 2^31 (or below the
+  // size where an operand would pass 2^40 elements).
   std::optional<int64_t> flip_low, flip_high;
 };
 // Requires plan.is_case2_single and plan.reduce_possible.
