@@ -210,6 +210,11 @@ TEST_P(RingMatmul, ReduceScatterRingSumsCorrectly) {
   expect_generated_matmul(gen::ring_reduce_scatter_matmul({GetParam(), 4, 2, 3, "f32", false}), GetParam());
 }
 
+TEST_P(RingMatmul, BidirectionalReduceScatterRingSumsCorrectly) {
+  // Row blocks of 5: halves of 2 and 3 rows travel opposite ways.
+  expect_generated_matmul(gen::bidirectional_ring_reduce_scatter_matmul({GetParam(), 5, 2, 3, "f32", false}), GetParam());
+}
+
 TEST_P(RingMatmul, ReduceScatterBaselinesMultiply) {
   expect_generated_matmul(gen::blocking_reduce_scatter_matmul({GetParam(), 4, 2, 3, "f32", false}), GetParam());
   expect_generated_matmul(gen::unsharded_reduce_scatter_matmul({GetParam(), 4, 2, 3, "f32", false}), GetParam());

@@ -216,6 +216,48 @@ ojson ring_reduce_scatter_matmul(const RingMatmulOptions& o) {
   return s;
 }
 
+ojson bidirectional_ring_reduce_scatter_matmul(const RingMatmulOptions& o) {
+  const int64_t n = o.ranks;
+  ojson s = reduce_scatter_common(o, "bidirectional_ring_reduce_scatter_matmul_n" + std::to_string(n));
+  s["description"] = "Bidirectional ring collective matmul whose output is reduce-scattered: each row block of C is split in two halves whose partial sums travel opposite ways, the top half to rank x - 1 and the bottom half to rank x + 1, as one grouped pair of shifts on communication:0 per step, while the next step's two half-block GEMMs run; every step moves half the bytes of the unidirectional ring over twice the links.";
+  ojson prog = ojson::array();
+  if (n == 1) {
+    prog.push_back(gemm("a", "c", "GEMM 0"));
+    s["program"] = prog;
+    return s;
+  }
+  if (o.m_block < 2) throw std::invalid_argument("the bidirectional reduce-scatter ring splits each row block in two: --m-block must be at least 2");
+  const int64_t top = o.m_block / 2, bottom = o.m_block - top;
+  const std::string mb = std::to_string(o.m_block), ns = std::to_string(n);
+  // Rows of A for the top half of block (x + step + 1) mod N and the bottom half of block (x - step - 1) mod N.
+  auto top_rows = [&](int64_t step) {
+    return "a[ds(((x + " + std::to_string(step + 1) + ") % " + ns + ") * " + mb + ", " + std::to_string(top) + ")]";
+  };
+  auto bottom_rows = [&](int64_t step) {
+    return "a[ds(((x - " + std::to_string(step + 1) + ") % " + ns + ") * " + mb + " + " + std::to_string(top) + ", " + std::to_string(bottom) + ")]";
+  };
+  for (const char* name : {"acc_cw", "part_cw", "recv_cw"}) s["buffers"][name] = scratch(top, o.n_block, o.dtype);
+  for (const char* name : {"acc_ccw", "part_ccw", "recv_ccw"}) s["buffers"][name] = scratch(bottom, o.n_block, o.dtype);
+  prog.push_back(gemm(top_rows(0), "acc_cw", "GEMM 0 top"));
+  prog.push_back(gemm(bottom_rows(0), "acc_ccw", "GEMM 0 bottom"));
+  for (int64_t st = 1; st < n; ++st) {
+    const std::string tok = "pass" + std::to_string(st), k = std::to_string(st);
+    ojson group = {{"op", "collective_group"}, {"name", "pass " + k},
+                   {"body", {shift("acc_cw", "recv_cw", -1, "cw " + k), shift("acc_ccw", "recv_ccw", 1, "ccw " + k)}}};
+    prog.push_back(async(tok, ojson::array({group})));
+    prog.push_back(gemm(top_rows(st), "part_cw", "GEMM " + k + " top"));
+    prog.push_back(gemm(bottom_rows(st), "part_ccw", "GEMM " + k + " bottom"));
+    prog.push_back(done(tok));
+    const bool last = st + 1 == n;
+    prog.push_back({{"op", "map"}, {"name", "accumulate " + k + " top"}, {"out", last ? "c[:" + std::to_string(top) + "]" : "acc_cw"},
+                    {"expr", "p + r"}, {"in", {{"p", "part_cw"}, {"r", "recv_cw"}}}});
+    prog.push_back({{"op", "map"}, {"name", "accumulate " + k + " bottom"}, {"out", last ? "c[" + std::to_string(top) + ":]" : "acc_ccw"},
+                    {"expr", "p + r"}, {"in", {{"p", "part_ccw"}, {"r", "recv_ccw"}}}});
+  }
+  s["program"] = prog;
+  return s;
+}
+
 ojson blocking_reduce_scatter_matmul(const RingMatmulOptions& o) {
   ojson s = reduce_scatter_common(o, "blocking_reduce_scatter_matmul_n" + std::to_string(o.ranks));
   s["description"] = "Blocking baseline: one GEMM of the local partial product, then ReduceScatter; nothing overlaps.";

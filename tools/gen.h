@@ -38,6 +38,8 @@ nlohmann::ordered_json unsharded_matmul(const RingMatmulOptions& o);
 // The ring passes a partial sum one rank back per step while the next
 // block's GEMM runs; the blocking baseline multiplies, then reduce-scatters.
 nlohmann::ordered_json ring_reduce_scatter_matmul(const RingMatmulOptions& o);
+// Each row block's two halves travel opposite ways round the ring (m_block >= 2).
+nlohmann::ordered_json bidirectional_ring_reduce_scatter_matmul(const RingMatmulOptions& o);
 nlohmann::ordered_json blocking_reduce_scatter_matmul(const RingMatmulOptions& o);
 // One device: a rank's partial product [N m_block, k] x [k, n_block].
 nlohmann::ordered_json unsharded_reduce_scatter_matmul(const RingMatmulOptions& o);

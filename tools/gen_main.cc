@@ -167,11 +167,9 @@ int run_main(int argc, char** argv) {
   ojson s;
   try {
     if (ring->parsed() || bidi->parsed()) {
-      if (rs && direction == "bi") {
-        std::cerr << "thunky-gen: --direction bi is written for --collective all_gather only\n";
-        return 2;
-      }
-      s = rs ? thunky::gen::ring_reduce_scatter_matmul(o) : direction == "bi" ? thunky::gen::bidirectional_ring_matmul(o) : thunky::gen::ring_matmul(o);
+      const bool bi = direction == "bi";
+      if (rs) s = bi ? thunky::gen::bidirectional_ring_reduce_scatter_matmul(o) : thunky::gen::ring_reduce_scatter_matmul(o);
+      else s = bi ? thunky::gen::bidirectional_ring_matmul(o) : thunky::gen::ring_matmul(o);
     } else if (blocking->parsed()) {
       s = rs ? thunky::gen::blocking_reduce_scatter_matmul(o) : thunky::gen::blocking_matmul(o);
     } else if (unsharded->parsed()) {

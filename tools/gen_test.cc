@@ -32,6 +32,12 @@ TEST(Generators, RingStepCounts) {
     EXPECT_EQ(count_op(r["program"], "collective_permute"), n - 1);
     EXPECT_EQ(count_op(r["program"], "gemm"), n);
     EXPECT_EQ(count_op(r["program"], "map"), n - 1);
+    // Bidirectional: a grouped pair of opposite shifts per step, two half-block GEMMs per step.
+    o.m_block = 2;
+    auto rb = bidirectional_ring_reduce_scatter_matmul(o);
+    EXPECT_EQ(count_op(rb["program"], "collective_group"), n - 1);
+    EXPECT_EQ(count_op(rb["program"], "collective_permute"), 2 * (n - 1));
+    EXPECT_EQ(count_op(rb["program"], "gemm"), n == 1 ? 1 : 2 * n);
     // Baselines: one collective and one GEMM; none and one on one device.
     EXPECT_EQ(count_op(blocking_reduce_scatter_matmul(o)["program"], "reduce_scatter"), 1);
     EXPECT_EQ(count_op(unsharded_matmul(o)["program"], "gemm"), 1);
