@@ -567,6 +567,11 @@ TEST(ShardedMatmulCli, PrintsTheCaseAndWritesAScheduleThatRuns) {
   EXPECT_NE(s.out.find("reduce is cheaper below I = 831.169"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("reduce is cheaper up to I = 828, gather from 832"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("writing the reduce strategy"), std::string::npos) << s.out;
+  // The written (reduce) step: AllReduce of C [64, 256] f32 = 65,536 B at 2 V / W_ici
+  // = 2 x 65536 / 2e9 = 65.54 us; GEMM [64, 256] x [256, 256] = 2 x 64 x 256 x 256 / 1e12 = 8.389 us.
+  EXPECT_NE(s.out.find("all_reduce of C over X: 65.5 kB per device, 65.54 us"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("0.008389 GFLOP per device, 8.389 us"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("communication-bound"), std::string::npos) << s.out;
 }
 
 }  // namespace

@@ -97,11 +97,12 @@ int matmul(const MatmulArgs& a, const std::string& out) {
                 << "\n";
       return 2;
     }
-    thunky::gen::describe_plan(plan, info);
-    if (machine) {
-      const auto cost = thunky::gen::price_plan(plan, *machine);
-      info << "on " << machine->name << ", nothing overlapping: communication " << seconds_text(cost.comm_s) << ", compute "
-           << seconds_text(cost.compute_s) << ": " << (cost.comm_s > cost.compute_s ? "communication-bound" : "compute-bound") << "\n";
+    std::optional<thunky::gen::StepCost> cost;
+    if (machine) cost = thunky::gen::price_plan(plan, *machine);
+    thunky::gen::describe_plan(plan, info, cost ? cost->seconds : std::map<std::string, double>{});
+    if (cost) {
+      info << "on " << machine->name << ", nothing overlapping: communication " << seconds_text(cost->comm_s) << ", compute "
+           << seconds_text(cost->compute_s) << ": " << (cost->comm_s > cost->compute_s ? "communication-bound" : "compute-bound") << "\n";
     }
     return write_schedule(plan.schedule, out);
   } catch (const std::invalid_argument& e) {

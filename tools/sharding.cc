@@ -456,7 +456,14 @@ MatmulPlan plan_matmul(const MatmulProblem& p) {
   return plan;
 }
 
-void describe_plan(const MatmulPlan& plan, std::ostream& out) {
+void describe_plan(const MatmulPlan& plan, std::ostream& out, const std::map<std::string, double>& seconds) {
+  auto time_of = [&](const std::string& name) {
+    auto it = seconds.find(name);
+    if (it == seconds.end()) return std::string();
+    std::ostringstream t;
+    t << std::setprecision(4) << ", " << (it->second >= 1e-3 ? it->second * 1e3 : it->second * 1e6) << (it->second >= 1e-3 ? " ms" : " us");
+    return t.str();
+  };
   const MatmulProblem& p = plan.problem;
   const MeshAxes& mesh = p.mesh;
   const size_t es = dtype_size(*parse_dtype(p.dtype));
@@ -505,9 +512,10 @@ void describe_plan(const MatmulPlan& plan, std::ostream& out) {
   if (plan.collectives.empty()) out << " none";
   out << "\n";
   for (const auto& c : plan.collectives)
-    out << "  " << c.op << " of " << c.what << " over " << axes_text(c.axes) << ": " << human_bytes(static_cast<double>(c.bytes)) << " per device\n";
+    out << "  " << c.op << " of " << c.what << " over " << axes_text(c.axes) << ": " << human_bytes(static_cast<double>(c.bytes)) << " per device"
+        << time_of(c.name) << "\n";
   out << "local GEMM: [" << plan.gemm_shape[0] << ", " << plan.gemm_shape[1] << "] x [" << plan.gemm_shape[1] << ", " << plan.gemm_shape[2]
-      << "], " << std::setprecision(4) << plan.flops_per_device / 1e9 << " GFLOP per device\n";
+      << "], " << std::setprecision(4) << plan.flops_per_device / 1e9 << " GFLOP per device" << time_of("GEMM") << "\n";
 }
 
 }  // namespace thunky::gen

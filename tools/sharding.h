@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -82,7 +83,8 @@ MatmulPlan plan_matmul(const MatmulProblem& p);
 
 // What a sharding sandbox shows: each operand's sharding, shard shape and
 // bytes per device, copies and which devices hold which block; the case,
-// its collectives and the local GEMM.
-void describe_plan(const MatmulPlan& plan, std::ostream& out);
+// its collectives and the local GEMM, with each command's seconds when
+// `seconds` (by command name) has them.
+void describe_plan(const MatmulPlan& plan, std::ostream& out, const std::map<std::string, double>& seconds = {});
 
 }  // namespace thunky::gen

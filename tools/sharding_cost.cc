@@ -15,8 +15,11 @@ StepCost price_plan(const MatmulPlan& plan, const sim::Machine& machine) {
   auto result = sim::simulate(program.value(), machine, nullptr);
   if (!result) throw std::invalid_argument("machine " + machine.name + ": " + result.errors().front().message);
   StepCost cost;
-  for (const OpRecord& op : result.value().report.ranks.at(0).ops)
-    (op.collective ? cost.comm_s : cost.compute_s) += op.end_s - op.start_s;
+  for (const OpRecord& op : result.value().report.ranks.at(0).ops) {
+    const double s = op.end_s - op.start_s;
+    (op.collective ? cost.comm_s : cost.compute_s) += s;
+    cost.seconds[op.op == "gemm" ? "GEMM" : op.name] += s;
+  }
   return cost;
 }
 

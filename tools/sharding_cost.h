@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -16,6 +17,7 @@ namespace thunky::gen {
 // stream): seconds of its collectives and of its local compute.
 struct StepCost {
   double comm_s = 0, compute_s = 0;
+  std::map<std::string, double> seconds;  // by command name; "GEMM" sums the local GEMM's blocks
   double total_s() const { return comm_s + compute_s; }
 };
 // Throws std::invalid_argument when the machine cannot price it (no peak
