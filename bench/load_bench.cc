@@ -108,6 +108,35 @@ BENCHMARK(BM_LoadValidateMixed)->Args({100000, 8})->Unit(benchmark::kMillisecond
 
 // Parsing JSON alone, for reference: the tape the loader reads, and a
 // nlohmann-json tree of the same text.
+// Two streams that never join until the end, each writing alternate
+// elements of one buffer: the race checker sees n unordered accesses and
+// must stay linear in them (time per command flat as n grows).
+std::string disjoint_streams(int64_t n) {
+  nlohmann::ordered_json s;
+  s["format"] = "thunky.sched/1";
+  s["buffers"]["x"] = {{"shape", {n}}, {"dtype", "f32"}, {"role", "output"}};
+  nlohmann::ordered_json prog = nlohmann::ordered_json::array();
+  for (int stream = 0; stream < 2; ++stream) {
+    nlohmann::ordered_json body = nlohmann::ordered_json::array();
+    for (int64_t i = stream; i < n; i += 2) body.push_back({{"op", "memset"}, {"dst", "x[" + std::to_string(i) + "]"}, {"value", 1.0}});
+    prog.push_back({{"op", "async_start"}, {"token", "t" + std::to_string(stream)}, {"stream", {{"kind", "computation"}, {"id", stream + 1}}}, {"body", body}});
+  }
+  for (int stream = 0; stream < 2; ++stream) prog.push_back({{"op", "async_done"}, {"token", "t" + std::to_string(stream)}});
+  s["program"] = prog;
+  return s.dump();
+}
+
+void BM_RaceCheckDisjointStreams(benchmark::State& state) {
+  const std::string text = disjoint_streams(state.range(0));
+  for (auto _ : state) {
+    auto p = thunky::load_schedule_text(text, "bench.json");
+    if (!p) state.SkipWithError("the schedule does not load");
+    benchmark::DoNotOptimize(p);
+  }
+  state.counters["ns_per_command"] = benchmark::Counter(static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_RaceCheckDisjointStreams)->Arg(50000)->Arg(100000)->Arg(200000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_JsonParseOnly(benchmark::State& state) {
   const std::string text = big_schedule(state.range(0), 8);
   for (auto _ : state) {

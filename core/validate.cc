@@ -974,6 +974,7 @@ std::vector<Diagnostic> validate_program(const Program& p, const ValidateOptions
   Tape& tape = early ? early->tape : own_tape;
   std::unique_ptr<RankWalker> first;  // rank 0's walk: names for every report
   std::map<std::string, std::vector<int64_t>> race_ranks;  // message -> ranks
+  std::map<std::string, std::string> race_pointer;          // message -> the later command's id
   std::vector<std::string> race_order;
   // Communicator -> (rank -> sequence)
   std::map<std::vector<int>, std::vector<std::pair<int64_t, std::vector<CollectiveSig>>>> comm_seqs;
@@ -999,7 +1000,10 @@ std::vector<Diagnostic> validate_program(const Program& p, const ValidateOptions
         msg << "the async_start of token '" << display_token(tb) << "' must come after " << a.id()
             << " on its stream, or after an async_done that joins it";
       std::string key = msg.str();
-      if (!race_ranks.count(key)) race_order.push_back(key);
+      if (!race_ranks.count(key)) {
+        race_order.push_back(key);
+        race_pointer[key] = b.id();
+      }
       // A replay skips buffers no rank-dependent access touches: rank 0's
       // race there is every rank's.
       if (r == 0 && replay && !tape.buffer_moves[rr.first.buffer])
@@ -1054,10 +1058,7 @@ std::vector<Diagnostic> validate_program(const Program& p, const ValidateOptions
     if (out.size() >= opts.max_errors) break;
     const auto& rs = race_ranks[key];
     std::string where = ranks > 1 ? (static_cast<int64_t>(rs.size()) == ranks || !dependent ? " (on every rank)" : " (on ranks " + rank_list(rs) + ")") : "";
-    // The pointer is the later command's id.
-    std::string ptr = key.substr(key.find(") and ") + 6);
-    ptr = ptr.substr(0, ptr.find(' '));
-    out.push_back({ErrorKind::schedule, p.file, ptr, key + where});
+    out.push_back({ErrorKind::schedule, p.file, race_pointer[key], key + where});
   }
   if (check_order) {
     for (const auto& [comm, seqs] : comm_seqs) {
