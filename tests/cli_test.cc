@@ -575,3 +575,33 @@ TEST(ShardedMatmulCli, PrintsTheCaseAndWritesAScheduleThatRuns) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(HostileInput, BuffersPastTheCpuBackendsMemoryAreRefusedBeforeAllocating) {
+  // 2^20 x 2^20 f32 = 4 TiB, more than 3/4 of any machine this runs on.
+  TempDir d("bigbuf");
+  const std::string sched = d.write("s.json", R"({"format": "thunky.sched/1",
+    "buffers": {"x": {"shape": [1048576, 1048576], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "memset", "dst": "x", "value": 1.0}]})");
+  Result r = run(sched);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("would allocate 4398046511104 bytes (1 ranks x every buffer), more than its limit of"), std::string::npos) << r.err;
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+TEST(HostileInput, AllocationFailureIsAnErrorNotAnAbort) {
+  // 3 GiB of buffers under a 2 GiB address-space limit (the tool and its
+  // CUDA libraries start in about 1 GiB): the allocation fails, whatever the
+  // allocator, and the tool says so (exit 2).
+  TempDir d("oom");
+  const std::string sched = d.write("s.json", R"({"format": "thunky.sched/1",
+    "buffers": {"x": {"shape": [786432, 1024], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "memset", "dst": "x", "value": 1.0}]})");
+  Result r = run_tool("ulimit -v 2097152; exec " + std::string(THUNKY_EXEC_BIN), sched);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("out of memory"), std::string::npos) << r.err;
+}
+#endif
+
+}  // namespace

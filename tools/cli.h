@@ -61,6 +61,9 @@ template <typename Run>
 int guarded_main(const std::string& tool, Run run, int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::cerr << tool << ": out of memory\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << tool << ": internal error: " << e.what() << "\n";
     return 2;

@@ -10,6 +10,8 @@
 #include <memory>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/accounting.h"
 #include "core/init.h"
 #include "core/mesh.h"
@@ -82,6 +84,7 @@ class Run {
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
   }
+  bool out_of_memory() const { return out_of_memory_; }
 
   std::vector<std::map<std::string, std::vector<int64_t>>> decisions() {
     std::vector<std::map<std::string, std::vector<int64_t>>> d;
@@ -111,6 +114,10 @@ class Run {
     try {
       body();
     } catch (const Aborted&) {
+    } catch (const std::bad_alloc&) {
+      out_of_memory_ = true;
+      std::unique_lock<std::mutex> l(monitor_.mutex());
+      monitor_.abort(l, "out of memory while running (a map's or a GEMM's temporaries, or a collective's staging)", false);
     } catch (const std::exception& e) {
       std::unique_lock<std::mutex> l(monitor_.mutex());
       monitor_.abort(l, e.what(), false);
@@ -358,6 +365,7 @@ class Run {
   std::unique_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   Clock::time_point t0_;
+  std::atomic<bool> out_of_memory_ = false;
 };
 
 class CpuBackend final : public Backend {
@@ -381,6 +389,14 @@ class CpuBackend final : public Backend {
       return {{ErrorKind::input, p.file, "", "the cpu backend runs every rank and stream as a thread: " + std::to_string(p.mesh.size()) + " ranks x " +
                                                  std::to_string(streams.size()) + " streams = " + std::to_string(threads) + " threads, more than its limit of " +
                                                  std::to_string(kMaxThreads)}};
+    // Every rank holds every buffer: the bytes are counted before any is allocated.
+    double bytes = 0;
+    for (const auto& b : p.buffers) bytes += static_cast<double>(b.bytes());
+    bytes *= static_cast<double>(p.mesh.size());
+    if (bytes > static_cast<double>(max_bytes()))
+      return {{ErrorKind::input, p.file, "", "the cpu backend would allocate " + std::to_string(static_cast<int64_t>(bytes)) + " bytes (" +
+                                                 std::to_string(p.mesh.size()) + " ranks x every buffer), more than its limit of " +
+                                                 std::to_string(max_bytes()) + " (3/4 of this machine's memory)"}};
     try {
       npy_ = load_npy_inits(p);
     } catch (const ThunkyError& e) {
@@ -392,10 +408,15 @@ class CpuBackend final : public Backend {
   // Initialise: every rank's buffers.
   std::vector<Diagnostic> initialise() override {
     const Program& p = *p_;
-    memory_.assign(static_cast<size_t>(p.mesh.size()), {});
-    for (auto& m : memory_) {
-      m.resize(p.buffers.size());
-      for (size_t b = 0; b < p.buffers.size(); ++b) m[b].resize(p.buffers[b].bytes());
+    try {
+      memory_.assign(static_cast<size_t>(p.mesh.size()), {});
+      for (auto& m : memory_) {
+        m.resize(p.buffers.size());
+        for (size_t b = 0; b < p.buffers.size(); ++b) m[b].resize(p.buffers[b].bytes());
+      }
+    } catch (const std::bad_alloc&) {
+      memory_.clear();
+      return {{ErrorKind::input, p.file, "", "out of memory: the cpu backend cannot allocate every rank's buffers"}};
     }
     return {};
   }
@@ -413,7 +434,7 @@ class CpuBackend final : public Backend {
       // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
-      if (!failure.empty()) return std::vector<Diagnostic>{{ErrorKind::schedule, p.file, "", failure}};
+      if (!failure.empty()) return std::vector<Diagnostic>{{run.out_of_memory() ? ErrorKind::input : ErrorKind::schedule, p.file, "", failure}};
       if (it == total - 1) result.decisions = run.decisions();
       if (it >= std::max(0, opts.warmup)) {
         Report rep = run.report();
@@ -449,6 +470,12 @@ class CpuBackend final : public Backend {
   }
 
   static constexpr int64_t kMaxThreads = 2048;
+  // 3/4 of the machine's physical memory (64 GiB when it cannot be read).
+  static int64_t max_bytes() {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return int64_t{64} << 30;
+    return static_cast<int64_t>(static_cast<double>(pages) * static_cast<double>(page) * 0.75);
+  }
   static constexpr double kMaxKernelSeconds = 600;
 
   static void count_streams(const Block& b, std::set<StreamId>& streams) {
