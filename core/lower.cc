@@ -59,8 +59,32 @@ class Lowerer {
     for (size_t i = 0; i < block.size(); ++i) lower_command(block[i], inlined ? id + "/" + std::to_string(i) : std::string(), s);
   }
 
+  // Commands a block lowers to, calls expanded; stops counting past the limit.
+  int64_t expanded(const Block& b) {
+    int64_t n = 0;
+    for (const auto& c : b) {
+      if (n > kMaxLoweredCommands) break;
+      n += 1 + expanded(c.body);
+      if (c.has_rare()) {
+        const Command::Rare& x = c.rare();
+        n += expanded(x.then_) + expanded(x.else_) + expanded(x.cond);
+        for (const auto& br : x.branches) n += expanded(br);
+        if (c.op == Op::call) n += function_size(x.fn);
+      }
+    }
+    return n;
+  }
+  int64_t function_size(const std::string& fn) {
+    if (auto it = sizes_.find(fn); it != sizes_.end()) return it->second;
+    auto f = p_.functions.find(fn);
+    if (f == p_.functions.end()) return 0;  // reported where the call is lowered
+    sizes_[fn] = 0;                          // a recursive call counts nothing (it is an error)
+    return sizes_[fn] = expanded(f->second.program);
+  }
+
   void lower_command(Command& c, std::string inlined_id, const Scope& s) {
-    ++p_.command_count;
+    if (++p_.command_count > kMaxLoweredCommands)
+      throw ThunkyError(c.pointer, "the program lowers to more than " + std::to_string(kMaxLoweredCommands) + " commands, the most thunky takes");
     const bool inlined = !s.call_stack.empty();
     if (inlined) c.set_id(std::move(inlined_id));
     const std::string& id = c.id();
@@ -122,12 +146,17 @@ class Lowerer {
       r.buffer = idx;  // a binding: the refs bound to it keep their own pointers
       inner.bindings[sname] = r;
     }
+    // The copies a call makes are counted before they are made.
+    if (p_.command_count + function_size(x.fn) > kMaxLoweredCommands)
+      throw ThunkyError(c.pointer, "calls of function '" + x.fn + "' expand the program past " + std::to_string(kMaxLoweredCommands) +
+                                       " commands, the most thunky takes");
     c.body = f.program;
     lower_block(c.body, id + "/body", inner);
   }
 
   Program& p_;
   std::map<std::string, int> index_;
+  std::map<std::string, int64_t> sizes_;  // commands a function expands to
   int calls_ = 0;
   Program::RankUse use_;
 };
@@ -137,7 +166,11 @@ class Lowerer {
 void lower(Program& p) {
   // The parser binds the top-level program and records how its views use
   // the rank; without calls or functions nothing is left to inline.
-  if (p.rank_use && p.functions.empty()) return;
+  if (p.rank_use && p.functions.empty()) {
+    if (p.command_count > kMaxLoweredCommands)
+      throw ThunkyError("/program", "the program has more than " + std::to_string(kMaxLoweredCommands) + " commands, the most thunky takes");
+    return;
+  }
   Lowerer(p).run();
 }
 

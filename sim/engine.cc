@@ -361,6 +361,11 @@ class Engine {
 
   static constexpr size_t kNumberAhead = 8;
   static constexpr double kMaxSimulatedSeconds = 1e7;
+  // Commands simulated (each rank simulated counts its own): 2^25 when
+  // each is kept for the report (about 1.3 GB of records), 2^30 when they
+  // are only counted (simulate_summary: a few minutes).
+  static constexpr int64_t kMaxRecordedCommands = int64_t{1} << 25;
+  static constexpr int64_t kMaxSimulatedCommands = int64_t{1} << 30;
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes) {
     const int first = static_cast<int>(infos_.size());
@@ -514,7 +519,14 @@ class Engine {
     }
     if (c.op == Op::cond && c.rare().sim.taken) return *c.rare().sim.taken ? 1 : 0;
     if (c.op == Op::switch_ && c.rare().sim.branch) return *c.rare().sim.branch;
-    if (c.op == Op::while_ && c.rare().sim.trip_count) return *c.rare().sim.trip_count;
+    if (c.op == Op::while_ && c.rare().sim.trip_count) {
+      const int64_t trips = *c.rare().sim.trip_count;
+      const int64_t limit = keep_records_ ? kMaxRecordedCommands : kMaxSimulatedCommands;
+      if (trips > limit)
+        throw ThunkyError(c.pointer + "/sim/trip_count", "a trip count of " + std::to_string(trips) + " passes the " + std::to_string(limit) +
+                                                              " commands thunky-sim " + (keep_records_ ? "reports on" : "runs"));
+      return trips;
+    }
     if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id() + " needs a sim hint (" +
                                                       (c.op == Op::cond ? "\"sim\": {\"taken\": true}" : c.op == Op::switch_ ? "\"sim\": {\"branch\": k}" : "\"sim\": {\"trip_count\": n}") +
                                                       ") or inputs for the functional model");
@@ -1178,6 +1190,10 @@ class Engine {
     if (!(r.end <= kMaxSimulatedSeconds))
       throw ThunkyError("", "the simulated time passed " + std::to_string(static_cast<int64_t>(kMaxSimulatedSeconds)) +
                                 " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
+    const int64_t limit = keep_records_ ? kMaxRecordedCommands : kMaxSimulatedCommands;
+    if (++simulated_ > limit)
+      throw ThunkyError("", "the simulation passed " + std::to_string(limit) + " commands (loop trips times commands, on every rank simulated), the most thunky-sim " +
+                                (keep_records_ ? "reports on" : "runs"));
     if (keep_records_) {
       ops_[rank].push_back(r);
       return;
@@ -1426,6 +1442,7 @@ class Engine {
   bool fold_ = false;
   bool keep_records_ = true;  // false: finished commands are only counted, links not sampled (run_summary)
   int64_t finished_ = 0;
+  int64_t simulated_ = 0;  // commands finished, records kept or not
   double last_end_ = 0;
   std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype; -1: not yet asked
 };

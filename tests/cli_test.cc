@@ -605,3 +605,37 @@ TEST(HostileInput, AllocationFailureIsAnErrorNotAnAbort) {
 #endif
 
 }  // namespace
+
+namespace {
+
+TEST(HostileInput, CallsThatFanOutPastTheCommandLimitAreRefusedBeforeCopying) {
+  // f0 calls f1 ten times, ... f6 calls f7 ten times, f7 is one memset:
+  // 10^7 commands from a 3 KB file, more than 2^22 = 4,194,304.
+  nlohmann::ordered_json s;
+  s["format"] = "thunky.sched/1";
+  s["buffers"]["x"] = {{"shape", {4}}, {"dtype", "f32"}, {"role", "output"}};
+  for (int d = 0; d < 7; ++d) {
+    nlohmann::ordered_json call = {{"op", "call"}, {"fn", "f" + std::to_string(d + 1)}, {"args", nlohmann::ordered_json::object()}};
+    s["functions"]["f" + std::to_string(d)] = {{"params", nlohmann::ordered_json::array()}, {"program", nlohmann::ordered_json::array({call, call, call, call, call, call, call, call, call, call})}};
+  }
+  s["functions"]["f7"] = {{"params", nlohmann::ordered_json::array()}, {"program", {{{"op", "memset"}, {"dst", "x"}, {"value", 1.0}}}}};
+  s["program"] = {{{"op", "call"}, {"fn", "f0"}, {"args", nlohmann::ordered_json::object()}}};
+  TempDir d("fanout");
+  const std::string sched = d.write("s.json", s.dump());
+  Result r = sim(sched + " --machine h100-8gpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("s.json:/program/0: calls of function 'f0' expand the program past 4194304 commands"), std::string::npos) << r.err;
+}
+
+TEST(HostileInput, ATripCountPastTheSimulatorsLimitIsRefused) {
+  TempDir d("trips");
+  const std::string sched = d.write("s.json", R"({"format": "thunky.sched/1", "buffers": {
+      "c": {"shape": [], "dtype": "bool", "role": "output"}, "x": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "while", "cond_buf": "c", "cond": [{"op": "memset", "dst": "c", "value": 1}],
+                 "body": [{"op": "memset", "dst": "x", "value": 1.0}], "sim": {"trip_count": 1000000000000000}}]})");
+  Result r = sim(sched + " --machine h100-8gpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("s.json:/program/0/sim/trip_count: a trip count of 1000000000000000 passes the 33554432 commands"), std::string::npos) << r.err;
+}
+
+}  // namespace
