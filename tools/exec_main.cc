@@ -134,11 +134,11 @@ int run_main(int argc, char** argv) {
   }
   thunky::print_table(result->report, std::cout);
   if (!o.report.empty()) {
-    auto err = thunky::write_json_file(o.report, thunky::to_json(result->report));
+    auto err = thunky::write_file(o.report, [&](std::ostream& os) { thunky::write_report(result->report, os); });
     if (!err.empty()) return std::cerr << o.report << ": " << err << "\n", 2;
   }
   if (!o.trace.empty()) {
-    auto err = thunky::write_json_file(o.trace, thunky::chrome_trace(result->report));
+    auto err = thunky::write_file(o.trace, [&](std::ostream& os) { thunky::write_chrome_trace(result->report, os); });
     if (!err.empty()) return std::cerr << o.trace << ": " << err << "\n", 2;
   }
   if (!o.dump.empty()) return dump(*prog, *result, o.dump);

@@ -71,11 +71,11 @@ int run_main(int argc, char** argv) {
     }
   }
   if (!report.empty()) {
-    auto err = thunky::write_json_file(report, thunky::to_json(r->report));
+    auto err = thunky::write_file(report, [&](std::ostream& os) { thunky::write_report(r->report, os); });
     if (!err.empty()) return std::cerr << report << ": " << err << "\n", 2;
   }
   if (!trace.empty()) {
-    auto err = thunky::write_json_file(trace, thunky::chrome_trace(r->report));
+    auto err = thunky::write_file(trace, [&](std::ostream& os) { thunky::write_chrome_trace(r->report, os); });
     if (!err.empty()) return std::cerr << trace << ": " << err << "\n", 2;
   }
   if (!svg.empty()) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -125,45 +126,88 @@ ojson stats_json(const RankStats& s) {
 }
 }  // namespace
 
-ojson to_json(const Report& r) {
-  ojson j;
-  j["format"] = "thunky.report/1";
-  j["source"] = r.source;
-  j["schedule"] = r.schedule;
-  j["machine"] = r.machine ? ojson(*r.machine) : ojson();
-  j["backend"] = r.backend ? ojson(*r.backend) : ojson();
-  j["mesh"] = {{"axis_names", r.axis_names}, {"shape", r.mesh_shape}};
-  j["makespan_s"] = r.makespan_s;
-  ojson ranks = ojson::array();
-  for (const auto& rank : r.ranks) {
-    ojson rj;
-    rj["rank"] = rank.rank;
-    rj["coords"] = rank.coords;
-    ojson ops = ojson::array();
-    for (const auto& op : rank.ops) {
-      ops.push_back({{"id", op.id}, {"op", op.op}, {"name", op.name}, {"stream", op.stream}, {"start_s", op.start_s},
-                     {"end_s", op.end_s}, {"bytes", op.bytes}, {"flops", op.flops}});
-      if (!op.algorithm.empty()) ops.back()["algorithm"] = op.algorithm;
-    }
-    rj["ops"] = ops;
-    ojson flows = ojson::array();
-    for (const auto& f : rank.flows)
-      flows.push_back({{"kind", f.join ? "async_done" : "async_start"}, {"token", f.token}, {"from_stream", f.from_stream},
-                       {"to_stream", f.to_stream}, {"from_s", f.from_s}, {"to_s", f.to_s}});
-    rj["flows"] = flows;
-    rj["stats"] = stats_json(rank.stats);
-    ranks.push_back(rj);
+namespace {
+
+// JSON written as it goes, one value at a time: `first` says whether a
+// comma is due before the next member or element.
+class Writer {
+ public:
+  explicit Writer(std::ostream& os) : os_(os) {}
+  void open(char c) {
+    comma();
+    os_ << c;
+    first_ = true;
   }
-  j["ranks"] = ranks;
+  void close(char c) {
+    os_ << c;
+    first_ = false;
+  }
+  Writer& key(const char* k) {
+    comma();
+    os_ << '"' << k << "\":";
+    first_ = true;  // the value follows without a comma
+    return *this;
+  }
+  void value(const ojson& v) {
+    comma();
+    os_ << v.dump();
+    first_ = false;
+  }
+  void member(const char* k, const ojson& v) { key(k).value(v); }
+
+ private:
+  void comma() {
+    if (!first_) os_ << ',';
+    first_ = false;
+  }
+  std::ostream& os_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+void write_report(const Report& r, std::ostream& os) {
+  Writer w(os);
+  w.open('{');
+  w.member("format", "thunky.report/1");
+  w.member("source", r.source);
+  w.member("schedule", r.schedule);
+  w.member("machine", r.machine ? ojson(*r.machine) : ojson());
+  w.member("backend", r.backend ? ojson(*r.backend) : ojson());
+  w.member("mesh", {{"axis_names", r.axis_names}, {"shape", r.mesh_shape}});
+  w.member("makespan_s", r.makespan_s);
+  w.key("ranks").open('[');
+  for (const auto& rank : r.ranks) {
+    w.open('{');
+    w.member("rank", rank.rank);
+    w.member("coords", rank.coords);
+    w.key("ops").open('[');
+    for (const auto& op : rank.ops) {
+      ojson o = {{"id", op.id}, {"op", op.op}, {"name", op.name}, {"stream", op.stream}, {"start_s", op.start_s},
+                 {"end_s", op.end_s}, {"bytes", op.bytes}, {"flops", op.flops}};
+      if (!op.algorithm.empty()) o["algorithm"] = op.algorithm;
+      w.value(o);
+    }
+    w.close(']');
+    w.key("flows").open('[');
+    for (const auto& f : rank.flows)
+      w.value({{"kind", f.join ? "async_done" : "async_start"}, {"token", f.token}, {"from_stream", f.from_stream},
+               {"to_stream", f.to_stream}, {"from_s", f.from_s}, {"to_s", f.to_s}});
+    w.close(']');
+    w.member("stats", stats_json(rank.stats));
+    w.close('}');
+  }
+  w.close(']');
   ojson summary = stats_json(r.summary);
   summary["critical_path"] = r.critical_path;
-  j["summary"] = summary;
-  if (!r.iteration_makespans_s.empty()) j["iteration_makespans_s"] = r.iteration_makespans_s;
-  if (r.placement) j["placement"] = *r.placement;
-  if (r.timing_overhead_s) j["timing_overhead_s"] = *r.timing_overhead_s;
-  if (r.dispatch_s_per_command) j["dispatch_s_per_command"] = *r.dispatch_s_per_command;
-  if (r.graph_launch_s) j["graph_launch_s"] = *r.graph_launch_s;
-  return j;
+  w.member("summary", summary);
+  if (!r.iteration_makespans_s.empty()) w.member("iteration_makespans_s", r.iteration_makespans_s);
+  if (r.placement) w.member("placement", *r.placement);
+  if (r.timing_overhead_s) w.member("timing_overhead_s", *r.timing_overhead_s);
+  if (r.dispatch_s_per_command) w.member("dispatch_s_per_command", *r.dispatch_s_per_command);
+  if (r.graph_launch_s) w.member("graph_launch_s", *r.graph_launch_s);
+  w.close('}');
+  os << "\n";
 }
 
 Report report_from_json(const ojson& j) {
@@ -246,40 +290,44 @@ std::string rank_name(const Report& r, const RankReport& rank, const char* sep) 
 }
 }  // namespace
 
-ojson chrome_trace(const Report& r) {
-  ojson events = ojson::array();
+void write_chrome_trace(const Report& r, std::ostream& os) {
+  Writer w(os);
+  w.open('{');
+  w.key("traceEvents").open('[');
   int flow_id = 0;
   for (const auto& rank : r.ranks) {
     const int64_t pid = rank.rank;
-    const std::string pname = rank_name(r, rank, ", ");
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", pname}}}});
+    w.value({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", rank_name(r, rank, ", ")}}}});
     std::map<std::string, int> tids;
     auto tid = [&](const std::string& stream) {
       auto it = tids.find(stream);
       if (it != tids.end()) return it->second;
       int t = static_cast<int>(tids.size());
       tids[stream] = t;
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t}, {"args", {{"name", stream}}}});
+      w.value({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t}, {"args", {{"name", stream}}}});
       return t;
     };
     tid("computation:0");
     for (const auto& op : rank.ops) {
-      ojson e = {{"ph", "X"}, {"name", op.name.empty() ? op.op : op.name}, {"cat", op.op}, {"pid", pid}, {"tid", tid(op.stream)},
-                 {"ts", op.start_s * 1e6}, {"dur", std::max(0.0, op.end_s - op.start_s) * 1e6},
-                 {"args", {{"id", op.id}, {"op", op.op}, {"bytes", op.bytes}, {"flops", op.flops}}}};
-      events.push_back(e);
+      const int t = tid(op.stream);
+      w.value({{"ph", "X"}, {"name", op.name.empty() ? op.op : op.name}, {"cat", op.op}, {"pid", pid}, {"tid", t},
+               {"ts", op.start_s * 1e6}, {"dur", std::max(0.0, op.end_s - op.start_s) * 1e6},
+               {"args", {{"id", op.id}, {"op", op.op}, {"bytes", op.bytes}, {"flops", op.flops}}}});
     }
     for (const auto& f : rank.flows) {
       ++flow_id;
       std::string name = std::string(f.join ? "async_done " : "async_start ") + f.token;
-      events.push_back({{"ph", "s"}, {"name", name}, {"cat", "token"}, {"id", flow_id}, {"pid", pid}, {"tid", tid(f.from_stream)}, {"ts", f.from_s * 1e6}, {"bp", "e"}});
-      events.push_back({{"ph", "f"}, {"name", name}, {"cat", "token"}, {"id", flow_id}, {"pid", pid}, {"tid", tid(f.to_stream)}, {"ts", f.to_s * 1e6}, {"bp", "e"}});
+      const int from = tid(f.from_stream), to = tid(f.to_stream);
+      w.value({{"ph", "s"}, {"name", name}, {"cat", "token"}, {"id", flow_id}, {"pid", pid}, {"tid", from}, {"ts", f.from_s * 1e6}, {"bp", "e"}});
+      w.value({{"ph", "f"}, {"name", name}, {"cat", "token"}, {"id", flow_id}, {"pid", pid}, {"tid", to}, {"ts", f.to_s * 1e6}, {"bp", "e"}});
     }
   }
   for (const auto& l : r.links)
-    for (const auto& [t, u] : l.samples)
-      events.push_back({{"ph", "C"}, {"name", l.name}, {"pid", l.rank}, {"ts", t * 1e6}, {"args", {{"utilisation", u}}}});
-  return ojson{{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+    for (const auto& [t, u] : l.samples) w.value({{"ph", "C"}, {"name", l.name}, {"pid", l.rank}, {"ts", t * 1e6}, {"args", {{"utilisation", u}}}});
+  w.close(']');
+  w.member("displayTimeUnit", "ns");
+  w.close('}');
+  os << "\n";
 }
 
 std::string us(double s) {
@@ -323,16 +371,20 @@ void print_table(const Report& r, std::ostream& os) {
   }
 }
 
-std::string write_json_file(const std::string& path, const ojson& j) {
+std::string write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::ofstream f(path);
   if (!f) return "cannot write '" + path + "'";
-  f << j.dump(1) << "\n";
+  write(f);
   f.close();  // a full device fails here, when the buffer is written
   if (!f) return "cannot write '" + path + "'";
   return "";
+}
+
+std::string write_json_file(const std::string& path, const ojson& j) {
+  return write_file(path, [&](std::ostream& os) { os << j.dump(1) << "\n"; });
 }
 
 }  // namespace thunky

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -79,11 +80,13 @@ bool is_collective_op(const std::string& op);
 // Fills per-rank and summary statistics and the critical path from the ops.
 void summarize(Report& r);
 
-nlohmann::ordered_json to_json(const Report& r);
+// report.json and the Chrome trace, written as they go (compact JSON, no
+// tree in memory: a report of millions of ops costs its text, not a
+// document of it).
+void write_report(const Report& r, std::ostream& os);
+void write_chrome_trace(const Report& r, std::ostream& os);
 // Throws ThunkyError naming the JSON pointer.
 Report report_from_json(const nlohmann::ordered_json& j);
-
-nlohmann::ordered_json chrome_trace(const Report& r);
 
 // Seconds as microseconds with three decimals, as the tables print them.
 std::string us(double seconds);
@@ -91,7 +94,9 @@ std::string us(double seconds);
 // The summary table printed on stdout.
 void print_table(const Report& r, std::ostream& os);
 
-// Writes JSON to a file; returns an error message or "".
+// Writes a file (creating its directory) through `write`, or JSON; returns
+// an error message or "".
+std::string write_file(const std::string& path, const std::function<void(std::ostream&)>& write);
 std::string write_json_file(const std::string& path, const nlohmann::ordered_json& j);
 
 }  // namespace thunky
