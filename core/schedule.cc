@@ -646,6 +646,8 @@ Program read_program(Value doc, const std::string& file, const ProgramConsumer& 
         if (!params->is_array()) fail(f.at("params"), "expected a list of parameter names");
         params->each_element([&](size_t i, Value e) {
           if (!e.is_string()) fail(child(f.at("params"), i), "expected a parameter name");
+          if (std::find(fn.params.begin(), fn.params.end(), e.str()) != fn.params.end())
+            fail(child(f.at("params"), i), "parameter '" + std::string(e.str()) + "' is listed twice");
           fn.params.emplace_back(e.str());
         });
       }

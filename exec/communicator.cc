@@ -119,7 +119,8 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
     if (!same) {
       std::string a = ref.front().id + " " + ref.front().signature + (ref.size() > 1 ? " (+" + std::to_string(ref.size() - 1) + " grouped)" : "");
       std::string b = calls->front().id + " " + calls->front().signature + (calls->size() > 1 ? " (+" + std::to_string(calls->size() - 1) + " grouped)" : "");
-      monitor_.abort(lock, "deadlock: ranks " + std::to_string(first) + " and " + std::to_string(r) + " of communicator {" + list(key) + "} issue different collectives: rank " + std::to_string(first) + " " + a + ", rank " + std::to_string(r) + " " + b, true);
+      monitor_.abort(lock, "deadlock: ranks " + std::to_string(first) + " and " + std::to_string(r) + " of communicator {" + list(key) + "} issue different collectives: rank " + std::to_string(first) + " " + a + ", rank " + std::to_string(r) + " " + b, true,
+                     calls->front().pointer);
       throw Aborted(monitor_.reason());
     }
   }
@@ -149,6 +150,7 @@ CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx
   const int64_t n = static_cast<int64_t>(part.ranks.size());
   if (c.op == Op::collective_permute) call.pairs = permute_pairs(c, n);
   call.id = c.id();
+  call.pointer = c.pointer;
   call.signature = collective_signature(p, c, sv, dv, n);
   return call;
 }

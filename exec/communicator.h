@@ -31,6 +31,7 @@ struct CollectiveCall {
   int position = 0;        // this rank's index among them
   std::vector<std::pair<int64_t, int64_t>> pairs;  // collective_permute, by position
   std::string id;          // command id, for messages
+  std::string pointer;     // the command's JSON pointer in the schedule file
   std::string signature;   // what must match across ranks (collective_signature)
   void* stream = nullptr;  // device transports: the stream it is issued on
 };

@@ -46,11 +46,12 @@ void Monitor::wait(std::unique_lock<std::mutex>& lock, const std::function<bool(
   if (aborted_ && !pred()) throw Aborted(reason_);
 }
 
-void Monitor::abort(std::unique_lock<std::mutex>&, const std::string& reason, bool deadlock) {
+void Monitor::abort(std::unique_lock<std::mutex>&, const std::string& reason, bool deadlock, const std::string& pointer) {
   if (!aborted_) {
     aborted_ = true;
     deadlock_ = deadlock;
     reason_ = reason;
+    pointer_ = pointer;
   }
   cv_.notify_all();
 }

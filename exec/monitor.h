@@ -30,10 +30,13 @@ class Monitor {
   void wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::string& what);
   void notify_all() { cv_.notify_all(); }
   // Aborts the run (first reason wins); wakes every waiter.
-  void abort(std::unique_lock<std::mutex>& lock, const std::string& reason, bool deadlock);
+  // The first abort wins; `pointer` is the JSON pointer of the command it
+  // concerns, when one does.
+  void abort(std::unique_lock<std::mutex>& lock, const std::string& reason, bool deadlock, const std::string& pointer = "");
   bool aborted() const { return aborted_; }
   bool deadlocked() const { return deadlock_; }
   const std::string& reason() const { return reason_; }
+  const std::string& pointer() const { return pointer_; }
 
  private:
   void check_deadlock(std::unique_lock<std::mutex>& lock);
@@ -49,6 +52,7 @@ class Monitor {
   int next_waiter_ = 0;
   bool aborted_ = false;
   bool deadlock_ = false;
+  std::string pointer_;
   std::string reason_;
 };
 

@@ -86,6 +86,8 @@ TEST(ExecCli, RunawayLoopIsStoppedWithExit1) {
   Result r = run(kSrc + "/tests/schedules/runaway_loop.json --max-trip-count 1000");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("more than 1000 iterations"), std::string::npos) << r.err;
+  // Named by the loop's pointer, as every error is.
+  EXPECT_NE(r.err.find("runaway_loop.json:/program/"), std::string::npos) << r.err;
 }
 
 TEST(ExecCli, UsageErrorsExitWith2) {
@@ -625,6 +627,19 @@ TEST(HostileInput, CallsThatFanOutPastTheCommandLimitAreRefusedBeforeCopying) {
   Result r = sim(sched + " --machine h100-8gpu");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("s.json:/program/0: calls of function 'f0' expand the program past 4194304 commands"), std::string::npos) << r.err;
+}
+
+TEST(HostileInput, DuplicateParametersAndReportErrorsNameTheirPointer) {
+  TempDir d("dups");
+  const std::string sched = d.write("s.json", R"({"format": "thunky.sched/1", "buffers": {"x": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "functions": {"f": {"params": ["a", "a"], "program": []}}, "program": []})");
+  Result r = run(sched);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("s.json:/functions/f/params/1: parameter 'a' is listed twice"), std::string::npos) << r.err;
+  const std::string report = d.write("m.json", R"({"format": "thunky.report/1", "ranks": 5})");
+  r = compare(report + " " + report);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("m.json:/: missing field 'source'"), std::string::npos) << r.err;
 }
 
 TEST(HostileInput, ATripCountPastTheSimulatorsLimitIsRefused) {

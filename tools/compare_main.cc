@@ -29,7 +29,7 @@ bool read_report(const std::string& path, thunky::Report& out) {
   try {
     out = thunky::report_from_json(j);
   } catch (const thunky::ThunkyError& e) {
-    std::cerr << path << ":" << e.pointer() << ": " << e.what() << "\n";
+    std::cerr << path << ":" << (e.pointer().empty() ? "/" : e.pointer()) << ": " << e.what() << "\n";
     return false;
   }
   return true;
@@ -63,7 +63,7 @@ int run_main(int argc, char** argv) {
     const thunky::Comparison c = thunky::compare_reports(predicted, measured);
     thunky::print_comparison(predicted, measured, c, std::cout);
   } catch (const thunky::ThunkyError& e) {
-    std::cerr << measured_path << ":" << e.pointer() << ": " << e.what() << "\n";
+    std::cerr << measured_path << ":" << (e.pointer().empty() ? "/" : e.pointer()) << ": " << e.what() << "\n";
     return 2;
   }
   return 0;

@@ -84,6 +84,7 @@ class Run {
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
   }
+  const std::string& failed_pointer() const { return monitor_.pointer(); }
   bool out_of_memory() const { return out_of_memory_; }
 
   std::vector<std::map<std::string, std::vector<int64_t>>> decisions() {
@@ -118,6 +119,9 @@ class Run {
       out_of_memory_ = true;
       std::unique_lock<std::mutex> l(monitor_.mutex());
       monitor_.abort(l, "out of memory while running (a map's or a GEMM's temporaries, or a collective's staging)", false);
+    } catch (const ThunkyError& e) {
+      std::unique_lock<std::mutex> l(monitor_.mutex());
+      monitor_.abort(l, e.what(), false, e.pointer());
     } catch (const std::exception& e) {
       std::unique_lock<std::mutex> l(monitor_.mutex());
       monitor_.abort(l, e.what(), false);
@@ -261,7 +265,7 @@ class Run {
             return;
           }
           if (trips >= opts_.max_trip_count)
-            throw std::runtime_error("rank " + std::to_string(s.rank) + ": the while loop at " + c.id() + " ran more than " + std::to_string(opts_.max_trip_count) + " iterations");
+            throw ThunkyError(c.pointer, "rank " + std::to_string(s.rank) + ": the while loop at " + c.id() + " ran more than " + std::to_string(opts_.max_trip_count) + " iterations");
           run_block(s, c.body, stream, true);
         }
       }
@@ -434,7 +438,8 @@ class CpuBackend final : public Backend {
       // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
-      if (!failure.empty()) return std::vector<Diagnostic>{{run.out_of_memory() ? ErrorKind::input : ErrorKind::schedule, p.file, "", failure}};
+      if (!failure.empty())
+        return std::vector<Diagnostic>{{run.out_of_memory() ? ErrorKind::input : ErrorKind::schedule, p.file, run.failed_pointer(), failure}};
       if (it == total - 1) result.decisions = run.decisions();
       if (it >= std::max(0, opts.warmup)) {
         Report rep = run.report();

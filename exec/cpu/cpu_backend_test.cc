@@ -123,6 +123,8 @@ TEST(CpuBackend, MismatchedCollectivesAreReportedNotHung) {
   auto r = make_cpu_backend()->run(p, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.errors()[0].message.find("issue different collectives"), std::string::npos) << r.errors()[0].message;
+  // The error names where: the collective the second rank issued (rank 1's all_gather).
+  EXPECT_EQ(r.errors()[0].pointer, "/program/0/then/0");
 }
 
 TEST(CpuBackend, RunawayWhileIsStopped) {
