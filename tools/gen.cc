@@ -9,26 +9,6 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-ojson common(const RingMatmulOptions& o, const std::string& name) {
-  if (o.ranks < 1 || o.m_block < 1 || o.k < 1 || o.n_block < 1) throw std::invalid_argument("ranks and block sizes must be positive");
-  const int64_t n = o.ranks;
-  ojson s;
-  s["format"] = "thunky.sched/1";
-  s["name"] = name;
-  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {n}}};
-  ojson b;
-  b["a"] = {{"shape", {o.m_block, o.k}}, {"dtype", o.dtype}, {"role", "input"},
-            {"init", {{"kind", "uniform"}, {"low", -1.0}, {"high", 1.0}, {"seed", 1}}},
-            {"global", {{"shape", {n * o.m_block, o.k}}, {"spec", {"x", nullptr}}}}};
-  b["b"] = {{"shape", {o.k, o.n_block}}, {"dtype", o.dtype}, {"role", "input"},
-            {"init", {{"kind", "uniform"}, {"low", -1.0}, {"high", 1.0}, {"seed", 2}}},
-            {"global", {{"shape", {o.k, n * o.n_block}}, {"spec", {nullptr, "x"}}}}};
-  b["c"] = {{"shape", {n * o.m_block, o.n_block}}, {"dtype", o.dtype}, {"role", "output"},
-            {"global", {{"shape", {n * o.m_block, n * o.n_block}}, {"spec", {nullptr, "x"}}}}};
-  s["buffers"] = b;
-  return s;
-}
-
 ojson input(ojson shape, const std::string& dtype, int seed) {
   return {{"shape", std::move(shape)}, {"dtype", dtype}, {"role", "input"},
           {"init", {{"kind", "uniform"}, {"low", -1.0}, {"high", 1.0}, {"seed", seed}}}};
@@ -39,20 +19,35 @@ ojson sharded(ojson buffer, ojson global_shape, ojson spec) {
   return buffer;
 }
 
-// The reduce-scatter variants' buffers: A[M, K_x] . B[K_x, N] -> C[M_x, N].
-ojson reduce_scatter_common(const RingMatmulOptions& o, const std::string& name) {
+// A schedule's header on mesh axis x of o.ranks ranks, the sizes checked.
+ojson header(const RingMatmulOptions& o, const std::string& name) {
   if (o.ranks < 1 || o.m_block < 1 || o.k < 1 || o.n_block < 1) throw std::invalid_argument("ranks and block sizes must be positive");
-  const int64_t n = o.ranks;
   ojson s;
   s["format"] = "thunky.sched/1";
   s["name"] = name;
-  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {n}}};
-  ojson b;
+  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {o.ranks}}};
+  return s;
+}
+
+// The all-gather variants' buffers: A[M_x, K] . B[K, N_x] -> C[M, N_x].
+ojson common(const RingMatmulOptions& o, const std::string& name) {
+  const int64_t n = o.ranks;
+  ojson s = header(o, name);
+  ojson& b = s["buffers"];
+  b["a"] = sharded(input({o.m_block, o.k}, o.dtype, 1), {n * o.m_block, o.k}, {"x", nullptr});
+  b["b"] = sharded(input({o.k, o.n_block}, o.dtype, 2), {o.k, n * o.n_block}, {nullptr, "x"});
+  b["c"] = sharded({{"shape", {n * o.m_block, o.n_block}}, {"dtype", o.dtype}, {"role", "output"}}, {n * o.m_block, n * o.n_block}, {nullptr, "x"});
+  return s;
+}
+
+// The reduce-scatter variants' buffers: A[M, K_x] . B[K_x, N] -> C[M_x, N].
+ojson reduce_scatter_common(const RingMatmulOptions& o, const std::string& name) {
+  const int64_t n = o.ranks;
+  ojson s = header(o, name);
+  ojson& b = s["buffers"];
   b["a"] = sharded(input({n * o.m_block, o.k}, o.dtype, 1), {n * o.m_block, n * o.k}, {nullptr, "x"});
   b["b"] = sharded(input({o.k, o.n_block}, o.dtype, 2), {n * o.k, o.n_block}, {"x", nullptr});
-  b["c"] = {{"shape", {o.m_block, o.n_block}}, {"dtype", o.dtype}, {"role", "output"},
-            {"global", {{"shape", {n * o.m_block, o.n_block}}, {"spec", {"x", nullptr}}}}};
-  s["buffers"] = b;
+  b["c"] = sharded({{"shape", {o.m_block, o.n_block}}, {"dtype", o.dtype}, {"role", "output"}}, {n * o.m_block, o.n_block}, {"x", nullptr});
   return s;
 }
 
