@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   thunky::ExecOptions opts;
   opts.max_trip_count = 64;
   auto run = thunky::make_cpu_backend()->run(p.value(), opts);
-  const thunky::Decisions* decisions = run ? &run.value().decisions : nullptr;
+  const thunky::sim::Decisions* decisions = run ? &run.value().decisions : nullptr;
   auto sim = thunky::sim::simulate(p.value(), machine(), decisions);
   if (!sim) (void)sim.errors().front().str();
   return 0;

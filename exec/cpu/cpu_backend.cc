@@ -172,8 +172,9 @@ class Run {
       auto sub = std::make_unique<Sub>();
       monitor_.thread_started();
       Sub* raw = sub.get();
-      sub->thread = std::thread([this, &s, stream = stream, &tasks, in_loop, raw] {
-        thread_main([&] { run_queue(s, tasks, stream, in_loop); }, [raw] { raw->finished = true; });
+      std::vector<Task>* queue = &tasks;  // a structured binding cannot be captured (C++17)
+      sub->thread = std::thread([this, &s, stream = stream, queue, in_loop, raw] {
+        thread_main([&] { run_queue(s, *queue, stream, in_loop); }, [raw] { raw->finished = true; });
       });
       subs.push_back(std::move(sub));
     }
