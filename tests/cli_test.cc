@@ -654,3 +654,51 @@ TEST(HostileInput, ATripCountPastTheSimulatorsLimitIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// Processes (ranks) in a Chrome trace.
+int traced_processes(const std::string& path) {
+  std::ifstream f(path);
+  const auto j = nlohmann::json::parse(f);
+  int n = 0;
+  for (const auto& e : j["traceEvents"]) n += e["ph"] == "M" && e["name"] == "process_name";
+  return n;
+}
+
+TEST(BigSchedules, TracesShowTheRanksAskedForAndSaySoForLargeMeshes) {
+  TempDir d("traceranks");
+  const std::string sched = (d.path / "r.json").string(), trace = (d.path / "t.json").string();
+  ASSERT_EQ(run_tool(THUNKY_GEN_BIN, "ring_matmul -n 40 --m-block 2 --k 4 --n-block 2 -o " + sched).code, 0);
+  // 40 ranks, more than 32: the first 16, said on stderr.
+  Result r = sim(sched + " --machine h100-8gpu --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the trace and picture show ranks 0-15 of 40"), std::string::npos) << r.err;
+  EXPECT_EQ(traced_processes(trace), 16);
+  // As asked: ranks 0, 5 and 10-12.
+  r = sim(sched + " --machine h100-8gpu --trace " + trace + " --trace-ranks 0,5,10-12");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(traced_processes(trace), 5);
+  EXPECT_EQ(sim(sched + " --machine h100-8gpu --trace " + trace + " --trace-ranks all").code, 0);
+  EXPECT_EQ(traced_processes(trace), 40);
+  // A rank past the mesh, or nonsense, is a usage error.
+  EXPECT_EQ(sim(sched + " --machine h100-8gpu --trace " + trace + " --trace-ranks 40").code, 2);
+  EXPECT_EQ(sim(sched + " --machine h100-8gpu --trace " + trace + " --trace-ranks 3-1").code, 2);
+}
+
+TEST(BigSchedules, TheCollectiveTableGroupsIdenticalCollectives) {
+  // The 40-rank ring: 39 shifts of one 2 x 4 f32 block (32 bytes), one row
+  // with a count of 39; --per-instance gives the 39 rows.
+  TempDir d("grouped");
+  const std::string sched = (d.path / "r.json").string();
+  ASSERT_EQ(run_tool(THUNKY_GEN_BIN, "ring_matmul -n 40 --m-block 2 --k 4 --n-block 2 --dtype f32 -o " + sched).code, 0);
+  Result r = sim(sched + " --machine h100-8gpu");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("collective_permute       40             32      39"), std::string::npos) << r.out;
+  r = sim(sched + " --machine h100-8gpu --per-instance");
+  int rows = 0;
+  for (size_t at = 0; (at = r.out.find("collective_permute", at)) != std::string::npos; ++at) ++rows;
+  EXPECT_EQ(rows, 39);
+}
+
+}  // namespace

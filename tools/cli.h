@@ -44,6 +44,50 @@ inline std::optional<std::vector<int>> parse_int_list(const std::string& text) {
   return out;
 }
 
+// --trace-ranks: "all", or ranks and ranges "0-7,12" below `ranks`;
+// nullopt on anything else.
+inline std::optional<std::vector<int64_t>> parse_rank_list(const std::string& text, int64_t ranks) {
+  std::vector<int64_t> out;
+  if (text == "all") {
+    for (int64_t r = 0; r < ranks; ++r) out.push_back(r);
+    return out;
+  }
+  auto number = [&](const std::string& t) -> std::optional<int64_t> {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const int64_t v = std::stoll(t);
+    if (v >= ranks) return std::nullopt;
+    return v;
+  };
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string item = text.substr(i, j - i);
+    const size_t dash = item.find('-');
+    auto lo = number(item.substr(0, dash));
+    auto hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
+    if (!lo || !hi || *hi < *lo) return std::nullopt;
+    for (int64_t r = *lo; r <= *hi; ++r) out.push_back(r);
+    i = j + 1;
+  }
+  return out;
+}
+
+// The ranks a trace or picture shows: --trace-ranks, or every rank up to 32
+// and the first 16 beyond (said on stderr). nullopt (after a message) on a
+// bad list.
+inline std::optional<std::vector<int64_t>> traced_ranks(const std::string& tool, const std::string& option, int64_t ranks) {
+  if (!option.empty()) {
+    auto list = parse_rank_list(option, ranks);
+    if (!list) std::cerr << tool << ": --trace-ranks: '" << option << "' is not 'all' or a list of ranks below " << ranks << " such as 0-7,12\n";
+    return list;
+  }
+  const int64_t shown = ranks <= 32 ? ranks : 16;
+  if (shown < ranks)
+    std::cerr << tool << ": the trace and picture show ranks 0-" << shown - 1 << " of " << ranks << " (--trace-ranks all, or a list, for others)\n";
+  return parse_rank_list("all", shown);
+}
+
 // Exit 2 (with one line) when an output would overwrite an input: each
 // output is (option, path), empty paths skipped.
 inline std::optional<int> refuse_overwrite(const std::string& tool, const std::vector<std::pair<std::string, std::string>>& outputs,

@@ -16,7 +16,7 @@ struct Options {
   std::string backend = "cpu";
   int warmup = 0;
   int iters = 1;
-  std::string report, trace, dump;
+  std::string report, trace, trace_ranks, dump;
   int64_t max_trip_count = 1'000'000;
   bool graph = false;
   std::string devices;
@@ -100,6 +100,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "timed iterations; the report shows the median one")->check(CLI::Range(1, 1000000));
   app.add_option("--report", o.report, "write report.json (thunky.report/1)");
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
+  app.add_option("--trace-ranks", o.trace_ranks, "ranks in the trace: all, or a list such as 0-7,12 (default: all up to 32 ranks, else 0-15)");
   app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
@@ -138,7 +139,10 @@ int run_main(int argc, char** argv) {
     if (!err.empty()) return std::cerr << o.report << ": " << err << "\n", 2;
   }
   if (!o.trace.empty()) {
-    auto err = thunky::write_file(o.trace, [&](std::ostream& os) { thunky::write_chrome_trace(result->report, os); });
+    auto ranks = thunky::cli::traced_ranks("thunky-exec", o.trace_ranks, static_cast<int64_t>(result->report.ranks.size()));
+    if (!ranks) return 2;
+    const thunky::Report shown = thunky::select_ranks(result->report, *ranks);
+    auto err = thunky::write_file(o.trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
     if (!err.empty()) return std::cerr << o.trace << ": " << err << "\n", 2;
   }
   if (!o.dump.empty()) return dump(*prog, *result, o.dump);

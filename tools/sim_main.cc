@@ -5,6 +5,7 @@
 
 #include "core/validate.h"
 #include "exec/backend.h"
+#include "sim/collective_table.h"
 #include "sim/engine.h"
 #include "sim/machine.h"
 #include "traces/report.h"
@@ -33,6 +34,10 @@ int run_main(int argc, char** argv) {
   app.add_option("--report", report, "write report.json (thunky.report/1)");
   app.add_option("--trace", trace, "write a Chrome trace");
   app.add_option("--svg", svg, "write an SVG timeline (one lane per stream, rank rows)");
+  std::string trace_ranks;
+  app.add_option("--trace-ranks", trace_ranks, "ranks in the trace and SVG: all, or a list such as 0-7,12 (default: all up to 32 ranks, else 0-15)");
+  bool per_instance = false;
+  app.add_flag("--per-instance", per_instance, "one collective row per instance instead of one per kind");
   bool every_rank = false;
   app.add_flag("--every-rank", every_rank, "simulate every rank even when all ranks provably have the same timeline");
   if (auto code = thunky::cli::parse(app, "thunky-sim", argc, argv)) return *code;
@@ -60,29 +65,23 @@ int run_main(int argc, char** argv) {
   auto r = thunky::sim::simulate(*prog, *m, dp, thunky::sim::SimOptions{!every_rank});
   if (!r) return fail(r.errors(), r.exit_code());
   thunky::print_table(r->report, std::cout);
-  if (!r->collectives.empty()) {
-    char line[256];
-    std::snprintf(line, sizeof line, "%-34s %-20s %6s %14s %12s %12s  %s\n", "collective (rank 0)", "op", "ranks", "time_us", "algbw_GB/s", "busbw_GB/s", "algorithm");
-    std::cout << line;
-    for (const auto& c : r->collectives) {
-      std::snprintf(line, sizeof line, "%-34s %-20s %6lld %14.3f %12.2f %12.2f  %s\n", c.id.c_str(), c.op.c_str(), static_cast<long long>(c.ranks),
-                    c.seconds * 1e6, c.alg_bw / 1e9, c.bus_bw / 1e9, c.algorithm.empty() ? "ideal" : c.algorithm.c_str());
-      std::cout << line;
-    }
-  }
+  thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);
   if (!report.empty()) {
     auto err = thunky::write_file(report, [&](std::ostream& os) { thunky::write_report(r->report, os); });
     if (!err.empty()) return std::cerr << report << ": " << err << "\n", 2;
   }
-  if (!trace.empty()) {
-    auto err = thunky::write_file(trace, [&](std::ostream& os) { thunky::write_chrome_trace(r->report, os); });
-    if (!err.empty()) return std::cerr << trace << ": " << err << "\n", 2;
-  }
-  if (!svg.empty()) {
-    std::ofstream f(svg);
-    f << thunky::timeline_svg(r->report);
-    f.close();
-    if (!f) return std::cerr << svg << ": cannot write\n", 2;
+  if (!trace.empty() || !svg.empty()) {
+    auto ranks = thunky::cli::traced_ranks("thunky-sim", trace_ranks, static_cast<int64_t>(r->report.ranks.size()));
+    if (!ranks) return 2;
+    const thunky::Report shown = thunky::select_ranks(r->report, *ranks);
+    if (!trace.empty()) {
+      auto err = thunky::write_file(trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
+      if (!err.empty()) return std::cerr << trace << ": " << err << "\n", 2;
+    }
+    if (!svg.empty()) {
+      auto err = thunky::write_file(svg, [&](std::ostream& os) { os << thunky::timeline_svg(shown); });
+      if (!err.empty()) return std::cerr << svg << ": " << err << "\n", 2;
+    }
   }
   return 0;
 }

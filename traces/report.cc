@@ -330,6 +330,14 @@ void write_chrome_trace(const Report& r, std::ostream& os) {
   os << "\n";
 }
 
+Report select_ranks(const Report& r, const std::vector<int64_t>& ranks) {
+  Report out = r;
+  const std::set<int64_t> keep(ranks.begin(), ranks.end());
+  std::erase_if(out.ranks, [&](const RankReport& rank) { return !keep.count(rank.rank); });
+  std::erase_if(out.links, [&](const LinkSeries& l) { return !keep.count(l.rank); });
+  return out;
+}
+
 std::string us(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", s * 1e6);

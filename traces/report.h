@@ -88,6 +88,10 @@ void write_chrome_trace(const Report& r, std::ostream& os);
 // Throws ThunkyError naming the JSON pointer.
 Report report_from_json(const nlohmann::ordered_json& j);
 
+// The report with only the listed ranks (and their links), for traces and
+// pictures of large meshes. Ranks not in the report are skipped.
+Report select_ranks(const Report& r, const std::vector<int64_t>& ranks);
+
 // Seconds as microseconds with three decimals, as the tables print them.
 std::string us(double seconds);
 

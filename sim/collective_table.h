@@ -1,0 +1,25 @@
+// thunky-sim's collective table: one row per kind of collective (op,
+// bytes, ranks, algorithm) with its count and times, or one per instance.
+#pragma once
+
+#include <ostream>
+#include <vector>
+
+#include "sim/engine.h"
+
+namespace thunky::sim {
+
+struct CollectiveGroup {
+  CollectiveStat first;  // the first instance (its id names the group)
+  int64_t count = 0;
+  double min_s = 0, max_s = 0, total_s = 0;
+};
+
+// Groups rank 0's collectives by (op, bytes, ranks, algorithm), in order of
+// first appearance.
+std::vector<CollectiveGroup> group_collectives(const std::vector<CollectiveStat>& stats);
+
+// The table: grouped, or every instance when `per_instance`.
+void print_collective_table(const std::vector<CollectiveStat>& stats, bool per_instance, std::ostream& os);
+
+}  // namespace thunky::sim
