@@ -38,7 +38,13 @@ class Parser {
     return pos_ >= s_.size();
   }
   [[noreturn]] void fail(const std::string& what) {
-    throw ThunkyError("", "in expression '" + std::string(s_) + "' at offset " + std::to_string(pos_) + ": " + what);
+    // A long expression is quoted around the offset, so the error stays one readable line.
+    std::string quoted(s_);
+    if (quoted.size() > 80) {
+      const size_t from = pos_ > 40 ? std::min(pos_ - 40, quoted.size() - 80) : 0;
+      quoted = (from > 0 ? "..." : "") + quoted.substr(from, 80) + (from + 80 < quoted.size() ? "..." : "");
+    }
+    throw ThunkyError("", "in expression '" + quoted + "' at offset " + std::to_string(pos_) + ": " + what);
   }
 
  private:

@@ -10,5 +10,5 @@ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=cl
   -DTHUNKY_FUZZ=ON -DTHUNKY_BENCH=OFF > /dev/null
 cmake --build build-fuzz -j2 --target thunky_load_fuzzer
 mkdir -p fuzz-corpus
-cp examples/*.json tests/malformed/*.json fuzz-corpus/
-./build-fuzz/thunky_load_fuzzer fuzz-corpus -max_total_time="$seconds" -max_len=1048576 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1
+cp examples/*.json tests/malformed/*.json tests/hostile/*.json fuzz-corpus/
+./build-fuzz/thunky_load_fuzzer fuzz-corpus -max_total_time="$seconds" -max_len=1048576 -len_control=0 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1

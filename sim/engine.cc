@@ -415,7 +415,9 @@ class Engine {
 
   // Where the k-th sub-block of a command starts (body, then, else,
   // branches..., while cond last).
-  int block(int info, size_t k) const { return block_starts_[infos_[info].blocks + k]; }
+  // A command whose sub-blocks are all empty has none recorded: any start
+  // serves, as nothing is issued from an empty block.
+  int block(int info, size_t k) const { return infos_[info].blocks < 0 ? 0 : block_starts_[infos_[info].blocks + k]; }
   int members_begin(int info) const { return block(info, 0); }
   int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->body.size()); }
 

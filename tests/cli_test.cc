@@ -702,3 +702,45 @@ TEST(BigSchedules, TheCollectiveTableGroupsIdenticalCollectives) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string trim_spaces(const std::string& s) {
+  const size_t b = s.find_first_not_of(' ');
+  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(' ') - b + 1);
+}
+
+TEST(HostileInput, EveryHostileInputGivesItsExitCodeAndMessage) {
+  // tests/hostile/EXPECTED: FILE | TOOL | ARGS | EXIT | message.
+  const std::string dir = kSrc + "/tests/hostile/";
+  std::ifstream manifest(dir + "EXPECTED");
+  std::string line;
+  int checked = 0;
+  while (std::getline(manifest, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cols;
+    std::stringstream parts(line);
+    for (std::string c; std::getline(parts, c, '|');) cols.push_back(trim_spaces(c));
+    ASSERT_GE(cols.size(), 4u) << line;
+    TempDir tmp("hostile");
+    std::string args = cols[2];
+    if (auto at = args.find("{dir}"); at != std::string::npos) args.replace(at, 5, (tmp.path / "dump").string());
+    // Relative machine files live beside the inputs.
+    if (auto at = args.find("zero_peak_machine.json"); at != std::string::npos) args.insert(at, dir);
+    const std::string tool = cols[1] == "sim" ? THUNKY_SIM_BIN : THUNKY_EXEC_BIN;
+    Result r = run_tool(tool, dir + cols[0] + " " + args);
+    EXPECT_EQ(r.code, std::stoi(cols[3])) << line << "\n" << r.err;
+    const std::string message = cols.size() > 4 ? cols[4] : "";
+    if (r.code == 0) {
+      EXPECT_TRUE(r.err.empty()) << line << "\n" << r.err;
+    } else {
+      EXPECT_NE(r.err.find(message), std::string::npos) << line << "\n" << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << line << "\n" << r.err;
+      EXPECT_NE(r.err.find(".json:/"), std::string::npos) << line << "\n" << r.err;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 20);
+}
+
+}  // namespace
