@@ -396,7 +396,10 @@ TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
   EXPECT_EQ(report["source"], "sim");
   EXPECT_EQ(report["machine"], "tpu-v5e-4x4");
   // Same ids as thunky-exec's report: 7 ops per rank (4 GEMMs, 3 shifts).
-  EXPECT_EQ(report["ranks"][2]["ops"].size(), 7u);
+  // Every rank has rank 0's timeline here, so ranks 1-3 are written as
+  // "same_as": 0.
+  EXPECT_EQ(report["ranks"][0]["ops"].size(), 7u);
+  EXPECT_EQ(report["ranks"][2]["same_as"], 0);
   // The SVG has one rectangle per op of every rank: 4 x 7.
   std::stringstream svg;
   svg << std::ifstream(dir / "t.svg").rdbuf();

@@ -166,6 +166,23 @@ class Writer {
 
 }  // namespace
 
+namespace {
+
+bool same_timeline(const RankReport& a, const RankReport& b) {
+  auto same_op = [](const OpRecord& x, const OpRecord& y) {
+    return x.start_s == y.start_s && x.end_s == y.end_s && x.id == y.id && x.op == y.op && x.name == y.name && x.stream == y.stream &&
+           x.bytes == y.bytes && x.flops == y.flops && x.algorithm == y.algorithm;
+  };
+  auto same_flow = [](const FlowEdge& x, const FlowEdge& y) {
+    return x.from_s == y.from_s && x.to_s == y.to_s && x.join == y.join && x.token == y.token && x.from_stream == y.from_stream &&
+           x.to_stream == y.to_stream;
+  };
+  return std::equal(a.ops.begin(), a.ops.end(), b.ops.begin(), b.ops.end(), same_op) &&
+         std::equal(a.flows.begin(), a.flows.end(), b.flows.begin(), b.flows.end(), same_flow);
+}
+
+}  // namespace
+
 void write_report(const Report& r, std::ostream& os) {
   Writer w(os);
   w.open('{');
@@ -181,6 +198,13 @@ void write_report(const Report& r, std::ostream& os) {
     w.open('{');
     w.member("rank", rank.rank);
     w.member("coords", rank.coords);
+    // A rank with the first rank's timeline (SPMD, as thunky-sim folds it)
+    // is written once, there.
+    if (&rank != &r.ranks.front() && same_timeline(rank, r.ranks.front())) {
+      w.member("same_as", r.ranks.front().rank);
+      w.close('}');
+      continue;
+    }
     w.key("ops").open('[');
     for (const auto& op : rank.ops) {
       ojson o = {{"id", op.id}, {"op", op.op}, {"name", op.name}, {"stream", op.stream}, {"start_s", op.start_s},
@@ -243,6 +267,18 @@ Report report_from_json(const ojson& j) {
         throw ThunkyError(rp + "/rank", "expected a rank of the mesh (an integer from 0 to " + std::to_string(mesh_size - 1) + "), got " + rank.dump());
       rr.rank = rank.get<int64_t>();
       rr.coords = need(ranks[i], "coords", rp).get<std::vector<int64_t>>();
+      // A folded rank: the ops and flows of an earlier rank.
+      if (ranks[i].contains("same_as")) {
+        const ojson& same = ranks[i]["same_as"];
+        auto it = same.is_number_integer()
+                      ? std::find_if(r.ranks.begin(), r.ranks.end(), [&](const RankReport& e) { return e.rank == same.get<int64_t>(); })
+                      : r.ranks.end();
+        if (it == r.ranks.end()) throw ThunkyError(rp + "/same_as", "expected the number of a rank listed before this one, got " + same.dump());
+        rr.ops = it->ops;
+        rr.flows = it->flows;
+        r.ranks.push_back(std::move(rr));
+        continue;
+      }
       const ojson& ops = need(ranks[i], "ops", rp);
       if (!ops.is_array()) throw ThunkyError(rp + "/ops", "expected an array of ops, got " + std::string(ops.type_name()));
       for (size_t k = 0; k < ops.size(); ++k) {

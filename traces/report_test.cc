@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "traces/test_reports.h"
 
 namespace thunky {
@@ -55,6 +57,50 @@ TEST(Summary, CommunicationPastTheComputeIsExposed) {
   EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 2.0);
   EXPECT_DOUBLE_EQ(r.summary.overlap_fraction, 1.0 - 2.0 / 2.5);
   EXPECT_EQ(r.critical_path, (Path{"R"}));
+}
+
+}  // namespace
+}  // namespace thunky
+
+namespace thunky {
+namespace {
+
+TEST(ReportFile, RanksWithTheFirstRanksTimelineAreWrittenOnceAndReadBackWhole) {
+  using testing::op;
+  // Ranks 0, 1 and 3 run the same two ops at the same times; rank 2's GEMM
+  // ends later. The file holds rank 0's ops, "same_as": 0 for ranks 1 and 3,
+  // and rank 2's own ops; reading it back gives all four ranks' ops.
+  const std::vector<OpRecord> same = {op("/0", "all_gather", 0, 2e-6), op("/1", "gemm", 2e-6, 5e-6)};
+  const std::vector<OpRecord> late = {op("/0", "all_gather", 0, 2e-6), op("/1", "gemm", 2e-6, 6e-6)};
+  Report r = testing::report("sim", {same, same, late, same});
+  std::ostringstream text;
+  write_report(r, text);
+  const std::string s = text.str();
+  size_t folded = 0;
+  for (size_t at = 0; (at = s.find("\"same_as\":0", at)) != std::string::npos; ++at) ++folded;
+  EXPECT_EQ(folded, 2u) << s;
+  Report back = report_from_json(nlohmann::ordered_json::parse(s));
+  ASSERT_EQ(back.ranks.size(), 4u);
+  for (int k : {1, 3}) {
+    ASSERT_EQ(back.ranks[k].ops.size(), 2u);
+    EXPECT_EQ(back.ranks[k].ops[1].end_s, 5e-6);
+    EXPECT_EQ(back.ranks[k].rank, k);
+  }
+  EXPECT_EQ(back.ranks[2].ops[1].end_s, 6e-6);
+  // The stats are the ranks' own: rank 1 computes 3 us, like rank 0.
+  EXPECT_NEAR(back.ranks[1].stats.compute_s, 3e-6, 1e-15);
+}
+
+TEST(ReportFile, SameAsMustNameAnEarlierRank) {
+  const auto j = nlohmann::ordered_json::parse(R"({"format": "thunky.report/1", "source": "sim", "schedule": "s",
+    "mesh": {"axis_names": ["x"], "shape": [2]}, "makespan_s": 0,
+    "ranks": [{"rank": 0, "coords": [0], "same_as": 1}, {"rank": 1, "coords": [1], "ops": []}]})");
+  try {
+    report_from_json(j);
+    ADD_FAILURE() << "a forward same_as was accepted";
+  } catch (const ThunkyError& e) {
+    EXPECT_EQ(e.pointer(), "/ranks/0/same_as");
+  }
 }
 
 }  // namespace
