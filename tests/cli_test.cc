@@ -400,13 +400,21 @@ TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
   // "same_as": 0.
   EXPECT_EQ(report["ranks"][0]["ops"].size(), 7u);
   EXPECT_EQ(report["ranks"][2]["same_as"], 0);
-  // The SVG has one rectangle per op of every rank: 4 x 7.
+  // The SVG has one bar (a rectangle with a tooltip) per op of every rank:
+  // 4 x 7, a legend of the six kinds of command, and a time axis in us
+  // (the makespan is some hundreds of microseconds).
   std::stringstream svg;
   svg << std::ifstream(dir / "t.svg").rdbuf();
   const std::string text = svg.str();
-  size_t rects = 0;
-  for (size_t pos = text.find("<rect"); pos != std::string::npos; pos = text.find("<rect", pos + 1)) ++rects;
-  EXPECT_EQ(rects, 28u);
+  size_t bars = 0, rects = 0;
+  for (size_t pos = text.find("<rect"); pos != std::string::npos; pos = text.find("<rect", pos + 1)) {
+    ++rects;
+    bars += text.compare(text.find('>', pos) + 1, 7, "<title>") == 0;
+  }
+  EXPECT_EQ(bars, 28u);
+  EXPECT_EQ(rects, 28u + 6u);
+  EXPECT_NE(text.find(">time (us)<"), std::string::npos);
+  EXPECT_NE(text.find(">collective<"), std::string::npos);
   EXPECT_EQ(text.rfind("<svg", 0), 0u);
   // The trace carries a counter track per link.
   auto trace = nlohmann::json::parse(std::ifstream(dir / "t.json"));
@@ -678,6 +686,12 @@ TEST(BigSchedules, TracesShowTheRanksAskedForAndSaySoForLargeMeshes) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("the trace and picture show ranks 0-15 of 40"), std::string::npos) << r.err;
   EXPECT_EQ(traced_processes(trace), 16);
+  // The picture shows the same ranks and says so.
+  const std::string svg = (d.path / "t.svg").string();
+  ASSERT_EQ(sim(sched + " --machine h100-8gpu --svg " + svg).code, 0);
+  std::stringstream picture;
+  picture << std::ifstream(svg).rdbuf();
+  EXPECT_NE(picture.str().find("16 of 40 ranks shown"), std::string::npos);
   // As asked: ranks 0, 5 and 10-12.
   r = sim(sched + " --machine h100-8gpu --trace " + trace + " --trace-ranks 0,5,10-12");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -1,5 +1,6 @@
 #include "traces/svg.h"
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -36,10 +37,41 @@ std::string num(double v) {
   return b;
 }
 
+// The kinds of command the legend names, with their colours.
+struct Kind {
+  const char* label;
+  const char* example_op;
+};
+constexpr Kind kKinds[] = {{"GEMM", "gemm"}, {"collective", "all_reduce"}, {"map, reduce", "map"}, {"copy, memset", "copy"},
+                           {"kernel, custom", "kernel"}, {"other", "cond"}};
+
+// A tick step of 1, 2 or 5 times a power of ten giving at most about 10
+// ticks over `span` seconds, and the unit to print it in.
+struct Axis {
+  double step = 1, scale = 1;
+  const char* unit = "s";
+};
+Axis time_axis(double span) {
+  Axis a;
+  const double raw = span / 10;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  a.step = raw <= p ? p : raw <= 2 * p ? 2 * p : raw <= 5 * p ? 5 * p : 10 * p;
+  if (span < 1e-6) a.scale = 1e9, a.unit = "ns";
+  else if (span < 1e-3) a.scale = 1e6, a.unit = "us";
+  else if (span < 1) a.scale = 1e3, a.unit = "ms";
+  return a;
+}
+
+std::string tick_label(double t, const Axis& a) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", t * a.scale);
+  return b;
+}
+
 }  // namespace
 
 std::string timeline_svg(const Report& r) {
-  const double left = 210, width = 1000, lane = 18, gap = 10, top = 40;
+  const double left = 210, width = 1000, lane = 18, gap = 10, top = 76;
   const double span = r.makespan_s > 0 ? r.makespan_s : 1e-9;
   auto x = [&](double t) { return left + width * t / span; };
   // Lanes: per rank, its streams in first-use order, computation:0 first.
@@ -70,6 +102,28 @@ std::string timeline_svg(const Report& r) {
        "<path d=\"M0,0 L6,3 L0,6 z\" fill=\"#333\"/></marker></defs>\n";
   o << "<text x=\"10\" y=\"20\" font-size=\"14\">" << escape(r.schedule) << " (" << escape(r.source) << ") makespan "
     << num(r.makespan_s * 1e6) << " us</text>\n";
+  // Which ranks, when some are left out.
+  int64_t mesh = 1;
+  for (auto d : r.mesh_shape) mesh *= d;
+  if (static_cast<int64_t>(r.ranks.size()) < mesh)
+    o << "<text x=\"10\" y=\"36\" fill=\"#a00\">" << r.ranks.size() << " of " << mesh << " ranks shown (--trace-ranks chooses)</text>\n";
+  // The legend.
+  double lx = left + 300;
+  for (const auto& k : kKinds) {
+    o << "<rect x=\"" << num(lx) << "\" y=\"10\" width=\"12\" height=\"12\" fill=\"" << colour(k.example_op) << "\"/>"
+      << "<text x=\"" << num(lx + 16) << "\" y=\"20\">" << k.label << "</text>\n";
+    lx += 30 + 6.5 * static_cast<double>(std::string(k.label).size());
+  }
+  // The time axis: ticks and grid lines over every lane.
+  const Axis axis = time_axis(span);
+  o << "<text x=\"" << num(left - 8) << "\" y=\"" << num(top - 24) << "\" text-anchor=\"end\">time (" << axis.unit << ")</text>\n";
+  o << "<line x1=\"" << num(left) << "\" y1=\"" << num(top - 18) << "\" x2=\"" << num(left + width) << "\" y2=\"" << num(top - 18)
+    << "\" stroke=\"#333\"/>\n";
+  for (double t = 0; t <= span * (1 + 1e-9); t += axis.step) {
+    o << "<line x1=\"" << num(x(t)) << "\" y1=\"" << num(top - 22) << "\" x2=\"" << num(x(t)) << "\" y2=\"" << num(y)
+      << "\" stroke=\"#ddd\" stroke-width=\"0.6\"/>"
+      << "<text x=\"" << num(x(t)) << "\" y=\"" << num(top - 26) << "\" text-anchor=\"middle\">" << tick_label(t, axis) << "</text>\n";
+  }
   for (const auto& rank : r.ranks) {
     std::string label = "rank " + std::to_string(rank.rank);
     for (size_t i = 0; i < r.axis_names.size() && i < rank.coords.size(); ++i)
@@ -86,6 +140,11 @@ std::string timeline_svg(const Report& r) {
       o << "<rect x=\"" << num(x(op.start_s)) << "\" y=\"" << num(ly + 2) << "\" width=\"" << num(w) << "\" height=\"" << num(lane - 4)
         << "\" fill=\"" << colour(op.op) << "\"><title>" << escape(op.id + " " + op.op + (op.name.empty() ? "" : " '" + op.name + "'")) << "\n"
         << num(op.start_s * 1e6) << " - " << num(op.end_s * 1e6) << " us, " << op.bytes << " bytes, " << op.flops << " flops</title></rect>\n";
+      // A label where the bar holds it (about 6 px a character).
+      const std::string label = op.name.empty() ? op.op : op.name;
+      if (w >= 6.0 * static_cast<double>(label.size()) + 6)
+        o << "<text x=\"" << num(x(op.start_s) + 3) << "\" y=\"" << num(ly + lane - 5) << "\" fill=\"#fff\" font-size=\"10\">" << escape(label)
+          << "</text>\n";
     }
     for (const auto& f : rank.flows) {
       o << "<line x1=\"" << num(x(f.from_s)) << "\" y1=\"" << num(lane_y[{rank.rank, f.from_stream}] + lane / 2) << "\" x2=\""
