@@ -650,7 +650,7 @@ TEST(HostileInput, DuplicateParametersAndReportErrorsNameTheirPointer) {
   const std::string report = d.write("m.json", R"({"format": "thunky.report/1", "ranks": 5})");
   r = compare(report + " " + report);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("m.json:/: missing field 'source'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("m.json:/: missing required field 'source'"), std::string::npos) << r.err;
 }
 
 TEST(HostileInput, ATripCountPastTheSimulatorsLimitIsRefused) {

@@ -19,15 +19,8 @@ bool read_report(const std::string& path, thunky::Report& out) {
     std::cerr << path << ": the report " << error << "\n";
     return false;
   }
-  nlohmann::ordered_json j;
   try {
-    j = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::ordered_json::exception& e) {
-    std::cerr << path << ": malformed JSON: " << e.what() << "\n";
-    return false;
-  }
-  try {
-    out = thunky::report_from_json(j);
+    out = thunky::parse_report(text);
   } catch (const thunky::ThunkyError& e) {
     std::cerr << path << ":" << (e.pointer().empty() ? "/" : e.pointer()) << ": " << e.what() << "\n";
     return false;
@@ -43,6 +36,8 @@ int run_main(int argc, char** argv) {
   auto* blocking = app.add_option("--blocking", blocking_path, "report of the blocking schedule (the collective, then the GEMM)");
   auto* overlapped = app.add_option("--overlapped", overlapped_path, "report of the overlapped schedule");
   auto* unsharded = app.add_option("--unsharded", unsharded_path, "report of the unsharded schedule (no communication)");
+  bool all_commands = false;
+  app.add_flag("--all-commands", all_commands, "print every command of rank 0, not the first 60");
   blocking->needs(overlapped, unsharded)->excludes(pred, meas);
   overlapped->needs(blocking);
   unsharded->needs(blocking);
@@ -61,7 +56,7 @@ int run_main(int argc, char** argv) {
   if (!read_report(predicted_path, predicted) || !read_report(measured_path, measured)) return 2;
   try {
     const thunky::Comparison c = thunky::compare_reports(predicted, measured);
-    thunky::print_comparison(predicted, measured, c, std::cout);
+    thunky::print_comparison(predicted, measured, c, std::cout, all_commands ? SIZE_MAX : 60);
   } catch (const thunky::ThunkyError& e) {
     std::cerr << measured_path << ":" << (e.pointer().empty() ? "/" : e.pointer()) << ": " << e.what() << "\n";
     return 2;

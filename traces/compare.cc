@@ -51,7 +51,7 @@ Comparison compare_reports(const Report& predicted, const Report& measured) {
   return c;
 }
 
-void print_comparison(const Report& predicted, const Report& measured, const Comparison& c, std::ostream& os) {
+void print_comparison(const Report& predicted, const Report& measured, const Comparison& c, std::ostream& os, size_t max_rows) {
   auto source = [](const Report& r) {
     return r.schedule + " (" + r.source + (r.machine ? ", machine " + *r.machine : "") + (r.backend ? ", backend " + *r.backend : "") + ")";
   };
@@ -71,13 +71,20 @@ void print_comparison(const Report& predicted, const Report& measured, const Com
   }
   std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", "command (rank 0)", "op", "predicted_us", "measured_us", "error");
   os << line;
+  size_t shown = 0, rest = 0;
   for (const auto& cmd : c.commands) {
     if (c.ranks.empty() || cmd.rank != c.ranks.front().rank) break;
+    if (shown == max_rows) {
+      ++rest;
+      continue;
+    }
+    ++shown;
     const std::string err = cmd.measured_s > 0 ? percent((cmd.predicted_s - cmd.measured_s) / cmd.measured_s) : "-";
     std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", cmd.id.c_str(), cmd.op.c_str(), us(cmd.predicted_s).c_str(), us(cmd.measured_s).c_str(),
                   err.c_str());
     os << line;
   }
+  if (rest > 0) os << "... and " << rest << " more commands of rank 0 (--all-commands prints them)\n";
 }
 
 Recovery recovered_fraction(const Report& blocking, const Report& overlapped, const Report& unsharded) {

@@ -36,8 +36,8 @@ struct Comparison {
 Comparison compare_reports(const Report& predicted, const Report& measured);
 
 // The side-by-side table: makespans, per-rank overlap and exposed
-// communication, and rank 0's commands one by one.
-void print_comparison(const Report& predicted, const Report& measured, const Comparison& c, std::ostream& os);
+// communication, and rank 0's commands one by one (the first max_rows).
+void print_comparison(const Report& predicted, const Report& measured, const Comparison& c, std::ostream& os, size_t max_rows = 60);
 
 // How much of its communication cost an overlapped schedule hides: with
 // the makespans of the blocking schedule (the collective, then the GEMM),

@@ -1,5 +1,7 @@
 #include "traces/report.h"
 
+#include "core/json_reader.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -234,84 +236,159 @@ void write_report(const Report& r, std::ostream& os) {
   os << "\n";
 }
 
-Report report_from_json(const ojson& j) {
-  auto need = [](const ojson& o, const char* k, const std::string& ptr) -> const ojson& {
-    if (!o.is_object() || !o.contains(k)) throw ThunkyError(ptr, std::string("missing field '") + k + "'");
-    return o[k];
-  };
-  try {
-    Report r;
-    if (need(j, "format", "") != "thunky.report/1") throw ThunkyError("/format", "expected \"thunky.report/1\"");
-    r.source = need(j, "source", "").get<std::string>();
-    r.schedule = need(j, "schedule", "").get<std::string>();
-    if (j.contains("machine") && !j["machine"].is_null()) r.machine = j["machine"].get<std::string>();
-    if (j.contains("backend") && !j["backend"].is_null()) r.backend = j["backend"].get<std::string>();
-    const ojson& mesh = need(j, "mesh", "");
-    r.axis_names = need(mesh, "axis_names", "/mesh").get<std::vector<std::string>>();
-    r.mesh_shape = need(mesh, "shape", "/mesh").get<std::vector<int64_t>>();
-    r.makespan_s = need(j, "makespan_s", "").get<double>();
-    int64_t mesh_size = 1;
-    for (size_t d = 0; d < r.mesh_shape.size(); ++d) {
-      if (r.mesh_shape[d] < 1 || r.mesh_shape[d] > (int64_t{1} << 20)) throw ThunkyError("/mesh/shape/" + std::to_string(d), "expected a positive size");
-      mesh_size *= r.mesh_shape[d];
-      if (mesh_size > (int64_t{1} << 24)) throw ThunkyError("/mesh/shape", "more than 2^24 ranks");
-    }
-    if (r.axis_names.size() != r.mesh_shape.size()) throw ThunkyError("/mesh", "axis_names and shape differ in length");
-    const ojson& ranks = need(j, "ranks", "");
-    if (!ranks.is_array()) throw ThunkyError("/ranks", "expected an array of ranks");
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      std::string rp = "/ranks/" + std::to_string(i);
-      RankReport rr;
-      const ojson& rank = need(ranks[i], "rank", rp);
-      if (!rank.is_number_integer() || rank.get<int64_t>() < 0 || rank.get<int64_t>() >= mesh_size)
-        throw ThunkyError(rp + "/rank", "expected a rank of the mesh (an integer from 0 to " + std::to_string(mesh_size - 1) + "), got " + rank.dump());
-      rr.rank = rank.get<int64_t>();
-      rr.coords = need(ranks[i], "coords", rp).get<std::vector<int64_t>>();
-      // A folded rank: the ops and flows of an earlier rank.
-      if (ranks[i].contains("same_as")) {
-        const ojson& same = ranks[i]["same_as"];
-        auto it = same.is_number_integer()
-                      ? std::find_if(r.ranks.begin(), r.ranks.end(), [&](const RankReport& e) { return e.rank == same.get<int64_t>(); })
-                      : r.ranks.end();
-        if (it == r.ranks.end()) throw ThunkyError(rp + "/same_as", "expected the number of a rank listed before this one, got " + same.dump());
-        rr.ops = it->ops;
-        rr.flows = it->flows;
-        r.ranks.push_back(std::move(rr));
-        continue;
-      }
-      const ojson& ops = need(ranks[i], "ops", rp);
-      if (!ops.is_array()) throw ThunkyError(rp + "/ops", "expected an array of ops, got " + std::string(ops.type_name()));
-      for (size_t k = 0; k < ops.size(); ++k) {
-        std::string op_ptr = rp + "/ops/" + std::to_string(k);
-        const ojson& o = ops[k];
-        OpRecord rec;
-        rec.id = need(o, "id", op_ptr).get<std::string>();
-        rec.op = need(o, "op", op_ptr).get<std::string>();
-        rec.name = o.value("name", "");
-        rec.stream = need(o, "stream", op_ptr).get<std::string>();
-        rec.start_s = need(o, "start_s", op_ptr).get<double>();
-        rec.end_s = need(o, "end_s", op_ptr).get<double>();
-        rec.bytes = o.value("bytes", int64_t{0});
-        rec.flops = o.value("flops", 0.0);
-        rec.algorithm = o.value("algorithm", "");
-        rr.ops.push_back(rec);
-      }
-      if (ranks[i].contains("flows"))
-        for (const auto& f : ranks[i]["flows"])
-          rr.flows.push_back({f.at("from_stream").get<std::string>(), f.at("to_stream").get<std::string>(), f.at("from_s").get<double>(),
-                              f.at("to_s").get<double>(), f.value("token", ""), f.value("kind", "") == "async_done"});
-      r.ranks.push_back(std::move(rr));
-    }
-    if (j.contains("iteration_makespans_s")) r.iteration_makespans_s = j["iteration_makespans_s"].get<std::vector<double>>();
-    if (j.contains("placement")) r.placement = j["placement"].get<std::string>();
-    for (auto [key, field] : {std::pair{"timing_overhead_s", &r.timing_overhead_s}, std::pair{"dispatch_s_per_command", &r.dispatch_s_per_command},
-                              std::pair{"graph_launch_s", &r.graph_launch_s}})
-      if (j.contains(key)) *field = j[key].get<double>();
-    summarize(r);
-    return r;
-  } catch (const ojson::exception& e) {
-    throw ThunkyError("", std::string("malformed report: ") + e.what());
+namespace {
+
+using json_reader::Obj;
+using json_reader::Value;
+
+double number(Obj& o, std::string_view k) {
+  Value v = o.need(k);
+  if (!v.is_number()) json_reader::fail(o.at(k), "expected a number, got " + json_reader::type_name(v));
+  return v.number();
+}
+
+int64_t integer(Value v, const std::string& ptr) {
+  if (!v.is_number_integer()) json_reader::fail(ptr, "expected an integer, got " + json_reader::type_name(v));
+  return static_cast<int64_t>(v.number());
+}
+
+std::vector<int64_t> integers(Value v, const std::string& ptr) {
+  if (!v.is_array()) json_reader::fail(ptr, "expected a list of integers, got " + json_reader::type_name(v));
+  std::vector<int64_t> out;
+  v.each_element([&](size_t i, Value e) { out.push_back(integer(e, json_reader::child(ptr, i))); });
+  return out;
+}
+
+std::vector<std::string> strings(Value v, const std::string& ptr) {
+  if (!v.is_array()) json_reader::fail(ptr, "expected a list of strings, got " + json_reader::type_name(v));
+  std::vector<std::string> out;
+  v.each_element([&](size_t i, Value e) {
+    if (!e.is_string()) json_reader::fail(json_reader::child(ptr, i), "expected a string, got " + json_reader::type_name(e));
+    out.emplace_back(e.str());
+  });
+  return out;
+}
+
+std::optional<std::string> string_or_null(Obj& o, std::string_view k) {
+  auto v = o.get(k);
+  if (!v || v->is_null()) return std::nullopt;
+  if (!v->is_string()) json_reader::fail(o.at(k), "expected a string or null, got " + json_reader::type_name(*v));
+  return std::string(v->str());
+}
+
+// The stats and summary are recomputed from the ops (summarize): read, not kept.
+void skip_stats(Obj& o, std::string_view k) {
+  if (auto v = o.get(k)) {
+    Obj stats(*v, o.at(k));
+    for (const char* f : {"compute_s", "comm_s", "exposed_comm_s", "overlap_fraction"}) stats.num_or(f, 0);
+    stats.get("critical_path");
+    stats.done();
   }
+}
+
+OpRecord read_op(Value v, const std::string& ptr) {
+  Obj o(v, ptr);
+  OpRecord rec;
+  rec.id = o.str("id");
+  rec.op = o.str("op");
+  rec.name = o.str_or("name", "");
+  rec.stream = o.str("stream");
+  rec.start_s = number(o, "start_s");
+  rec.end_s = number(o, "end_s");
+  if (auto b = o.get("bytes")) rec.bytes = integer(*b, o.at("bytes"));
+  rec.flops = o.num_or("flops", 0);
+  rec.algorithm = o.str_or("algorithm", "");
+  o.done();
+  return rec;
+}
+
+FlowEdge read_flow(Value v, const std::string& ptr) {
+  Obj o(v, ptr);
+  FlowEdge f;
+  const std::string kind = o.str("kind");
+  if (kind != "async_start" && kind != "async_done") json_reader::fail(o.at("kind"), "expected async_start or async_done");
+  f.join = kind == "async_done";
+  f.token = o.str_or("token", "");
+  f.from_stream = o.str("from_stream");
+  f.to_stream = o.str("to_stream");
+  f.from_s = number(o, "from_s");
+  f.to_s = number(o, "to_s");
+  o.done();
+  return f;
+}
+
+}  // namespace
+
+Report parse_report(const std::string& text) {
+  json_reader::Document doc(text);
+  Obj j(doc.root(), "");
+  Report r;
+  if (j.str("format") != "thunky.report/1") json_reader::fail("/format", "expected \"thunky.report/1\"");
+  r.source = j.str("source");
+  r.schedule = j.str("schedule");
+  r.machine = string_or_null(j, "machine");
+  r.backend = string_or_null(j, "backend");
+  {
+    Obj mesh(j.need("mesh"), "/mesh");
+    r.axis_names = strings(mesh.need("axis_names"), "/mesh/axis_names");
+    r.mesh_shape = integers(mesh.need("shape"), "/mesh/shape");
+    mesh.done();
+  }
+  r.makespan_s = number(j, "makespan_s");
+  int64_t mesh_size = 1;
+  for (size_t d = 0; d < r.mesh_shape.size(); ++d) {
+    if (r.mesh_shape[d] < 1 || r.mesh_shape[d] > (int64_t{1} << 20)) json_reader::fail("/mesh/shape/" + std::to_string(d), "expected a positive size");
+    mesh_size *= r.mesh_shape[d];
+    if (mesh_size > (int64_t{1} << 24)) json_reader::fail("/mesh/shape", "more than 2^24 ranks");
+  }
+  if (r.axis_names.size() != r.mesh_shape.size()) json_reader::fail("/mesh", "axis_names and shape differ in length");
+  Value ranks = j.need("ranks");
+  if (!ranks.is_array()) json_reader::fail("/ranks", "expected an array of ranks, got " + json_reader::type_name(ranks));
+  ranks.each_element([&](size_t i, Value v) {
+    const std::string rp = json_reader::child("/ranks", i);
+    Obj o(v, rp);
+    RankReport rr;
+    const int64_t rank = integer(o.need("rank"), o.at("rank"));
+    if (rank < 0 || rank >= mesh_size)
+      json_reader::fail(o.at("rank"), "expected a rank of the mesh (an integer from 0 to " + std::to_string(mesh_size - 1) + "), got " + std::to_string(rank));
+    rr.rank = rank;
+    rr.coords = integers(o.need("coords"), o.at("coords"));
+    if (auto same = o.get("same_as")) {
+      // A folded rank: the ops and flows of an earlier rank.
+      const int64_t k = same->is_number_integer() ? static_cast<int64_t>(same->number()) : -1;
+      auto it = std::find_if(r.ranks.begin(), r.ranks.end(), [&](const RankReport& e) { return e.rank == k; });
+      if (it == r.ranks.end()) json_reader::fail(o.at("same_as"), "expected the number of a rank listed before this one");
+      rr.ops = it->ops;
+      rr.flows = it->flows;
+    } else {
+      Value ops = o.need("ops");
+      if (!ops.is_array()) json_reader::fail(o.at("ops"), "expected an array of ops, got " + json_reader::type_name(ops));
+      rr.ops.reserve(ops.size());
+      ops.each_element([&](size_t k, Value e) { rr.ops.push_back(read_op(e, json_reader::child(o.at("ops"), k))); });
+      if (auto flows = o.get("flows")) {
+        if (!flows->is_array()) json_reader::fail(o.at("flows"), "expected an array of flows");
+        flows->each_element([&](size_t k, Value e) { rr.flows.push_back(read_flow(e, json_reader::child(o.at("flows"), k))); });
+      }
+    }
+    skip_stats(o, "stats");
+    o.done();
+    r.ranks.push_back(std::move(rr));
+  });
+  skip_stats(j, "summary");
+  if (auto its = j.get("iteration_makespans_s")) {
+    if (!its->is_array()) json_reader::fail("/iteration_makespans_s", "expected a list of seconds");
+    its->each_element([&](size_t i, Value e) {
+      if (!e.is_number()) json_reader::fail(json_reader::child("/iteration_makespans_s", i), "expected a number");
+      r.iteration_makespans_s.push_back(e.number());
+    });
+  }
+  r.placement = string_or_null(j, "placement");
+  for (auto [key, field] : {std::pair{"timing_overhead_s", &r.timing_overhead_s}, std::pair{"dispatch_s_per_command", &r.dispatch_s_per_command},
+                            std::pair{"graph_launch_s", &r.graph_launch_s}})
+    if (j.has(key)) *field = number(j, key);
+  j.done();
+  summarize(r);
+  return r;
 }
 
 namespace {

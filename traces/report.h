@@ -85,8 +85,10 @@ void summarize(Report& r);
 // document of it).
 void write_report(const Report& r, std::ostream& os);
 void write_chrome_trace(const Report& r, std::ostream& os);
-// Throws ThunkyError naming the JSON pointer.
-Report report_from_json(const nlohmann::ordered_json& j);
+// Reads report.json strictly (unknown or repeated keys are errors), with
+// simdjson and no tree of the document; expands "same_as" ranks. Throws
+// ThunkyError naming the JSON pointer.
+Report parse_report(const std::string& text);
 
 // The report with only the listed ranks (and their links), for traces and
 // pictures of large meshes. Ranks not in the report are skipped.
