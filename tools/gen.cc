@@ -75,6 +75,11 @@ ojson gemm(const std::string& a, const std::string& c, const std::string& name) 
   return {{"op", "gemm"}, {"name", name}, {"a", a}, {"b", "b"}, {"c", c}};
 }
 
+// out = part + recv: a step of a reduce-scatter ring adds the partial sum it received.
+ojson add_received(const std::string& name, const std::string& out, const std::string& part, const std::string& recv) {
+  return {{"op", "map"}, {"name", name}, {"out", out}, {"expr", "p + r"}, {"in", {{"p", part}, {"r", recv}}}};
+}
+
 // One device, no mesh: C = A x B of the given shapes.
 ojson one_device_matmul(const RingMatmulOptions& o, const std::string& name, int64_t m, int64_t k, int64_t n, const std::string& description) {
   if (o.ranks < 1 || o.m_block < 1 || o.k < 1 || o.n_block < 1) throw std::invalid_argument("ranks and block sizes must be positive");
@@ -204,8 +209,7 @@ ojson ring_reduce_scatter_matmul(const RingMatmulOptions& o) {
     prog.push_back(async(tok, ojson::array({shift("acc", "recv", -1, "pass " + std::to_string(st))})));
     prog.push_back(gemm(rows(st), "part", "GEMM " + std::to_string(st)));
     prog.push_back(done(tok));
-    prog.push_back({{"op", "map"}, {"name", "accumulate " + std::to_string(st)}, {"out", st + 1 == n ? "c" : "acc"},
-                    {"expr", "p + r"}, {"in", {{"p", "part"}, {"r", "recv"}}}});
+    prog.push_back(add_received("accumulate " + std::to_string(st), st + 1 == n ? "c" : "acc", "part", "recv"));
   }
   s["program"] = prog;
   return s;
@@ -244,10 +248,8 @@ ojson bidirectional_ring_reduce_scatter_matmul(const RingMatmulOptions& o) {
     prog.push_back(gemm(bottom_rows(st), "part_ccw", "GEMM " + k + " bottom"));
     prog.push_back(done(tok));
     const bool last = st + 1 == n;
-    prog.push_back({{"op", "map"}, {"name", "accumulate " + k + " top"}, {"out", last ? "c[:" + std::to_string(top) + "]" : "acc_cw"},
-                    {"expr", "p + r"}, {"in", {{"p", "part_cw"}, {"r", "recv_cw"}}}});
-    prog.push_back({{"op", "map"}, {"name", "accumulate " + k + " bottom"}, {"out", last ? "c[" + std::to_string(top) + ":]" : "acc_ccw"},
-                    {"expr", "p + r"}, {"in", {{"p", "part_ccw"}, {"r", "recv_ccw"}}}});
+    prog.push_back(add_received("accumulate " + k + " top", last ? "c[:" + std::to_string(top) + "]" : "acc_cw", "part_cw", "recv_cw"));
+    prog.push_back(add_received("accumulate " + k + " bottom", last ? "c[" + std::to_string(top) + ":]" : "acc_ccw", "part_ccw", "recv_ccw"));
   }
   s["program"] = prog;
   return s;
