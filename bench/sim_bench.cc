@@ -12,12 +12,16 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <new>
 
 #include <benchmark/benchmark.h>
 
 #include "core/lower.h"
 #include "sim/engine.h"
+#include "traces/compare.h"
+#include "traces/report.h"
 #include "tools/gen.h"
 
 // Live and peak heap bytes allocated through operator new.
@@ -145,6 +149,95 @@ void BM_SimEngineSingleRank(benchmark::State& state) { engine(state, long_single
 void BM_SimReportRing(benchmark::State& state) { with_report(state, ring(state.range(0))); }
 void BM_SimReportRingEveryRank(benchmark::State& state) { with_report(state, ring(state.range(0)), false); }
 void BM_SimReportSingleRank(benchmark::State& state) { with_report(state, long_single_rank(state.range(0))); }
+
+// The big-schedule targets, end to end through the library entry points
+// the tools call:
+// - `rounds` rounds of (an async shift to the ring neighbour, a GEMM, the
+//   join) on `ranks` ranks: 1024 x 2,000 is 8.2 M rank-commands (target:
+//   10 M rank-commands/s and 64 B each without output files; with the
+//   report and the trace of the ranks thunky-sim traces by default, under
+//   20 s and 2 GB);
+// - every rank simulated, 512 x 10,000 rounds of 10 us of compute and a
+//   1 MiB shift (target: under 1 s);
+// - two 1 M-command reports read and compared (target: 5 s and 1 GB).
+thunky::Program rounds_ring(int64_t ranks, int64_t rounds, int64_t shift_bytes, double compute_s) {
+  nlohmann::ordered_json s;
+  s["format"] = "thunky.sched/1";
+  s["mesh"] = {{"axis_names", {"x"}}, {"shape", {ranks}}};
+  const int64_t n = shift_bytes / 4;
+  s["buffers"] = {{"a", {{"shape", {n}}, {"dtype", "f32"}, {"role", "input"}, {"init", {{"kind", "ones"}}}}},
+                  {"r0", {{"shape", {n}}, {"dtype", "f32"}}}, {"r1", {{"shape", {n}}, {"dtype", "f32"}}},
+                  {"w", {{"shape", {64, 64}}, {"dtype", "f32"}}}, {"c", {{"shape", {64, 64}}, {"dtype", "f32"}}}};
+  nlohmann::ordered_json prog = nlohmann::ordered_json::array();
+  for (int64_t i = 0; i < rounds; ++i) {
+    const std::string tok = "t" + std::to_string(i);
+    prog.push_back({{"op", "async_start"}, {"token", tok}, {"stream", {{"kind", "communication"}, {"id", 0}}},
+                    {"body", {{{"op", "collective_permute"}, {"src", "a"}, {"dst", i % 2 ? "r1" : "r0"}, {"axis", "x"}, {"shift", 1}}}}});
+    nlohmann::ordered_json gemm = {{"op", "gemm"}, {"a", "w"}, {"b", "w"}, {"c", "c"}};
+    if (compute_s > 0) gemm["cost"] = {{"seconds", compute_s}};
+    prog.push_back(gemm);
+    prog.push_back({{"op", "async_done"}, {"token", tok}});
+  }
+  s["program"] = prog;
+  return program(s);
+}
+
+void BM_BigRingEngine(benchmark::State& state) { engine(state, rounds_ring(state.range(0), state.range(1), 4096, 0)); }
+
+void BM_BigRingReportAndTrace(benchmark::State& state) {
+  const thunky::Program p = rounds_ring(state.range(0), state.range(1), 4096, 0);
+  std::ofstream sink("/dev/null");
+  measure(state, p, [&](const auto& prog, const auto& m, const thunky::sim::Decisions* d) {
+    auto r = thunky::sim::simulate(prog, m, d);
+    if (r) {
+      thunky::write_report(r->report, sink);
+      std::vector<int64_t> traced;
+      for (int64_t k = 0; k < std::min<int64_t>(16, static_cast<int64_t>(r->report.ranks.size())); ++k) traced.push_back(k);
+      thunky::write_chrome_trace(thunky::select_ranks(r->report, traced), sink);
+    }
+    return r;
+  }, [](const thunky::sim::SimResult& r) {
+    int64_t n = 0;
+    for (const auto& rank : r.report.ranks) n += static_cast<int64_t>(rank.ops.size());
+    return n;
+  });
+}
+
+void BM_EveryRankShifts(benchmark::State& state) { engine(state, rounds_ring(state.range(0), state.range(1), 1 << 20, 10e-6), false); }
+
+void BM_CompareReports(benchmark::State& state) {
+  // One rank of state.range(0) ops, as report text, read twice and compared.
+  thunky::Report r;
+  r.source = "sim";
+  r.schedule = "bench";
+  thunky::RankReport rank;
+  for (int64_t i = 0; i < state.range(0); ++i) {
+    thunky::OpRecord op;
+    op.id = "/program/" + std::to_string(i);
+    op.op = "gemm";
+    op.stream = "computation:0";
+    op.start_s = static_cast<double>(i) * 1e-6;
+    op.end_s = op.start_s + 1e-6;
+    rank.ops.push_back(op);
+  }
+  r.ranks.push_back(std::move(rank));
+  std::ostringstream text;
+  thunky::write_report(r, text);
+  const std::string doc = text.str();
+  r = thunky::Report{};
+  std::ofstream sink("/dev/null");
+  const PeakHeap heap;
+  for (auto _ : state) {
+    const thunky::Report a = thunky::parse_report(doc), b = thunky::parse_report(doc);
+    thunky::print_comparison(a, b, thunky::compare_reports(a, b), sink);
+  }
+  state.counters["peak-heap-MB"] = static_cast<double>(heap.bytes()) / 1e6;
+}
+
+BENCHMARK(BM_BigRingEngine)->Args({1024, 2000})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BigRingReportAndTrace)->Args({1024, 2000})->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EveryRankShifts)->Args({512, 10000})->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CompareReports)->Arg(1000000)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_SimReportRing)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SimReportRingEveryRank)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);

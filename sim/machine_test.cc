@@ -21,6 +21,38 @@ TEST(Machine, EveryShippedModelLoadsAndNamesItsSource) {
   EXPECT_EQ(n, 8);  // TPU v4, v5e, v5p, Ironwood; A100, H100, H200 nodes; H100 cluster
 }
 
+TEST(Machine, EveryShippedModelHasItsSourcesHeadlineFigures) {
+  // Each model's bf16 peak, HBM bandwidth and interconnect figure, as its
+  // "source" states them (the figure quoted in the comment).
+  struct Headline {
+    const char* file;
+    double bf16, hbm, link;  // link: ring link_bandwidth one way, switch egress, or cluster NIC
+    const char* quoted;      // the peak as the source writes it
+  };
+  const Headline models[] = {
+      {"tpu-v4", 2.75e14, 1.2e12, 4.5e10, "275 TFLOP/s"},       // 1.2 TB/s HBM, ICI 4.5e10 one-way
+      {"tpu-v5e", 1.97e14, 8.19e11, 4.5e10, "197 TFLOP/s"},     // 819 GB/s HBM
+      {"tpu-v5p", 4.59e14, 2.765e12, 9e10, "459 TFLOP/s"},      // 2765 GB/s HBM, ICI 9e10 one-way
+      {"tpu-ironwood", 2.307e15, 7.37e12, 1e11, "4,614 TFLOP/s"},  // fp8, bf16 taken as half; W = 2e11 both ways
+      {"a100-8gpu", 3.12e14, 2.039e12, 3e11, "312 TFLOP/s"},    // 2,039 GB/s, 600 GB/s NVLink bidirectional
+      {"h100-8gpu", 9.89e14, 3.35e12, 4.5e11, "989 TFLOP/s"},   // 3.35 TB/s, 900 GB/s NVLink bidirectional
+      {"h200-8gpu", 9.89e14, 4.8e12, 4.5e11, "989 TFLOP/s"},    // 4.8 TB/s
+      {"h100-cluster", 9.89e14, 3.35e12, 5e10, "H100"},         // 400 Gb/s NIC per GPU = 5e10 B/s
+  };
+  for (const auto& h : models) {
+    auto m = load_machine(h.file, kModels);
+    ASSERT_TRUE(m.ok()) << h.file;
+    EXPECT_DOUBLE_EQ(m->peak(DType::bf16), h.bf16) << h.file;
+    EXPECT_DOUBLE_EQ(m->hbm_bandwidth, h.hbm) << h.file;
+    const AxisLinks& a = *m->axis("x");
+    const double link = a.topology == AxisLinks::Topology::ring ? a.link_bandwidth
+                        : a.topology == AxisLinks::Topology::switch_ ? a.egress_bandwidth
+                                                                      : a.nic_bandwidth;
+    EXPECT_DOUBLE_EQ(link, h.link) << h.file;
+    EXPECT_NE(m->source.find(h.quoted), std::string::npos) << h.file << ": " << m->source;
+  }
+}
+
 TEST(Machine, LoadsByNameAndRejectsUnknownKeys) {
   auto m = load_machine("tpu-v5e", kModels);
   ASSERT_TRUE(m.ok());

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/npy.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -130,8 +131,21 @@ TEST(ExecCli, GatheredDumpOfTheRingMatmul) {
   Result r = run(kSrc + "/examples/ring_collective_matmul_n4.json --dump " + dir.string());
   ASSERT_EQ(r.code, 0) << r.err;
   auto c = thunky::read_npy((dir / "c.npy").string());
-  // Global C is [4 * 64, 4 * 64].
-  EXPECT_EQ(c.shape, (std::vector<int64_t>{256, 256}));
+  // Global C is [4 * 64, 4 * 64], and it is A x B: A [256, 128] and B
+  // [128, 256] are the schedule's uniform inits, read back from an
+  // in-process run (inputs are not dumped).
+  ASSERT_EQ(c.shape, (std::vector<int64_t>{256, 256}));
+  thunky::Program p = thunky::testing::load_file_ok(kSrc + "/examples/ring_collective_matmul_n4.json");
+  thunky::ExecResult run_result = thunky::testing::run_cpu(p);
+  const auto a = thunky::testing::global_values(p, run_result, "a"), b = thunky::testing::global_values(p, run_result, "b");
+  const float* cv = reinterpret_cast<const float*>(c.data.data());
+  for (int64_t i = 0; i < 256; i += 17)
+    for (int64_t j = 0; j < 256; j += 13) {
+      double want = 0;
+      for (int64_t k = 0; k < 128; ++k) want += a[i * 128 + k] * b[k * 256 + j];
+      // |a|, |b| <= 1, 128 terms accumulated in f32: within 1e-4.
+      ASSERT_NEAR(cv[i * 256 + j], want, 1e-4) << "C[" << i << "," << j << "]";
+    }
   fs::remove_all(dir);
 }
 
