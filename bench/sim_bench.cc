@@ -136,7 +136,7 @@ void with_report(benchmark::State& state, const thunky::Program& p, bool fold = 
   const thunky::sim::SimOptions o{fold};
   measure(state, p, [&](const auto& prog, const auto& m, const thunky::sim::Decisions* d) { return thunky::sim::simulate(prog, m, d, o); }, [](const thunky::sim::SimResult& r) {
     int64_t n = 0;
-    for (const auto& rank : r.report.ranks) n += static_cast<int64_t>(rank.ops.size());
+    for (const auto& rank : r.report.ranks) n += static_cast<int64_t>(r.report.timeline(rank).ops.size());
     return n;
   });
 }
@@ -198,7 +198,7 @@ void BM_BigRingReportAndTrace(benchmark::State& state) {
     return r;
   }, [](const thunky::sim::SimResult& r) {
     int64_t n = 0;
-    for (const auto& rank : r.report.ranks) n += static_cast<int64_t>(rank.ops.size());
+    for (const auto& rank : r.report.ranks) n += static_cast<int64_t>(r.report.timeline(rank).ops.size());
     return n;
   });
 }

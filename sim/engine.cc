@@ -1330,12 +1330,16 @@ class Engine {
       RankReport rr;
       rr.rank = rank;
       rr.coords = ctx(rank).coords;
-      // Folded, rank 0's records are every rank's.
-      const int64_t from = fold_ ? 0 : rank;
-      const bool last = !fold_ || rank == n - 1;
+      // Folded, rank 0's records are every rank's: the others say so.
+      if (fold_ && rank > 0) {
+        rr.same_as = 0;
+        r.report.ranks.push_back(std::move(rr));
+        continue;
+      }
+      const int64_t from = rank;
       auto& recs = ops_[from];
       auto by_start = [](const Rec& a, const Rec& b) { return a.start < b.start; };
-      if (from == rank && !std::is_sorted(recs.begin(), recs.end(), by_start)) std::stable_sort(recs.begin(), recs.end(), by_start);
+      if (!std::is_sorted(recs.begin(), recs.end(), by_start)) std::stable_sort(recs.begin(), recs.end(), by_start);
       rr.ops.reserve(recs.size());
       for (const Rec& rec : recs) {
         const Command& c = *infos_[rec.info].cmd;
@@ -1345,10 +1349,8 @@ class Engine {
       }
       for (const Edge& e : edges_[from])
         rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, infos_[e.info].cmd->token, e.join});
-      if (last) {
-        std::vector<Rec>().swap(recs);
-        std::vector<Edge>().swap(edges_[from]);
-      }
+      std::vector<Rec>().swap(recs);  // each rank's records are read once
+      std::vector<Edge>().swap(edges_[from]);
       r.report.ranks.push_back(std::move(rr));
     }
     summarize(r.report);

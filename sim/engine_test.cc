@@ -88,7 +88,7 @@ TEST(SimLinks, SummaryAgreesWithTheReport) {
     auto summary = simulate_summary(p, ring_machine(), nullptr, SimOptions{fold});
     ASSERT_TRUE(full.ok() && summary.ok());
     size_t ops = 0;
-    for (const auto& r : full->report.ranks) ops += r.ops.size();
+    for (const auto& r : full->report.ranks) ops += full->report.timeline(r).ops.size();
     EXPECT_EQ(summary->rank_commands, static_cast<int64_t>(ops));
     EXPECT_EQ(summary->makespan_s, full->report.makespan_s);
   }
@@ -422,7 +422,7 @@ void expect_same_prediction(const Program& p, const Machine& m, const Decisions*
     return ops;
   };
   for (size_t r = 0; r < a.ranks.size(); ++r) {
-    const auto x = by_start(a.ranks[r].ops), y = by_start(b.ranks[r].ops);
+    const auto x = by_start(a.timeline(a.ranks[r]).ops), y = by_start(b.timeline(b.ranks[r]).ops);
     ASSERT_EQ(x.size(), y.size()) << "rank " << r;
     for (size_t k = 0; k < x.size(); ++k) {
       EXPECT_EQ(x[k].id, y[k].id) << "rank " << r;
@@ -431,7 +431,7 @@ void expect_same_prediction(const Program& p, const Machine& m, const Decisions*
       EXPECT_NEAR(x[k].end_s, y[k].end_s, 1e-12 * b.makespan_s) << "rank " << r << " " << x[k].id;
       EXPECT_EQ(x[k].bytes, y[k].bytes);
     }
-    EXPECT_EQ(a.ranks[r].flows.size(), b.ranks[r].flows.size());
+    EXPECT_EQ(a.timeline(a.ranks[r]).flows.size(), b.timeline(b.ranks[r]).flows.size());
   }
   ASSERT_EQ(a.links.size(), b.links.size());
   for (size_t l = 0; l < a.links.size(); ++l) {
@@ -531,7 +531,7 @@ TEST(SimFold, LoopsAndBranchesPredictWhatEveryRankPredicts) {
     // 4 cond kernels, 3 x (shift, GEMM) and the all_reduce on each rank.
     auto r = simulate(p, m, nullptr);
     ASSERT_TRUE(r.ok());
-    EXPECT_EQ(r->report.ranks[3].ops.size(), 11u);
+    EXPECT_EQ(r->report.timeline(r->report.ranks[3]).ops.size(), 11u);
   }
 }
 

@@ -26,9 +26,9 @@ Comparison compare_reports(const Report& predicted, const Report& measured) {
   double error_sum = 0;
   size_t errors = 0;
   for (size_t k = 0; k < measured.ranks.size(); ++k) {
-    const RankReport& p = predicted.ranks[k];
-    const RankReport& m = measured.ranks[k];
-    c.ranks.push_back({m.rank, p.stats, m.stats});
+    const RankReport& p = predicted.timeline(predicted.ranks[k]);
+    const RankReport& m = measured.timeline(measured.ranks[k]);
+    c.ranks.push_back({measured.ranks[k].rank, predicted.ranks[k].stats, measured.ranks[k].stats});
     std::map<std::string, const OpRecord*> by_id;
     for (const auto& op : p.ops) by_id[op.id] = &op;
     for (const auto& op : m.ops) {
@@ -38,7 +38,7 @@ Comparison compare_reports(const Report& predicted, const Report& measured) {
         continue;
       }
       const double pd = it->second->end_s - it->second->start_s, md = op.end_s - op.start_s;
-      c.commands.push_back({m.rank, op.id, op.op, pd, md});
+      c.commands.push_back({measured.ranks[k].rank, op.id, op.op, pd, md});
       if (md > 0) {
         error_sum += std::abs(pd - md) / md;
         ++errors;

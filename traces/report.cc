@@ -61,10 +61,26 @@ double minus_length(const std::vector<Interval>& a, const std::vector<Interval>&
 
 }  // namespace
 
+const RankReport& Report::timeline(const RankReport& r) const {
+  if (!r.same_as) return r;
+  if (!ranks.empty() && ranks.front().rank == *r.same_as) return ranks.front();
+  for (const auto& x : ranks)
+    if (x.rank == *r.same_as && !x.same_as) return x;
+  return r;
+}
+
 void summarize(Report& r) {
   r.makespan_s = 0;
   RankStats total;
   for (auto& rank : r.ranks) {
+    if (rank.same_as) {
+      // A folded rank's stats are its source's (computed first: it is listed before).
+      rank.stats = r.timeline(rank).stats;
+      total.compute_s += rank.stats.compute_s;
+      total.comm_s += rank.stats.comm_s;
+      total.exposed_comm_s += rank.stats.exposed_comm_s;
+      continue;
+    }
     std::vector<Interval> comp, comm;
     for (auto& op : rank.ops) {
       op.collective = is_collective_op(op.op);
@@ -202,8 +218,8 @@ void write_report(const Report& r, std::ostream& os) {
     w.member("coords", rank.coords);
     // A rank with the first rank's timeline (SPMD, as thunky-sim folds it)
     // is written once, there.
-    if (&rank != &r.ranks.front() && same_timeline(rank, r.ranks.front())) {
-      w.member("same_as", r.ranks.front().rank);
+    if (rank.same_as || (&rank != &r.ranks.front() && same_timeline(rank, r.ranks.front()))) {
+      w.member("same_as", rank.same_as ? *rank.same_as : r.ranks.front().rank);
       w.close('}');
       continue;
     }
@@ -358,8 +374,7 @@ Report parse_report(const std::string& text) {
       const int64_t k = same->is_number_integer() ? static_cast<int64_t>(same->number()) : -1;
       auto it = std::find_if(r.ranks.begin(), r.ranks.end(), [&](const RankReport& e) { return e.rank == k; });
       if (it == r.ranks.end()) json_reader::fail(o.at("same_as"), "expected the number of a rank listed before this one");
-      rr.ops = it->ops;
-      rr.flows = it->flows;
+      rr.same_as = it->same_as ? *it->same_as : it->rank;
     } else {
       Value ops = o.need("ops");
       if (!ops.is_array()) json_reader::fail(o.at("ops"), "expected an array of ops, got " + json_reader::type_name(ops));
@@ -421,13 +436,14 @@ void write_chrome_trace(const Report& r, std::ostream& os) {
       return t;
     };
     tid("computation:0");
-    for (const auto& op : rank.ops) {
+    const RankReport& line = r.timeline(rank);
+    for (const auto& op : line.ops) {
       const int t = tid(op.stream);
       w.value({{"ph", "X"}, {"name", op.name.empty() ? op.op : op.name}, {"cat", op.op}, {"pid", pid}, {"tid", t},
                {"ts", op.start_s * 1e6}, {"dur", std::max(0.0, op.end_s - op.start_s) * 1e6},
                {"args", {{"id", op.id}, {"op", op.op}, {"bytes", op.bytes}, {"flops", op.flops}}}});
     }
-    for (const auto& f : rank.flows) {
+    for (const auto& f : line.flows) {
       ++flow_id;
       std::string name = std::string(f.join ? "async_done " : "async_start ") + f.token;
       const int from = tid(f.from_stream), to = tid(f.to_stream);
@@ -446,6 +462,13 @@ void write_chrome_trace(const Report& r, std::ostream& os) {
 Report select_ranks(const Report& r, const std::vector<int64_t>& ranks) {
   Report out = r;
   const std::set<int64_t> keep(ranks.begin(), ranks.end());
+  for (auto& rank : out.ranks)
+    if (rank.same_as && keep.count(rank.rank) && !keep.count(*rank.same_as)) {
+      const RankReport& source = r.timeline(rank);
+      rank.ops = source.ops;
+      rank.flows = source.flows;
+      rank.same_as.reset();
+    }
   std::erase_if(out.ranks, [&](const RankReport& rank) { return !keep.count(rank.rank); });
   std::erase_if(out.links, [&](const LinkSeries& l) { return !keep.count(l.rank); });
   return out;
@@ -483,11 +506,11 @@ void print_table(const Report& r, std::ostream& os) {
     os << line;
   };
   for (const auto& rank : r.ranks) {
-    row(rank_name(r, rank, ","), rank.ops.size(), rank.stats);
+    row(rank_name(r, rank, ","), r.timeline(rank).ops.size(), rank.stats);
   }
   if (r.ranks.size() > 1) {
     size_t ops = 0;
-    for (const auto& rank : r.ranks) ops += rank.ops.size();
+    for (const auto& rank : r.ranks) ops += r.timeline(rank).ops.size();
     row("mean", ops / r.ranks.size(), r.summary);
   }
 }

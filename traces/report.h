@@ -45,6 +45,10 @@ struct RankReport {
   std::vector<OpRecord> ops;
   std::vector<FlowEdge> flows;
   RankStats stats;
+  // A folded rank: its timeline is that rank's (listed before it), and its
+  // own ops and flows stay empty. Read a rank's ops through
+  // Report::timeline, which follows this.
+  std::optional<int64_t> same_as;
 };
 
 // Utilisation of one directed link over time (sim): (time, fraction of capacity) steps.
@@ -73,6 +77,9 @@ struct Report {
   std::optional<std::string> placement;
   std::optional<double> timing_overhead_s, dispatch_s_per_command, graph_launch_s;
   std::vector<LinkSeries> links;              // sim: one counter track per link in the trace
+
+  // The rank whose ops and flows `r` has: r itself, or the rank it is the same as.
+  const RankReport& timeline(const RankReport& r) const;
 };
 
 bool is_collective_op(const std::string& op);

@@ -72,7 +72,7 @@ TEST(ReportFile, RanksWithTheFirstRanksTimelineAreWrittenOnceAndReadBackWhole) {
   // and rank 2's own ops; reading it back gives all four ranks' ops.
   const std::vector<OpRecord> same = {op("/0", "all_gather", 0, 2e-6), op("/1", "gemm", 2e-6, 5e-6)};
   const std::vector<OpRecord> late = {op("/0", "all_gather", 0, 2e-6), op("/1", "gemm", 2e-6, 6e-6)};
-  Report r = testing::report("sim", {same, same, late, same});
+  Report r = testing::report("sim", {same, same, late, same});  // every rank its own ops in memory
   std::ostringstream text;
   write_report(r, text);
   const std::string s = text.str();
@@ -82,9 +82,11 @@ TEST(ReportFile, RanksWithTheFirstRanksTimelineAreWrittenOnceAndReadBackWhole) {
   Report back = parse_report(s);
   ASSERT_EQ(back.ranks.size(), 4u);
   for (int k : {1, 3}) {
-    ASSERT_EQ(back.ranks[k].ops.size(), 2u);
-    EXPECT_EQ(back.ranks[k].ops[1].end_s, 5e-6);
+    const RankReport& line = back.timeline(back.ranks[k]);
+    ASSERT_EQ(line.ops.size(), 2u);
+    EXPECT_EQ(line.ops[1].end_s, 5e-6);
     EXPECT_EQ(back.ranks[k].rank, k);
+    EXPECT_EQ(back.ranks[k].same_as, 0);
   }
   EXPECT_EQ(back.ranks[2].ops[1].end_s, 6e-6);
   // The stats are the ranks' own: rank 1 computes 3 us, like rank 0.

@@ -80,9 +80,10 @@ std::string timeline_svg(const Report& r) {
     auto& v = lanes[rank.rank];
     v.push_back("computation:0");
     std::set<std::string> seen{"computation:0"};
-    for (const auto& op : rank.ops)
+    const RankReport& line = r.timeline(rank);
+    for (const auto& op : line.ops)
       if (seen.insert(op.stream).second) v.push_back(op.stream);
-    for (const auto& f : rank.flows)
+    for (const auto& f : line.flows)
       for (const auto* s : {&f.from_stream, &f.to_stream})
         if (seen.insert(*s).second) v.push_back(*s);
   }
@@ -134,7 +135,8 @@ std::string timeline_svg(const Report& r) {
       o << "<line x1=\"" << num(left) << "\" y1=\"" << num(ly + lane) << "\" x2=\"" << num(left + width) << "\" y2=\"" << num(ly + lane)
         << "\" stroke=\"#eee\"/>\n";
     }
-    for (const auto& op : rank.ops) {
+    const RankReport& line = r.timeline(rank);
+    for (const auto& op : line.ops) {
       const double ly = lane_y[{rank.rank, op.stream}];
       const double w = std::max(0.5, x(op.end_s) - x(op.start_s));
       o << "<rect x=\"" << num(x(op.start_s)) << "\" y=\"" << num(ly + 2) << "\" width=\"" << num(w) << "\" height=\"" << num(lane - 4)
@@ -146,7 +148,7 @@ std::string timeline_svg(const Report& r) {
         o << "<text x=\"" << num(x(op.start_s) + 3) << "\" y=\"" << num(ly + lane - 5) << "\" fill=\"#fff\" font-size=\"10\">" << escape(label)
           << "</text>\n";
     }
-    for (const auto& f : rank.flows) {
+    for (const auto& f : line.flows) {
       o << "<line x1=\"" << num(x(f.from_s)) << "\" y1=\"" << num(lane_y[{rank.rank, f.from_stream}] + lane / 2) << "\" x2=\""
         << num(x(f.to_s)) << "\" y2=\"" << num(lane_y[{rank.rank, f.to_stream}] + lane / 2)
         << "\" stroke=\"#333\" stroke-width=\"0.8\" marker-end=\"url(#arrow)\"><title>" << (f.join ? "async_done " : "async_start ")
