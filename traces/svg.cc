@@ -106,8 +106,13 @@ std::string timeline_svg(const Report& r) {
   // Which ranks, when some are left out.
   int64_t mesh = 1;
   for (auto d : r.mesh_shape) mesh *= d;
-  if (static_cast<int64_t>(r.ranks.size()) < mesh)
-    o << "<text x=\"10\" y=\"36\" fill=\"#a00\">" << r.ranks.size() << " of " << mesh << " ranks shown (--trace-ranks chooses)</text>\n";
+  std::string notes;
+  if (static_cast<int64_t>(r.ranks.size()) < mesh) notes = std::to_string(r.ranks.size()) + " of " + std::to_string(mesh) + " ranks shown (--trace-ranks chooses)";
+  size_t most_flows = 0;
+  for (const auto& rank : r.ranks) most_flows = std::max(most_flows, r.timeline(rank).flows.size());
+  if (static_cast<double>(most_flows) > width / 5)
+    notes += (notes.empty() ? "" : "; ") + std::string("token arrows left out where a rank has more than ") + std::to_string(static_cast<int>(width / 5));
+  if (!notes.empty()) o << "<text x=\"10\" y=\"36\" fill=\"#a00\">" << escape(notes) << "</text>\n";
   // The legend.
   double lx = left + 300;
   for (const auto& k : kKinds) {
@@ -148,6 +153,9 @@ std::string timeline_svg(const Report& r) {
         o << "<text x=\"" << num(x(op.start_s) + 3) << "\" y=\"" << num(ly + lane - 5) << "\" fill=\"#fff\" font-size=\"10\">" << escape(label)
           << "</text>\n";
     }
+    // Arrows only where they can be told apart: past one per 5 px of the
+    // time axis they would paint the lanes black.
+    if (static_cast<double>(line.flows.size()) > width / 5) continue;
     for (const auto& f : line.flows) {
       o << "<line x1=\"" << num(x(f.from_s)) << "\" y1=\"" << num(lane_y[{rank.rank, f.from_stream}] + lane / 2) << "\" x2=\""
         << num(x(f.to_s)) << "\" y2=\"" << num(lane_y[{rank.rank, f.to_stream}] + lane / 2)
