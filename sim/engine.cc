@@ -366,6 +366,7 @@ class Engine {
   // are only counted (simulate_summary: a few minutes).
   static constexpr int64_t kMaxRecordedCommands = int64_t{1} << 25;
   static constexpr int64_t kMaxSimulatedCommands = int64_t{1} << 30;
+  int64_t command_limit() const { return keep_records_ ? kMaxRecordedCommands : kMaxSimulatedCommands; }
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes) {
     const int first = static_cast<int>(infos_.size());
@@ -523,7 +524,7 @@ class Engine {
     if (c.op == Op::switch_ && c.rare().sim.branch) return *c.rare().sim.branch;
     if (c.op == Op::while_ && c.rare().sim.trip_count) {
       const int64_t trips = *c.rare().sim.trip_count;
-      const int64_t limit = keep_records_ ? kMaxRecordedCommands : kMaxSimulatedCommands;
+      const int64_t limit = command_limit();
       if (trips > limit)
         throw ThunkyError(c.pointer + "/sim/trip_count", "a trip count of " + std::to_string(trips) + " passes the " + std::to_string(limit) +
                                                               " commands thunky-sim " + (keep_records_ ? "reports on" : "runs"));
@@ -1192,7 +1193,7 @@ class Engine {
     if (!(r.end <= kMaxSimulatedSeconds))
       throw ThunkyError("", "the simulated time passed " + std::to_string(static_cast<int64_t>(kMaxSimulatedSeconds)) +
                                 " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
-    const int64_t limit = keep_records_ ? kMaxRecordedCommands : kMaxSimulatedCommands;
+    const int64_t limit = command_limit();
     if (++simulated_ > limit)
       throw ThunkyError("", "the simulation passed " + std::to_string(limit) + " commands (loop trips times commands, on every rank simulated), the most thunky-sim " +
                                 (keep_records_ ? "reports on" : "runs"));

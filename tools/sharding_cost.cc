@@ -54,7 +54,6 @@ StrategyComparison compare_strategies(const MatmulProblem& problem, const sim::M
   // The closed form's constants.
   const DimAxes& s_axes = batch_is_i ? problem.rhs_spec[0] : problem.lhs_spec[1];
   const DimAxes& batch_axes = batch_is_i ? problem.lhs_spec[0] : problem.rhs_spec[1];
-  const DimAxes& free_axes = batch_is_i ? problem.rhs_spec[1] : problem.lhs_spec[0];
   const MeshAxes& mesh = problem.mesh;
   const double n = static_cast<double>(mesh.size_of(s_axes));
   const DType dt = *parse_dtype(problem.dtype);
@@ -71,7 +70,6 @@ StrategyComparison compare_strategies(const MatmulProblem& problem, const sim::M
   const double d = static_cast<double>(problem.lhs[1]);
   const double k = reduce_plan.collectives.back().op == "all_reduce" ? 2 : 1;
   const double denominator = k * es - 2 * (1 - 1 / n) * d * c.w_ici / c.c_flops;
-  (void)free_axes;
   if (denominator > 0) c.closed_form_batch = es * d / denominator * static_cast<double>(mesh.size_of(batch_axes));
 
   // The simulated change of sides, in steps of the device count.
