@@ -163,15 +163,6 @@ class Lowerer {
 
 }  // namespace
 
-void lower(Program& p) {
-  // The parser binds the top-level program and records how its views use
-  // the rank; without calls or functions nothing is left to inline.
-  if (p.rank_use && p.functions.empty()) {
-    if (p.command_count > kMaxLoweredCommands)
-      throw ThunkyError("/program", "the program has more than " + std::to_string(kMaxLoweredCommands) + " commands, the most thunky takes");
-    return;
-  }
-  Lowerer(p).run();
-}
+void lower(Program& p) { Lowerer(p).run(); }
 
 }  // namespace thunky

@@ -106,18 +106,6 @@ struct RefSyntax {
 // Parses a ref string; throws ThunkyError with an empty pointer.
 RefSyntax parse_ref(std::string_view text);
 
-// Generated schedules write the same ref over and over with other
-// numbers in it (a step's offset). A ref's form is its text with each
-// integer literal (a run of digits no identifier or number character
-// touches) replaced by '#'; `literals` receives the literals' texts in
-// order. Empty when the text has no literal.
-std::string ref_form(std::string_view text, std::vector<std::string_view>& literals);
-// The parse of a text of `form`'s form (a parse of another text of that
-// form), with `literals` in place of its own: what parse_ref() would
-// return, without reading the text again. Nullopt where that cannot be
-// told (a literal out of range): the caller parses the text.
-std::optional<RefSyntax> with_literals(const RefSyntax& form, const std::vector<std::string_view>& literals);
-
 // A view's shape: up to 6 dimensions held inline (no allocation when a view
 // is resolved or copied, which validation and the simulator do per command
 // and rank), more on the heap. Reads like a std::vector<int64_t>.

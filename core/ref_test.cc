@@ -128,67 +128,6 @@ TEST(Ref, CompiledIndexCodeAgreesWithTheTree) {
   EXPECT_NE(message("a[ds(x / 2, 1)]", 0).find("not an integer index expression"), std::string::npos);
 }
 
-// Every field a parse sets, as text, for comparing two parses.
-std::string dump(const RefSyntax& r) {
-  std::string s = r.text() + (r.sized_by_rank ? " sized" : "") + (r.moves_with_rank ? " moves" : "") + " code";
-  for (const IndexStep& st : r.code) s += " " + std::to_string(static_cast<int>(st.op)) + ":" + std::to_string(st.value);
-  for (const auto& n : r.names) s += " name " + n;
-  for (const auto& g : r.groups)
-    for (const auto& it : g) {
-      s += " item " + std::to_string(static_cast<int>(it.kind)) + " " + std::to_string(it.code_a) + " " + std::to_string(it.code_b) + " " +
-           std::to_string(it.code_step) + (it.a_negated ? " -a" : "") + (it.b_negated ? " -b" : "");
-      for (const ExprPtr* e : {&it.a, &it.b, &it.step}) {
-        s += " [";
-        if (*e) s += to_string(**e);
-        s += "]";
-      }
-    }
-  return s;
-}
-
-TEST(Ref, FormsTellIntegerLiteralsFromNamesAndOtherNumbers) {
-  std::vector<std::string_view> lits;
-  EXPECT_EQ(ref_form("c[ds(((x + 12) % 8) * 8, 8)]", lits), "c[ds(((x + #) % #) * #, #)]");
-  EXPECT_EQ(lits, (std::vector<std::string_view>{"12", "8", "8", "8"}));
-  // Digits of a name, a fraction or an exponent are no literal.
-  EXPECT_EQ(ref_form("r0[3]", lits), "r0[#]");
-  EXPECT_EQ(ref_form("a[x2 - 1.5 + 2e3 + 7E1]", lits), "");
-  EXPECT_TRUE(lits.empty());
-  EXPECT_EQ(ref_form("b", lits), "");
-}
-
-TEST(Ref, AParseOfAnotherTextOfTheFormIsWhatParsingWouldGive) {
-  // Forms with literals in every place a parse keeps one: indices, slices
-  // and their steps, ds() starts and sizes, negations, calls, and true
-  // division (left to the tree: no code).
-  const char* forms[] = {"a[#]", "a[#:#]", "a[-#:]", "a[#:#:#]", "a[#, ds(x * #, #)]", "a[ds(((x + #) % #) * #, #)]",
-                         "a[#][ds(-# + x, #)]", "a[ds(min(x, #) * max(#, x), #)]", "a[ds(x // -#, #)]", "a[ds(x / #, #)]"};
-  std::mt19937 rng(7);
-  for (const char* f : forms) {
-    auto text = [&] {
-      std::string t;
-      for (const char* c = f; *c; ++c) t += *c == '#' ? std::to_string(rng() % 1000) + (rng() % 4 ? "" : "0") : std::string(1, *c);
-      return t;
-    };
-    const std::string first = text();
-    const RefSyntax form = parse_ref(first);
-    std::vector<std::string_view> lits;
-    ASSERT_FALSE(ref_form(first, lits).empty()) << f;
-    for (int k = 0; k < 20; ++k) {
-      const std::string other = text();
-      std::vector<std::string_view> first_lits;
-      ASSERT_EQ(ref_form(other, lits), ref_form(first, first_lits));
-      const std::optional<RefSyntax> r = with_literals(form, lits);
-      ASSERT_TRUE(r) << other;
-      EXPECT_EQ(dump(*r), dump(parse_ref(other))) << other;
-    }
-  }
-  // A literal out of range is left to the parse, which reports it.
-  std::vector<std::string_view> lits;
-  ref_form("a[99999999999999999999]", lits);
-  EXPECT_FALSE(with_literals(parse_ref("a[3]"), lits));
-}
-
 TEST(Ref, TextIsCanonical) {
   EXPECT_EQ(parse_ref("a[ 2 : 6 ]").text(), "a[2:6]");
   EXPECT_EQ(parse_ref("a[ds(x*2, 2)]").text(), "a[ds((x * 2), 2)]");

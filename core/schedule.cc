@@ -1,12 +1,9 @@
 #include "core/schedule.h"
 
 #include "core/json_reader.h"
-#include "core/parallel.h"
 #include "core/recent_table.h"
 
 #include <algorithm>
-#include <exception>
-#include <mutex>
 #include <set>
 #include <unordered_map>
 
@@ -38,77 +35,27 @@ std::vector<int64_t> shape_of(Value j, const std::string& ptr) {
 // Parsed refs and map expressions, shared by equal texts during one parse.
 // Schedules name the same few views over and over, and many once each (a
 // step's slice): the texts parsed most recently are kept (RecentTable),
-// looked up by the document's string_view.
-// Every parse has one (read_program installs it, and each thread that
-// parses a chunk its own): `texts` receives the refs' JSON pointers.
+// looked up by the document's string_view. The parse in progress on this
+// thread has one (read_program installs it); `texts` receives the refs'
+// JSON pointers.
 struct ParseCache {
-  // A ref text's parse, and the buffer it names where the parse that made
-  // it bound refs (-1 otherwise).
-  struct ParsedRef {
-    std::shared_ptr<const RefSyntax> syntax;
-    int buffer = -1;
-    explicit operator bool() const { return syntax != nullptr; }
-  };
-  RecentTable<ParsedRef> refs;
-  // Parses by form (ref_form()): texts that differ only in their numbers
-  // take a parse of the first and put their own numbers in.
-  RecentTable<std::shared_ptr<const RefSyntax>> forms;
-  std::vector<std::string_view> literals;  // scratch
-  std::shared_ptr<const RefSyntax> parse(std::string_view text) {
-    const std::string form = ref_form(text, literals);
-    if (form.empty()) return std::make_shared<const RefSyntax>(parse_ref(text));
-    std::shared_ptr<const RefSyntax> made;
-    const auto& known = forms.get(form, [&] { return made = std::make_shared<const RefSyntax>(parse_ref(text)); });
-    if (made) return made;
-    if (std::optional<RefSyntax> r = with_literals(*known, literals)) return std::make_shared<const RefSyntax>(std::move(*r));
-    return std::make_shared<const RefSyntax>(parse_ref(text));
-  }
+  RecentTable<std::shared_ptr<const RefSyntax>> refs;
   RecentTable<ExprPtr> exprs;
   TextArena* texts = nullptr;
-  // The top-level program binds its refs as it is read (every name there
-  // is one of the schedule's buffers) and gathers what lowering would:
-  // the command count, how views use the rank, whether anything is called.
-  const std::unordered_map<std::string_view, int>* buffers = nullptr;
-  int64_t commands = 0;
-  Program::RankUse use;
-  bool calls = false;
-  void merge(const ParseCache& o) {
-    commands += o.commands;
-    use.moves = use.moves || o.use.moves;
-    use.sized = use.sized || o.use.sized;
-    if (use.moving_buffers.size() < o.use.moving_buffers.size()) use.moving_buffers.resize(o.use.moving_buffers.size(), 0);
-    for (size_t i = 0; i < o.use.moving_buffers.size(); ++i) use.moving_buffers[i] |= o.use.moving_buffers[i];
-    calls = calls || o.calls;
-  }
 };
 thread_local ParseCache* t_cache = nullptr;
 
-// The ref at base/key (/index), its JSON pointer kept in the parse's texts.
+// The ref at base/key (/index), its JSON pointer kept in the parse's
+// texts. Its buffer is bound by lower().
 Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<size_t> index = std::nullopt) {
   const std::string_view ptr = t_cache->texts->pointer(base, key, index);
   if (!j.is_string()) fail(std::string(ptr), "expected a ref string such as \"a[2:4]\", got " + type_name(j));
-  const auto* buffers = t_cache->buffers;
-  auto bind = [&](const RefSyntax& syntax) {
-    const auto b = buffers->find(syntax.buffer);
-    if (b == buffers->end()) fail(std::string(ptr), "unknown buffer '" + syntax.buffer + "'");
-    return b->second;
-  };
-  const ParseCache::ParsedRef* parsed = nullptr;
+  const std::string_view text = j.str();
   try {
-    const std::string_view text = j.str();
-    parsed = &t_cache->refs.get(text, [&] {
-      auto syntax = t_cache->parse(text);
-      return ParseCache::ParsedRef{syntax, buffers ? bind(*syntax) : -1};
-    });
+    return Ref{t_cache->refs.get(text, [&] { return std::make_shared<const RefSyntax>(parse_ref(text)); }), -1, ptr};
   } catch (const ThunkyError& e) {
     fail(e.pointer().empty() ? std::string(ptr) : e.pointer(), e.what());
   }
-  Ref r{parsed->syntax, -1, ptr};
-  if (buffers) {
-    r.buffer = parsed->buffer >= 0 ? parsed->buffer : bind(*r.syntax);
-    t_cache->use.add(r);
-  }
-  return r;
 }
 
 void flatten_values(Value j, const std::string& ptr, std::vector<double>& out) {
@@ -266,8 +213,6 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
   const std::string_view op = o.str_ref("op");
-  const bool top = t_cache && t_cache->buffers;
-  if (top) ++t_cache->commands;
   if (std::string name = o.str_or("name", ""); !name.empty()) c.set_rare().name = std::move(name);
   if (auto cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
   auto ref = [&](std::string_view k) { return ref_of(o.need(k), ptr, k); };
@@ -306,7 +251,6 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
       std::vector<std::vector<int64_t>> groups;
       g->each_element([&](size_t i, Value e) { groups.push_back(int_list(e, child(o.at("groups"), i))); });
       c.set_rare().groups = std::move(groups);
-      if (top) t_cache->use.moves = true;  // group membership differs by rank
     }
   };
   auto reduction = [&] {
@@ -319,11 +263,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     m.out = ref_of(mo.need("out"), mo.ptr(), "out");
     m.expr_text = mo.str("expr");
     try {
-      if (t_cache) {
-        m.expr = t_cache->exprs.get(m.expr_text, [&] { return parse_expr(m.expr_text); });
-      } else {
-        m.expr = parse_expr(m.expr_text);
-      }
+      m.expr = t_cache->exprs.get(m.expr_text, [&] { return parse_expr(m.expr_text); });
     } catch (const ThunkyError& e) {
       fail(mo.at("expr"), e.what());
     }
@@ -486,7 +426,6 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     sim("trip_count");
   } else if (op == "call") {
     c.op = Op::call;
-    if (top) t_cache->calls = true;
     Command::Rare& x = c.set_rare();
     x.fn = o.str("fn");
     if (std::optional<Value> args = o.get("args")) {
@@ -505,75 +444,6 @@ Block parse_block(Value j, const std::string& ptr, int depth) {
   Block b;
   b.reserve(j.size());
   j.each_element([&](size_t i, Value e) { parse_command(b.emplace_back(), e, child(ptr, i), depth); });
-  return b;
-}
-
-// Installs a parse cache on this thread for one scope.
-struct CacheScope {
-  explicit CacheScope(ParseCache* c) : saved(t_cache) { t_cache = c; }
-  ~CacheScope() { t_cache = saved; }
-  CacheScope(const CacheScope&) = delete;
-  CacheScope& operator=(const CacheScope&) = delete;
-  ParseCache* saved;
-};
-
-// The top-level program. Long ones are parsed in chunks of
-// ParseProgress::kChunk commands, which the threads take in document order
-// (a command's parse reads only its own JSON). Each thread has its own
-// cache (equal ref texts are shared within a thread), and the error thrown
-// is the one a single thread would meet first: that of the earliest
-// command. `consume`, when given, runs on this thread meanwhile, and
-// parses chunks while it waits for one.
-Block parse_program_block(Value j, const std::string& ptr, const Program& p, const ProgramConsumer& consume) {
-  const size_t n = j.is_array() ? j.size() : 0;
-  const size_t workers = std::min<size_t>(hardware_threads(), 8);
-  if (n < kStreamedProgram || (workers < 2 && !consume)) return parse_block(j, ptr, 0);
-  std::vector<Value> elements;
-  elements.reserve(n);
-  j.each_element([&](size_t, Value e) { elements.push_back(e); });
-  Block b(n);
-  const size_t chunks = (n + ParseProgress::kChunk - 1) / ParseProgress::kChunk;
-  std::atomic<size_t> next{0};
-  std::atomic<bool> stopped{false};
-  // The earliest chunk that failed, and its error.
-  std::mutex failed_mutex;
-  size_t failed_chunk = SIZE_MAX;
-  std::exception_ptr failure;
-  std::vector<TextArena> texts(workers);
-  std::vector<ParseCache> caches(workers);
-  for (size_t w = 0; w < workers; ++w) caches[w].texts = &texts[w], caches[w].buffers = t_cache->buffers;
-  ParseProgress* progress = nullptr;
-  // Parses the next chunk with worker w's cache; false when none is left.
-  // A chunk after a failed one cannot hold the first error: none is taken
-  // once one failed (those before it were all taken already).
-  auto parse_next = [&](size_t w) {
-    size_t k;
-    if (stopped.load(std::memory_order_relaxed) || (k = next.fetch_add(1)) >= chunks) return false;
-    CacheScope scope(&caches[w]);
-    try {
-      for (size_t i = k * ParseProgress::kChunk, hi = std::min(n, i + ParseProgress::kChunk); i < hi; ++i)
-        parse_command(b[i], elements[i], child(ptr, i), 0);
-      if (progress) progress->finish(k);
-    } catch (...) {
-      {
-        std::lock_guard lock(failed_mutex);
-        if (k < failed_chunk) failed_chunk = k, failure = std::current_exception();
-      }
-      stopped = true;
-      if (progress) progress->stop();
-    }
-    return true;
-  };
-  ParseProgress streamed(b, [&] { return parse_next(0); });
-  if (consume) progress = &streamed;
-  run_chunks(workers, [&](size_t w) {
-    if (w == 0 && consume) consume(p, streamed);
-    while (parse_next(w)) {
-    }
-  });
-  for (auto& t : texts) t_cache->texts->adopt(std::move(t));
-  for (const auto& c : caches) t_cache->merge(c);
-  if (failure) std::rethrow_exception(failure);
   return b;
 }
 
@@ -598,11 +468,16 @@ std::string_view op_name(Op op) {
 }
 
 namespace {
-Program read_program(Value doc, const std::string& file, const ProgramConsumer& consume) {
+Program read_program(Value doc, const std::string& file) {
   Program p;
   ParseCache cache;
   cache.texts = p.texts.get();
-  CacheScope scope(&cache);
+  ParseCache* const outer = t_cache;  // none, unless a parse is nested
+  t_cache = &cache;
+  struct Restore {
+    ParseCache* outer;
+    ~Restore() { t_cache = outer; }
+  } restore{outer};
   Obj o(doc, "");
   p.file = file;
   std::string fmt = o.str("format");
@@ -664,24 +539,16 @@ Program read_program(Value doc, const std::string& file, const ProgramConsumer& 
       p.functions.emplace(std::string(name), std::move(fn));
     });
   }
-  std::unordered_map<std::string_view, int> buffers;
-  for (size_t i = 0; i < p.buffers.size(); ++i) buffers.emplace(p.buffers[i].name, static_cast<int>(i));
-  cache.buffers = &buffers;
-  cache.use.moving_buffers.assign(p.buffers.size(), 0);
-  p.program = parse_program_block(o.need("program"), "/program", p, consume);
-  cache.buffers = nullptr;
+  p.program = parse_block(o.need("program"), "/program", 0);
   o.done();
-  // Without calls, the program is as lowering would leave it.
-  p.command_count = cache.commands;
-  if (!cache.calls) p.rank_use = cache.use;
   return p;
 }
 
 }  // namespace
 
-Program parse_program_text(const std::string& text, const std::string& file, const ProgramConsumer& consume) {
+Program parse_program_text(const std::string& text, const std::string& file) {
   Document doc(text);
-  return read_program(doc.root(), file, consume);
+  return read_program(doc.root(), file);
 }
 
 Program parse_program(const json& doc, const std::string& file) { return parse_program_text(doc.dump(), file); }

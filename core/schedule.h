@@ -291,7 +291,7 @@ struct Program {
       moving_buffers[static_cast<size_t>(r.buffer)] = 1;
     }
   };
-  std::optional<RankUse> rank_use;
+  RankUse rank_use;
 
   int find_buffer(std::string_view n) const {
     for (size_t i = 0; i < buffers.size(); ++i)
@@ -300,64 +300,10 @@ struct Program {
   }
 };
 
-// How far the parse of a long top-level program has got, for a consumer
-// that walks its commands while the rest is still being parsed. The
-// program is parsed in chunks of kChunk commands, taken in document order
-// by the parsing threads; a command may be read once wait_past() has
-// counted it. A consumer that waits parses a chunk meanwhile.
-class ParseProgress {
- public:
-  static constexpr size_t kChunk = 1024;
-  // `help` parses one more chunk on the calling thread; false when none is left.
-  ParseProgress(const Block& b, std::function<bool()> help)
-      : block_(b), chunks_((b.size() + kChunk - 1) / kChunk), state_(std::make_unique<std::atomic<uint8_t>[]>(chunks_)), help_(std::move(help)) {}
-  const Block& block() const { return block_; }
-  // How many leading commands are parsed, once command i is among them; i
-  // or fewer where the parse stopped first (at an error).
-  size_t wait_past(size_t i) {
-    size_t k = i / kChunk;
-    uint8_t s;
-    while ((s = state_[k].load(std::memory_order_acquire)) == kPending)
-      if (!help_()) state_[k].wait(kPending, std::memory_order_acquire);
-    if (s == kStopped) return i;
-    while (k + 1 < chunks_ && state_[k + 1].load(std::memory_order_acquire) == kDone) ++k;
-    return std::min(block_.size(), (k + 1) * kChunk);
-  }
-  // For the parser: chunk k is parsed.
-  void finish(size_t k) {
-    state_[k].store(kDone, std::memory_order_release);
-    state_[k].notify_all();
-  }
-  // For the parser: no further chunk will be (an error stopped it).
-  void stop() {
-    for (size_t k = 0; k < chunks_; ++k) {
-      uint8_t pending = kPending;
-      if (state_[k].compare_exchange_strong(pending, kStopped, std::memory_order_acq_rel)) state_[k].notify_all();
-    }
-  }
-
- private:
-  static constexpr uint8_t kPending = 0, kDone = 1, kStopped = 2;
-  const Block& block_;
-  size_t chunks_;
-  std::unique_ptr<std::atomic<uint8_t>[]> state_;
-  std::function<bool()> help_;
-};
-
-// Reads a program's commands while its top-level program is being parsed:
-// called on the parsing thread once the header, buffers and functions are
-// read (`p` holds them; its `program` is still empty), for top-level
-// programs of kStreamedProgram commands or more, while other threads parse.
-// It must not throw, and it must stop once wait_past() says the parse
-// stopped.
-using ProgramConsumer = std::function<void(const Program& p, ParseProgress& progress)>;
-constexpr size_t kStreamedProgram = 8192;
-
 // Reads a sched.json document from its text, not yet lowered; bad input
 // throws ThunkyError naming the JSON pointer ("", the whole document, for
-// malformed JSON). `consume`, when given, reads a long program as it is
-// parsed; the parse returns once it has returned.
-Program parse_program_text(const std::string& text, const std::string& file, const ProgramConsumer& consume = {});
+// malformed JSON).
+Program parse_program_text(const std::string& text, const std::string& file);
 // The same for a document held as a JSON tree (tests, generators).
 Program parse_program(const json& doc, const std::string& file);
 // Writes the program back as sched.json (functions and calls as parsed).

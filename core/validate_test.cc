@@ -182,9 +182,10 @@ TEST(Loading, NestingDeeperThan256IsRefusedOutsideStrings) {
   EXPECT_EQ(p->program[1].rare().name, std::string(300, '['));
 }
 
-// A long program's rank 0 walk follows its parse (load_schedule_text);
-// whatever it finds must be what parsing first and validating after finds.
-TEST(Loading, AWalkDuringTheParseReportsWhatAWalkAfterItWould) {
+// Loading is parse, lower, validate: in a long program each stage reports
+// the error it meets first, wherever in the program it is, and the loader
+// reports exactly what running the stages by hand reports.
+TEST(Loading, LongProgramsReportWhatTheStagesFind) {
   // 12,000 commands (12 chunks): pairs of a map on a, then `extra` at
   // command `at` and `tail` appended.
   auto program = [](int at, const std::string& extra, const std::string& tail = "") {
@@ -231,58 +232,52 @@ TEST(Loading, AWalkDuringTheParseReportsWhatAWalkAfterItWould) {
   // Never awaited.
   errs = same(program(5000, start("late", "[]")), 2);
   EXPECT_TRUE(has(errs, "/program/5000/token", "never awaited"));
-  // A view whose size moves with the rank: the other ranks cannot replay
-  // rank 0's walk, so each walks; the guess is undone and rank 2 goes out
-  // of bounds at command 7000 (x + 7 > 8 elements of a).
+  // A view whose size moves with the rank: rank 2 goes out of bounds at
+  // command 7000 (x + 7 > 8 elements of a).
   errs = same(program(7000, R"({"op": "memzero", "dst": "a[0:x + 7]"})"), 4);
   EXPECT_TRUE(has(errs, "/program/7000/dst", "rank 2"));
   // Sizes that move with the rank may make the collective sequences
-  // differ, which only walks of every rank compare: rank 0 all-reduces 1
-  // element at command 6000, rank 1 two.
+  // differ: rank 0 all-reduces 1 element at command 6000, rank 1 two.
   errs = same(program(6000, R"({"op": "all_reduce", "src": "a[ds(0, x + 1)]", "dst": "b[ds(0, x + 1)]", "axis": "x"})"), 2);
   EXPECT_TRUE(has(errs, "/program/6000", "deadlock: ranks 0 and 1")) << errs[0].str();
-  // A rank-dependent view out of bounds on ranks 3 and up only, replayed.
+  // A rank-dependent view out of bounds on ranks 4 and up only (x * 2 + 2 > 8).
   errs = same(program(9000, R"({"op": "memzero", "dst": "a[ds(x * 2, 2)]"})"), 8);
   EXPECT_TRUE(has(errs, "/program/9000/dst", "rank 4"));
   // A buffer error (a values list too short) comes before the walk's.
   errs = same(program(100, done("t")), 1, R"(, "v": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "values", "values": [1]}})");
   ASSERT_EQ(errs.size(), 1u);
   EXPECT_EQ(errs[0].pointer, "/buffers/v/init/values");
-  // An error the walk meets early is dropped when the parse fails later:
-  // the parse's error is the load's.
+  // A parse error comes before any walk's, however late it is.
   errs = load_errors(sched(program(100, done("t"), R"(, {"op": "memzero", "dst": "nowhere"})")));
   ASSERT_EQ(errs.size(), 1u);
   EXPECT_EQ(errs[0].pointer, "/program/12000/dst") << errs[0].str();
   EXPECT_NE(errs[0].message.find("unknown buffer 'nowhere'"), std::string::npos);
-  // And a valid long program loads whole, its walk finished.
+  // And a valid long program loads whole.
   auto p = load_schedule_text(sched(program(-1, "")), "big.json");
   ASSERT_TRUE(p) << p.errors().front().str();
   EXPECT_EQ(p->program.size(), 12000u);
 }
 
-// Ranks other than 0 replay rank 0's walk, split across threads when the
-// schedule is large. The error reported must be the one a single thread
-// going step by step across the ranks meets first: the earliest command,
-// and there the lowest rank, whichever thread found it.
-TEST(Loading, ParallelReplayReportsTheFirstError) {
+// Ranks are walked on several threads when there are many. The error
+// reported is the lowest failing rank's first, whichever thread found it.
+TEST(Loading, TheLowestFailingRanksFirstErrorIsReported) {
   // Mesh x of 16; 20,000 memsets of b[ds(x % 2, 4)] (a ref that moves with
-  // the rank, so every rank replays it): 15 replaying ranks x 20,000 steps,
-  // over the threshold for threads.
+  // the rank).
   std::string prog = "[";
   for (int i = 0; i < 20000; ++i) {
     std::string dst = "b[ds(x % 2, 4)]";
     // Command 15000 is out of bounds on ranks 7..15 (x + 2 > 8), command
-    // 5000 only on ranks 12..15 (offset 8 of 8 elements). Split in two
-    // chunks, ranks 1..7 fail first at 15000, ranks 8..15 at 5000.
+    // 5000 only on ranks 12..15 (offset 8 of 8 elements). On two threads,
+    // ranks 1..7 fail first at 15000, ranks 8..15 at 5000.
     if (i == 15000) dst = "a[ds(x, 2)]";
     if (i == 5000) dst = "a[ds(x // 12 * 8, 1)]";
     prog += std::string(i ? "," : "") + R"({"op": "memset", "dst": ")" + dst + R"(", "value": 1})";
   }
   auto errs = load_errors(sched(prog + "]", 16));
   ASSERT_EQ(errs.size(), 1u);
-  EXPECT_EQ(errs[0].pointer, "/program/5000/dst") << errs[0].str();
-  // x = 12 is the lowest rank out of bounds there.
-  EXPECT_NE(errs[0].message.find("rank 12"), std::string::npos) << errs[0].str();
+  // x = 7 is the lowest failing rank; it passes command 5000 (7 // 12 = 0).
+  EXPECT_EQ(errs[0].pointer, "/program/15000/dst") << errs[0].str();
+  EXPECT_NE(errs[0].message.find("rank 7"), std::string::npos) << errs[0].str();
 }
 
 TEST(Validation, WriteToAnInputIsAnError) {
@@ -311,7 +306,7 @@ TEST(Validation, LoweringRecordsHowViewsUseTheRank) {
   auto use = [](const std::string& program) {
     auto p = load_schedule_text(sched(program, 2), "t.json");
     EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.errors()[0].str());
-    return p.ok() ? p.value().rank_use.value_or(Program::RankUse{true, true, {}}) : Program::RankUse{true, true, {}};
+    return p.ok() ? p.value().rank_use : Program::RankUse{true, true, {}};
   };
   // Fixed views: neither flag.
   auto u = use(R"([{"op": "memzero", "dst": "a[2:4]"}])");
@@ -331,21 +326,21 @@ TEST(Validation, LoweringRecordsHowViewsUseTheRank) {
   EXPECT_FALSE(u.sized);
 }
 
-TEST(Loading, TheTopLevelProgramIsBoundAsItIsRead) {
-  // Without calls, parsing leaves the program as lowering would: every ref
-  // bound, the commands counted (the async_start, the memzero in its body,
-  // the async_done, the copy: 4) and how views use the rank.
+TEST(Loading, EveryRefIsBoundAndEveryCommandCounted) {
+  // A loaded program has every ref bound to its buffer, its commands
+  // counted (the async_start, the memzero in its body, the async_done, the
+  // copy: 4) and how views use the rank.
   auto p = load_schedule_text(sched("[" + start("t", R"([{"op": "memzero", "dst": "b[ds(x, 2)]"}])") + "," + done("t") +
                                     R"(, {"op": "copy", "src": "a", "dst": "b"}])", 2), "t.json");
   ASSERT_TRUE(p.ok()) << p.errors()[0].str();
   EXPECT_EQ(p.value().command_count, 4);
   EXPECT_EQ(p.value().program[0].body[0].dst->buffer, 1);  // b, the second buffer
   EXPECT_EQ(p.value().program[2].src->buffer, 0);          // a
-  ASSERT_TRUE(p.value().rank_use.has_value());
-  EXPECT_TRUE(p.value().rank_use->moves);
-  // An unknown buffer is found where it is read: before a later command's
-  // own error.
-  EXPECT_TRUE(has(load_errors(sched(R"([{"op": "memzero", "dst": "nope"}, {"op": "bogus"}])")), "/program/0/dst", "unknown buffer 'nope'"));
+  EXPECT_TRUE(p.value().rank_use.moves);
+  // Refs are bound once the whole file is read: a malformed command is
+  // reported before an earlier command's unknown buffer.
+  EXPECT_TRUE(has(load_errors(sched(R"([{"op": "memzero", "dst": "nope"}, {"op": "bogus"}])")), "/program/1/op", "unknown op 'bogus'"));
+  EXPECT_TRUE(has(load_errors(sched(R"([{"op": "memzero", "dst": "nope"}])")), "/program/0/dst", "unknown buffer 'nope'"));
 }
 
 TEST(Validation, MovingViewsAreCheckedOnEveryRankWithoutRaceTracking) {
