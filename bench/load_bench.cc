@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/json_reader.h"
+#include "core/load.h"
 #include "core/validate.h"
 #include "tools/gen.h"
 

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "sim/engine.h"

@@ -23,6 +23,7 @@ class Lowerer {
     index_ = std::move(index);
     Scope top;
     p_.command_count = 0;
+    p_.fixed_views.clear();
     lower_block(p_.program, "/program", top);
     p_.functions.clear();
     use_.moving_buffers.resize(p_.buffers.size(), 0);
@@ -47,6 +48,25 @@ class Lowerer {
     // A call's argument counts too, used or not: the flags may only err
     // towards walking every rank.
     use_.add(r);
+    fix(r);
+  }
+
+  // Resolves a view that names no mesh axis once, for every rank; one out
+  // of bounds is left to the validator, which says where.
+  void fix(Ref& r) {
+    if (r.syntax->moves_with_rank) return;
+    const std::pair key{r.syntax, r.buffer};
+    if (auto it = fixed_.find(key); it != fixed_.end()) {
+      r.fixed = it->second;
+      return;
+    }
+    try {
+      auto no_names = [](std::string_view) { return std::optional<int64_t>(); };
+      p_.fixed_views.push_back(resolve_view(r.buffer, p_.buffers[static_cast<size_t>(r.buffer)].shape, *r.syntax, no_names));
+      r.fixed = fixed_[key] = static_cast<int>(p_.fixed_views.size()) - 1;
+    } catch (const ThunkyError&) {
+      r.fixed = -1;
+    }
   }
   void bind(OptRef& r, const Scope& s) {
     if (r) bind(*r, s);
@@ -157,6 +177,9 @@ class Lowerer {
   Program& p_;
   std::map<std::string, int> index_;
   std::map<std::string, int64_t> sizes_;  // commands a function expands to
+  // (syntax, buffer) -> index into Program::fixed_views; holding the syntax
+  // keeps its address from being reused for another.
+  std::map<std::pair<std::shared_ptr<const RefSyntax>, int>, int> fixed_;
   int calls_ = 0;
   Program::RankUse use_;
 };

@@ -52,7 +52,7 @@ Ref ref_of(Value j, std::string_view base, std::string_view key, std::optional<s
   if (!j.is_string()) fail(std::string(ptr), "expected a ref string such as \"a[2:4]\", got " + type_name(j));
   const std::string_view text = j.str();
   try {
-    return Ref{t_cache->refs.get(text, [&] { return std::make_shared<const RefSyntax>(parse_ref(text)); }), -1, ptr};
+    return Ref{.syntax = t_cache->refs.get(text, [&] { return std::make_shared<const RefSyntax>(parse_ref(text)); }), .pointer = ptr};
   } catch (const ThunkyError& e) {
     fail(e.pointer().empty() ? std::string(ptr) : e.pointer(), e.what());
   }

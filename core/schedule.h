@@ -73,6 +73,9 @@ constexpr bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::c
 struct Ref {
   std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs
   int buffer = -1;  // index into Program::buffers once lowered
+  // Index into Program::fixed_views once lowered, where the view names no
+  // mesh axis (and so is the same on every rank) and is in bounds; else -1.
+  int fixed = -1;
   // JSON pointer of the ref string (for messages), held by its program's
   // Program::texts.
   std::string_view pointer;
@@ -273,6 +276,9 @@ struct Program {
   // The texts the program's refs point to (their JSON pointers); shared by
   // copies of the program.
   std::shared_ptr<TextArena> texts = std::make_shared<TextArena>();
+  // The views of refs that name no mesh axis, resolved once by lower():
+  // such a view is the same on every rank (Ref::fixed).
+  std::vector<View> fixed_views;
   // Commands of the lowered program, nested and inlined ones included (set
   // by lower(); a capacity hint for whoever indexes every command).
   int64_t command_count = 0;

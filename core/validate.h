@@ -1,7 +1,11 @@
 // Validation of a lowered program, for every rank of the mesh, before
-// anything runs: views, shapes and dtypes, roles, tokens, collective rules,
-// static races (happens-before from stream order and token edges) and the
-// collective-order (deadlock) check.
+// anything runs. Its passes:
+//   1. buffers: init values, axes, global layouts, npy files;
+//   2. every rank's walk (core/rank_walk.h): views, op rules, roles,
+//      tokens, happens-before and races;
+//   3. races gathered across ranks, each reported once with its ranks;
+//   4. collective order (core/collective_order.h): deadlocks.
+// Loading (core/load.h) runs parse, lower and this.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +34,5 @@ struct ValidateOptions {
 // Returns every problem found (empty = valid). Input errors (ErrorKind::input)
 // come first and suppress the race and deadlock checks.
 std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts = {});
-
-// parse + lower + validate. The file's text is read here; errors name it.
-Expected<Program> load_schedule_file(const std::string& path, const ValidateOptions& opts = {});
-Expected<Program> load_schedule_text(const std::string& text, const std::string& file,
-                                     const ValidateOptions& opts = {});
 
 }  // namespace thunky

@@ -1,3 +1,4 @@
+#include "core/load.h"
 #include "core/validate.h"
 
 #include <gtest/gtest.h>

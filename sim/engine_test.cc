@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/accounting.h"
+#include "core/load.h"
 #include "core/mesh.h"
 #include "sim/symmetry.h"
 #include "tests/test_util.h"

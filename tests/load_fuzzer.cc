@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "sim/engine.h"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
 

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <thread>
 
+#include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
 

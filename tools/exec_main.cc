@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/npy.h"
+#include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "traces/report.h"

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/dtype.h"
+#include "core/load.h"
 #include "core/validate.h"
 #include "sim/collective_cost.h"
 #include "sim/engine.h"

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "sim/collective_table.h"

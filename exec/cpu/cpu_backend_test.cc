@@ -8,6 +8,7 @@
 #include <random>
 #include <unistd.h>
 
+#include "core/load.h"
 #include "core/npy.h"
 
 #include "exec/backend.h"

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/load.h"
 #include "exec/backend.h"
 #include "tests/test_util.h"
 

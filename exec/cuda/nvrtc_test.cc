@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "core/load.h"
 #include "core/validate.h"
 #include "exec/cuda/check.h"
 

@@ -1,0 +1,184 @@
+#include "core/op_rules.h"
+
+#include <set>
+
+#include "core/validate.h"
+
+namespace thunky {
+
+namespace {
+
+const std::set<std::string>& map_functions() {
+  static const std::set<std::string> f = {"where", "sin", "cos", "tan", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh",
+                                          "abs", "neg", "floor", "ceil", "round", "min", "max", "f64", "f32", "f16",
+                                          "bf16", "f8e4m3", "f8e5m2", "s64", "s32", "s16", "s8", "u32", "u8", "bool"};
+  return f;
+}
+
+void check_map_names(const Program& p, const Command& c, const Expr& e) {
+  if (e.kind == Expr::Kind::name) {
+    for (const auto& [k, r] : c.in)
+      if (k == e.text) return;
+    if (p.mesh.axis(e.text)) return;
+    throw ThunkyError(c.pointer + "/expr", "unknown name '" + e.text + "' in map expression (inputs are the keys of 'in'; mesh axis names give this rank's index)");
+  }
+  if (e.kind == Expr::Kind::call) {
+    if (!map_functions().count(e.text)) throw ThunkyError(c.pointer + "/expr", "unknown function '" + e.text + "' in map expression");
+    size_t want = e.text == "where" ? 3 : (e.text == "min" || e.text == "max") ? 2 : 1;
+    if (e.args.size() != want)
+      throw ThunkyError(c.pointer + "/expr", e.text + "() takes " + std::to_string(want) + " argument" + (want > 1 ? "s" : "") + ", got " + std::to_string(e.args.size()));
+  }
+  for (const auto& a : e.args) check_map_names(p, c, *a);
+}
+
+}  // namespace
+
+std::string view_str(const Program& p, const View& v) {
+  return std::string(dtype_name(p.buffers[v.buffer].dtype)) + shape_str(v.shape);
+}
+
+View writable_view(const Program& p, const Ref& r, const RankCtx& ctx) {
+  const Buffer& b = p.buffers[r.buffer];
+  if (b.role == Role::input)
+    throw ThunkyError(std::string(r.pointer), "writes buffer '" + b.name + "', which has role input (read-only); declare it inout to mutate it");
+  return resolve(p, r, ctx);
+}
+
+View scalar_view(const Program& p, const Ref& r, const RankCtx& ctx, DType want, const char* what) {
+  View v = resolve(p, r, ctx);
+  const Buffer& b = p.buffers[v.buffer];
+  if (v.count() != 1 || b.dtype != want)
+    throw ThunkyError(std::string(r.pointer), std::string(what) + " must be a " + std::string(dtype_name(want)) + " scalar, got " + view_str(p, v));
+  return v;
+}
+
+void check_copy(const Program& p, const Command& c, const View& s, const View& d) {
+  size_t sb = s.count() * dtype_size(p.buffers[s.buffer].dtype), db = d.count() * dtype_size(p.buffers[d.buffer].dtype);
+  if (sb != db)
+    throw ThunkyError(c.pointer + "/dst", "copy needs equal byte sizes: src " + view_str(p, s) + " is " + std::to_string(sb) + " bytes, dst " + view_str(p, d) + " is " + std::to_string(db) + " bytes");
+}
+
+void check_gemm(const Program& p, const Command& c, const View& a, const View& b, const View& cv) {
+  auto fail = [&](const std::string& why) {
+    throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(p, a) + (c.transpose_a ? " (transposed)" : "") + ", b is " + view_str(p, b) + (c.transpose_b ? " (transposed)" : "") + ", c is " + view_str(p, cv));
+  };
+  const DType ta = p.buffers[a.buffer].dtype, tb = p.buffers[b.buffer].dtype, tc = p.buffers[cv.buffer].dtype;
+  if (ta != tb) fail("needs a and b of one dtype");
+  if (!is_float(ta) || !is_float(tc)) fail("works on floating-point dtypes");
+  auto rank_ok = [](const View& v) { return v.shape.size() == 2 || v.shape.size() == 3; };
+  if (!rank_ok(a) || !rank_ok(b) || !rank_ok(cv)) fail("takes 2-D matrices or 3-D batches");
+  auto mat = [](const View& v, bool t) {
+    size_t r = v.shape.size();
+    int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
+    return t ? std::pair{cols, rows} : std::pair{rows, cols};
+  };
+  auto [m, k] = mat(a, c.transpose_a);
+  auto [k2, n] = mat(b, c.transpose_b);
+  auto [m2, n2] = mat(cv, false);
+  if (k != k2) fail("contraction dimensions differ (" + std::to_string(k) + " vs " + std::to_string(k2) + ")");
+  if (m != m2 || n != n2) fail("needs c of shape [" + std::to_string(m) + ", " + std::to_string(n) + "]");
+  int64_t batch = cv.shape.size() == 3 ? cv.shape[0] : 1;
+  if ((a.shape.size() == 3 && a.shape[0] != batch) || (b.shape.size() == 3 && b.shape[0] != batch) ||
+      (cv.shape.size() == 2 && (a.shape.size() == 3 || b.shape.size() == 3)))
+    fail("needs equal batch sizes (a 2-D operand is broadcast over c's batch)");
+}
+
+void check_reduce(const Program& p, const Command& c, const View& in, const View& out) {
+  std::set<int64_t> axes;
+  int64_t kept = 1;
+  for (size_t i = 0; i < c.rare().axes_i.size(); ++i) {
+    int64_t ax = c.rare().axes_i[i];
+    if (ax < 0) ax += static_cast<int64_t>(in.shape.size());
+    if (ax < 0 || ax >= static_cast<int64_t>(in.shape.size()))
+      throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(p, in));
+    if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
+  }
+  for (size_t d = 0; d < in.shape.size(); ++d)
+    if (!axes.count(static_cast<int64_t>(d))) kept *= in.shape[d];
+  if (out.count() != kept)
+    throw ThunkyError(c.pointer + "/out", "reduce of " + view_str(p, in) + " over the listed axes leaves " + std::to_string(kept) + " elements, out " + view_str(p, out) + " has " + std::to_string(out.count()));
+}
+
+void check_map(const Program& p, const Command& m, const RankCtx& ctx, bool names) {
+  if (names) check_map_names(p, m, *m.expr);
+  View out = writable_view(p, *m.out, ctx);
+  for (const auto& [k, r] : m.in) {
+    View v = resolve(p, r, ctx);
+    if (v.count() != out.count() && v.count() != 1)
+      throw ThunkyError(std::string(r.pointer), "map input '" + k + "' is " + view_str(p, v) + "; inputs must be scalars or have out's " + std::to_string(out.count()) + " elements (out is " + view_str(p, out) + ")");
+  }
+}
+
+void check_collective(const Program& p, const Command& c, const View& src, const View& dst, const Participants& part) {
+  const int64_t n = static_cast<int64_t>(part.ranks.size());
+  const Buffer& sb = p.buffers[src.buffer];
+  const Buffer& db = p.buffers[dst.buffer];
+  if (sb.dtype != db.dtype)
+    throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " needs src and dst of one dtype: src is " + view_str(p, src) + ", dst is " + view_str(p, dst));
+  const int64_t sc = src.count(), dc = dst.count();
+  auto mismatch = [&](const std::string& rule) {
+    throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(p, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(p, dst) + " (" + std::to_string(dc) + " elements)");
+  };
+  if (c.op == Op::all_gather && dc != n * sc) mismatch("dst to hold n x src elements");
+  if (c.op == Op::reduce_scatter && sc != n * dc) mismatch("src to hold n x dst elements");
+  if ((c.op == Op::all_reduce || c.op == Op::collective_permute) && sc != dc) mismatch("src and dst of equal element counts");
+  if (c.op == Op::all_to_all) {
+    if (sc != dc) mismatch("src and dst of equal element counts");
+    if (sc % n != 0) mismatch("an element count divisible by the number of ranks");
+  }
+  if (src.buffer == dst.buffer) {
+    const int64_t s0 = src.offset, s1 = src.offset + sc, d0 = dst.offset, d1 = dst.offset + dc;
+    bool overlap = s0 < d1 && d0 < s1;
+    bool identical = s0 == d0 && s1 == d1;
+    bool ok = !overlap;
+    if ((c.op == Op::all_reduce || c.op == Op::collective_permute) && identical) ok = true;
+    if (c.op == Op::all_gather && s0 == d0 + part.position * sc && s1 == s0 + sc) ok = true;
+    if (c.op == Op::reduce_scatter && d0 == s0 + part.position * dc && d1 == d0 + dc) ok = true;
+    if (!ok)
+      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + ": src and dst overlap in buffer '" + sb.name + "' (elements [" + std::to_string(s0) + ", " + std::to_string(s1) + ") and [" + std::to_string(d0) + ", " + std::to_string(d1) + ")); they must be disjoint or in place as the op allows");
+  }
+  if (c.op == Op::collective_permute && c.rare().pairs) {
+    std::set<int64_t> sources, targets;
+    for (size_t i = 0; i < c.rare().pairs->size(); ++i) {
+      auto [s, t] = (*c.rare().pairs)[i];
+      std::string ptr = c.pointer + "/pairs/" + std::to_string(i);
+      if (s < 0 || s >= n || t < 0 || t >= n)
+        throw ThunkyError(ptr, "pair [" + std::to_string(s) + ", " + std::to_string(t) + "] names an index outside the " + std::to_string(n) + " ranks of the collective");
+      if (!sources.insert(s).second) throw ThunkyError(ptr, "source " + std::to_string(s) + " sends more than once");
+      if (!targets.insert(t).second) throw ThunkyError(ptr, "target " + std::to_string(t) + " receives more than once");
+    }
+  }
+}
+
+void check_collective_group(const Command& g) {
+  for (const auto& c : g.body)
+    if (!is_collective(c.op))
+      throw ThunkyError(c.pointer + "/op", "a collective_group may hold only collectives, not '" + std::string(op_name(c.op)) + "'");
+  if (g.body.empty()) throw ThunkyError(g.pointer + "/body", "a collective_group needs at least one collective");
+}
+
+
+void check_custom_call(const Program& p, const Command& c, const RankCtx& ctx) {
+  const CustomCallSpec& spec = *c.rare().custom;
+  if (spec.target != "cholesky" && spec.target != "cusolver_potrf_ffi")
+    throw ThunkyError(c.pointer + "/target", "unknown custom_call target '" + spec.target + "' (registered: cholesky, cusolver_potrf_ffi)");
+  for (auto it = spec.backend_config.begin(); it != spec.backend_config.end(); ++it) {
+    if (it.key() != "lower") throw ThunkyError(c.pointer + "/backend_config/" + it.key(), "unknown key '" + it.key() + "' for cholesky (expected 'lower')");
+    if (!it.value().is_boolean()) throw ThunkyError(c.pointer + "/backend_config/lower", "expected true or false");
+  }
+  if (!spec.backend_config.contains("lower"))
+    throw ThunkyError(c.pointer + "/backend_config", "cholesky needs backend_config.lower (true or false, in cuSOLVER's column-major sense)");
+  if (c.refs.size() != 1) throw ThunkyError(c.pointer + "/operands", "cholesky takes one operand [a]");
+  if (c.refs2.size() != 2) throw ThunkyError(c.pointer + "/results", "cholesky has two results [a, info]");
+  View a = resolve(p, c.refs[0], ctx), r = resolve(p, c.refs2[0], ctx), info = resolve(p, c.refs2[1], ctx);
+  DType t = p.buffers[a.buffer].dtype;
+  if (a.shape.size() < 2 || a.shape[a.shape.size() - 1] != a.shape[a.shape.size() - 2] || (t != DType::f32 && t != DType::f64))
+    throw ThunkyError(std::string(c.refs[0].pointer), "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(p, a));
+  if (r.shape != a.shape || p.buffers[r.buffer].dtype != t)
+    throw ThunkyError(std::string(c.refs2[0].pointer), "result 0 must have the operand's shape and dtype " + view_str(p, a) + ", got " + view_str(p, r));
+  int64_t batch = a.count() / (a.shape.back() * a.shape.back());
+  if (p.buffers[info.buffer].dtype != DType::s32 || info.count() != batch)
+    throw ThunkyError(std::string(c.refs2[1].pointer), "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(p, info));
+}
+
+}  // namespace thunky

@@ -1,0 +1,412 @@
+#include "core/rank_walk.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/command_facts.h"
+#include "core/mesh.h"
+#include "core/op_rules.h"
+#include "core/race.h"
+#include "core/validate.h"
+
+namespace thunky {
+
+namespace {
+
+// A token as the schedule wrote it (inside a call, lowering appends
+// "$<instance>").
+std::string display_token(std::string_view token) {
+  return std::string(token.substr(0, token.find('$')));
+}
+
+// One access a command makes: the ref it came from, its view on this rank
+// and whether it writes.
+struct Use {
+  const Ref* ref;
+  View view;
+  bool write;
+};
+
+// Walks the program for one rank.
+class RankWalker {
+ public:
+  // `structural`: report what is the same on every rank (tokens, map
+  // names), which rank 0's walk does. `races`: track races, on the buffers
+  // `race_buffers` marks (every buffer when null). `sequences`: keep each
+  // communicator's collective sequence for the collective-order check.
+  RankWalker(const Program& p, int64_t rank, bool structural, bool races, const std::vector<char>* race_buffers, bool sequences)
+      : p_(&p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), sequences_(sequences), race_buffers_(race_buffers), detector_(p.buffers.size()) {}
+
+  // Walks the top-level program.
+  void run() {
+    Namespace ns;
+    int main_slot = hb_.new_slot();
+    StreamId main;
+    ns.slots[main] = main_slot;
+    slot_names_.push_back(main.str());
+    walk(p_->program, main_slot, ns, -1);
+    // Reported after the race check: a missing async_done usually leaves a
+    // race behind, and both are worth showing.
+    if (structural_) {
+      std::vector<const TokenMap::value_type*> live;  // reported in name order
+      for (const auto& entry : tokens_)
+        if (entry.second.live) live.push_back(&entry);
+      std::sort(live.begin(), live.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+      for (const auto* entry : live)
+        unawaited.push_back(ThunkyError(entry->second.start->pointer + "/token", "token '" + display_token(entry->first) + "' is never awaited (every async_start needs one later async_done)"));
+    }
+  }
+
+  std::vector<ThunkyError> unawaited;
+
+  std::vector<RaceReport> races;
+  std::map<std::vector<int>, std::vector<CollectiveSig>> collectives;
+  std::vector<const Command*> commands;  // index -> command, for reports
+  std::vector<std::string> slot_names_;
+  std::vector<const std::string*> command_token;  // index -> token of the innermost async body
+
+ private:
+  struct Namespace {
+    std::map<StreamId, int> slots;
+    std::string where;  // "" at top level, else the region's id
+  };
+  struct TokenState {
+    Clock clock;
+    int frame = 0;
+    bool live = false;
+    const Command* start = nullptr;  // the async_start that last started it
+  };
+
+  void add_access(const Command& c, int slot, uint32_t seq, int branch, const Use& u) {
+    const View& v = u.view;
+    if (!races_ || (race_buffers_ && !(*race_buffers_)[static_cast<size_t>(v.buffer)])) return;
+    size_t es = dtype_size(p_->buffers[v.buffer].dtype);
+    Access a;
+    a.buffer = v.buffer;
+    a.lo = static_cast<uint64_t>(v.offset) * es;
+    a.hi = a.lo + static_cast<uint64_t>(v.count()) * es;
+    a.write = u.write;
+    a.slot = slot;
+    a.seq = seq;
+    a.command = static_cast<int>(commands.size()) - 1;
+    a.branch = branch;
+    detector_.access(a, hb_, branches_, races, 64);
+  }
+
+  View need_writable(const Ref& r) { return writable_view(*p_, r, ctx_); }
+
+  void walk(const Block& block, int slot, Namespace& ns, int branch) {
+    for (size_t i = 0; i < block.size(); ++i) {
+      command(block[i], slot, ns, branch);
+    }
+  }
+
+  int slot_for(Namespace& ns, const StreamId& s, int current) {
+    auto it = ns.slots.find(s);
+    if (it != ns.slots.end()) return it->second;
+    int slot = hb_.new_slot();
+    ns.slots[s] = slot;
+    slot_names_.push_back(s.str() + (ns.where.empty() ? "" : " inside " + ns.where));
+    return slot;
+  }
+
+  // A conditionally executed or repeated region: fresh sub-streams, and
+  // tokens may not cross its boundary.
+  void region(const Block& block, const std::string& id, int slot, int branch) {
+    Namespace inner;
+    inner.where = id;
+    // The region's own stream stays the enclosing command's stream.
+    for (const auto& [sid, s] : ns_stack_.back()->slots)
+      if (s == slot) inner.slots[sid] = slot;
+    ++frame_;
+    ns_stack_.push_back(&inner);
+    walk(block, slot, inner, branch);
+    ns_stack_.pop_back();
+    // Only a region that leaves a token live looks for it (by name order).
+    if (structural_ && live_at_depth(frame_) > 0) {
+      const TokenMap::value_type* first = nullptr;
+      for (const auto& entry : tokens_)
+        if (entry.second.live && entry.second.frame == frame_ && (!first || entry.first < first->first)) first = &entry;
+      throw ThunkyError(first->second.start->pointer + "/token", "token '" + display_token(first->first) + "' is started inside " + id + " but not awaited there (a cond branch or loop body must join the work it forks)");
+    }
+    --frame_;
+  }
+
+  // The communicator of a collective on this rank: its participants, and
+  // the sequence of collectives issued on it.
+  struct Comm {
+    const Participants* part = nullptr;
+    std::vector<CollectiveSig>* sigs = nullptr;
+  };
+  Comm communicator(const Command& c) {
+    // Participants depend on the axes and groups only. Consecutive
+    // collectives mostly share them, so the last one is kept at hand.
+    const auto* groups = c.rare().groups ? &*c.rare().groups : nullptr;
+    if (last_comm_.part && groups == last_groups_ && c.axis == last_axis_) return last_comm_;
+    std::string key = c.axis.size() == 1 ? c.axis[0] : std::string();
+    if (c.axis.size() > 1)
+      for (const auto& a : c.axis) key += a + ",";
+    if (groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(groups));
+    auto cached = participants_.find(key);
+    if (cached == participants_.end()) {
+      try {
+        cached = participants_.emplace(key, participants(p_->mesh, ctx_.rank, c.axis, c.rare().groups)).first;
+      } catch (const ThunkyError& e) {
+        throw ThunkyError(c.pointer + (groups ? "/groups" : "/axis"), e.what());
+      }
+    }
+    const Participants& part = cached->second;
+    auto it = comm_index_.find(&part);
+    if (it == comm_index_.end()) it = comm_index_.emplace(&part, &collectives[part.ranks]).first;
+    last_comm_ = {&part, it->second};
+    last_groups_ = groups;
+    last_axis_ = c.axis;
+    return last_comm_;
+  }
+
+  // Checks one collective's rules on this rank and appends it to its
+  // communicator's sequence.
+  void collective(const Command& c, const View& src, const View& dst) {
+    const Comm comm = communicator(c);
+    const Participants& part = *comm.part;
+    check_collective(*p_, c, src, dst, part);
+    if (sequences_) comm.sigs->push_back({&c, src, dst, static_cast<int>(part.ranks.size())});
+  }
+
+  void command(const Command& c, int slot, Namespace& ns, int branch) {
+    commands.push_back(&c);
+    command_token.push_back(cur_token_);
+    auto R = [&](const Ref& r) { return resolve(*p_, r, ctx_); };
+    auto leaf = [&](std::initializer_list<Use> acc) {
+      uint32_t seq = hb_.tick(slot);
+      for (const auto& u : acc) add_access(c, slot, seq, branch, u);
+    };
+    auto scalar = [&](const Ref& r, DType want, const char* what) { return scalar_view(*p_, r, ctx_, want, what); };
+    switch (c.op) {
+      case Op::memzero:
+      case Op::memset: leaf({{&*c.dst, need_writable(*c.dst), true}}); break;
+      case Op::copy: {
+        View s = R(*c.src), d = need_writable(*c.dst);
+        check_copy(*p_, c, s, d);
+        leaf({{&*c.src, s, false}, {&*c.dst, d, true}});
+        break;
+      }
+      case Op::gemm: {
+        View a = R(*c.a), b = R(*c.b), cv = need_writable(*c.c);
+        check_gemm(*p_, c, a, b, cv);
+        if (c.beta != 0) leaf({{&*c.a, a, false}, {&*c.b, b, false}, {&*c.c, cv, false}, {&*c.c, cv, true}});
+        else leaf({{&*c.a, a, false}, {&*c.b, b, false}, {&*c.c, cv, true}});
+        break;
+      }
+      case Op::map: map_command(c, c, slot, branch); break;
+      case Op::reduce: {
+        View in = R(*c.src), out = need_writable(*c.out);
+        check_reduce(*p_, c, in, out);
+        leaf({{&*c.src, in, false}, {&*c.out, out, true}});
+        break;
+      }
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call: {
+        uint32_t seq = hb_.tick(slot);
+        if (c.op == Op::ptx_kernel && c.rare().cpu) check_map(*p_, *c.rare().cpu, ctx_, structural_);
+        if (c.op == Op::custom_call) check_custom_call(*p_, c, ctx_);
+        std::vector<Use> acc;
+        for_each_use(c, [&](RefUse u) { acc.push_back({u.ref, u.write ? need_writable(*u.ref) : R(*u.ref), u.write}); });
+        for (const auto& u : acc) add_access(c, slot, seq, branch, u);
+        break;
+      }
+      case Op::all_reduce:
+      case Op::all_gather:
+      case Op::reduce_scatter:
+      case Op::all_to_all:
+      case Op::collective_permute: {
+        View s = R(*c.src), d = need_writable(*c.dst);
+        collective(c, s, d);
+        leaf({{&*c.src, s, false}, {&*c.dst, d, true}});
+        break;
+      }
+      case Op::collective_group: {
+        check_collective_group(c);
+        // One launch: every member is issued at once on this stream.
+        uint32_t seq = hb_.tick(slot);
+        for (const auto& m : c.body) {
+          commands.push_back(&m);
+          command_token.push_back(cur_token_);
+          View s = R(*m.src), d = need_writable(*m.dst);
+          collective(m, s, d);
+          add_access(m, slot, seq, branch, {&*m.src, s, false});
+          add_access(m, slot, seq, branch, {&*m.dst, d, true});
+        }
+        break;
+      }
+      case Op::async_start: {
+        // Elements of the map keep their place while the body adds more.
+        TokenState& t = tokens_[c.token];
+        if (structural_ && t.live)
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
+        // The target slot first: a new one must not move the clock joined.
+        const int target = slot_for(ns, c.stream, slot);
+        hb_.join(target, hb_.clock(slot));
+        const std::string* saved_token = cur_token_;
+        cur_token_ = &c.token;
+        walk(c.body, target, ns, branch);
+        cur_token_ = saved_token;
+        if (t.live) --live_at_depth(t.frame);
+        ++live_at_depth(frame_);
+        t.clock = hb_.clock(target);
+        t.frame = frame_;
+        t.live = true;
+        t.start = &c;
+        break;
+      }
+      case Op::async_done: {
+        auto it = tokens_.find(c.token);
+        if (it == tokens_.end() || !it->second.live) {
+          if (!structural_) break;
+          if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display_token(c.token) + "', which no earlier async_start started");
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
+        }
+        if (it->second.frame != frame_ && structural_)
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
+        hb_.join(slot, it->second.clock);
+        it->second.live = false;
+        --live_at_depth(it->second.frame);
+        break;
+      }
+      case Op::cond:
+      case Op::switch_: {
+        const Ref& r = c.op == Op::cond ? *c.pred : *c.index;
+        View v = c.op == Op::cond ? scalar(r, DType::boolean, "pred") : scalar(r, DType::s32, "index");
+        leaf({{&r, v, false}});
+        const int id = cond_ids_++;
+        const Clock entry = hb_.clock(slot);
+        Clock exit = entry;
+        std::vector<const Block*> blocks;
+        std::vector<std::string> names;
+        if (c.op == Op::cond) {
+          blocks = {&c.rare().then_, &c.rare().else_};
+          names = {c.id() + "/then", c.id() + "/else"};
+        } else {
+          for (size_t k = 0; k < c.rare().branches.size(); ++k) {
+            blocks.push_back(&c.rare().branches[k]);
+            names.push_back(c.id() + "/branches/" + std::to_string(k));
+          }
+        }
+        uint32_t own = entry.size() > static_cast<size_t>(slot) ? entry[slot] : 0;
+        for (size_t k = 0; k < blocks.size(); ++k) {
+          Clock start = entry;
+          reset_clock(slot, start, own);
+          branches_.push_back(BranchNode{branch, id, static_cast<int>(k)});
+          int node = static_cast<int>(branches_.size()) - 1;
+          ns_stack_.push_back(&ns);
+          region(*blocks[k], names[k], slot, node);
+          ns_stack_.pop_back();
+          const Clock& after = hb_.clock(slot);
+          own = std::max(own, after.size() > static_cast<size_t>(slot) ? after[slot] : 0u);
+          if (exit.size() < after.size()) exit.resize(after.size(), 0);
+          for (size_t i = 0; i < after.size(); ++i) exit[i] = std::max(exit[i], after[i]);
+        }
+        reset_clock(slot, exit, own);
+        break;
+      }
+      case Op::while_: {
+        View v = scalar(*c.cond_buf, DType::boolean, "cond_buf");
+        ns_stack_.push_back(&ns);
+        region(c.rare().cond, c.id() + "/cond", slot, branch);
+        leaf({{&*c.cond_buf, v, false}});
+        region(c.body, c.id() + "/body", slot, branch);
+        ns_stack_.pop_back();
+        break;
+      }
+      case Op::call: walk(c.body, slot, ns, branch); break;
+    }
+  }
+
+  void reset_clock(int slot, const Clock& c, uint32_t own) {
+    Clock n = c;
+    if (n.size() <= static_cast<size_t>(slot)) n.resize(slot + 1, 0);
+    n[slot] = own;
+    // HappensBefore has no setter for a whole clock: rebuild by components.
+    const Clock& cur = hb_.clock(slot);
+    for (size_t i = 0; i < std::max(cur.size(), n.size()); ++i) hb_.set_component(slot, static_cast<int>(i), i < n.size() ? n[i] : 0);
+  }
+
+  void map_command(const Command& c, const Command& m, int slot, int branch) {
+    check_map(*p_, m, ctx_, structural_);
+    uint32_t seq = hb_.tick(slot);
+    for (const auto& [k, r] : m.in) add_access(c, slot, seq, branch, {&r, resolve(*p_, r, ctx_), false});
+    add_access(c, slot, seq, branch, {&*m.out, resolve(*p_, *m.out, ctx_), true});
+  }
+
+  const Program* p_;
+  RankCtx ctx_;
+  bool structural_;
+  bool races_;
+  bool sequences_;
+  const std::vector<char>* race_buffers_;
+  HappensBefore hb_;
+  RaceDetector detector_;
+  std::vector<BranchNode> branches_;
+  // Keyed by the commands' own token texts (the program outlives the walk).
+  using TokenMap = std::unordered_map<std::string_view, TokenState>;
+  TokenMap tokens_;
+  // How many live tokens were started at each region depth.
+  std::vector<int> live_per_depth_;
+  int& live_at_depth(int depth) {
+    if (static_cast<size_t>(depth) >= live_per_depth_.size()) live_per_depth_.resize(static_cast<size_t>(depth) + 1, 0);
+    return live_per_depth_[static_cast<size_t>(depth)];
+  }
+  std::vector<Namespace*> ns_stack_;
+  std::unordered_map<std::string, Participants> participants_;
+  std::unordered_map<const Participants*, std::vector<CollectiveSig>*> comm_index_;
+  Comm last_comm_;
+  const std::vector<std::vector<int64_t>>* last_groups_ = nullptr;
+  std::vector<std::string> last_axis_;
+  int frame_ = 0;
+  int cond_ids_ = 0;
+  const std::string* cur_token_ = &kNoToken;
+  static inline const std::string kNoToken;
+};
+
+// A race as the user reads it: both commands, their streams, what each
+// does, and the join that is missing.
+std::string race_message(const Program& p, const RankWalker& w, const RaceReport& rr) {
+  const Command& a = *w.commands[rr.first.command];
+  const Command& b = *w.commands[rr.second.command];
+  const Buffer& buf = p.buffers[rr.first.buffer];
+  uint64_t lo = std::max(rr.first.lo, rr.second.lo), hi = std::min(rr.first.hi, rr.second.hi);
+  const std::string& ta = *w.command_token[rr.first.command];
+  const std::string& tb = *w.command_token[rr.second.command];
+  std::ostringstream msg;
+  msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id() << " (" << op_name(a.op)
+      << (a.rare().name.empty() ? "" : " '" + a.rare().name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
+      << w.slot_names_[rr.first.slot] << ") and " << b.id() << " (" << op_name(b.op)
+      << (b.rare().name.empty() ? "" : " '" + b.rare().name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
+      << w.slot_names_[rr.second.slot] << ") are not ordered by stream order or any token; missing join: ";
+  if (!ta.empty())
+    msg << "an async_done of token '" << display_token(ta) << "' on " << w.slot_names_[rr.second.slot] << " before " << b.id();
+  else
+    msg << "the async_start of token '" << display_token(tb) << "' must come after " << a.id()
+        << " on its stream, or after an async_done that joins it";
+  return msg.str();
+}
+
+}  // namespace
+
+RankFindings walk_rank(const Program& p, int64_t rank, const WalkOptions& opts) {
+  RankFindings f;
+  try {
+    RankWalker w(p, rank, opts.structural, opts.races, opts.race_buffers, opts.sequences);
+    w.run();
+    for (const auto& rr : w.races) f.races.push_back({race_message(p, w, rr), w.commands[rr.second.command]->id(), rr.first.buffer});
+    f.collectives = std::move(w.collectives);
+    f.unawaited = std::move(w.unawaited);
+  } catch (...) {
+    f.error = std::current_exception();
+  }
+  return f;
+}
+
+}  // namespace thunky
