@@ -34,8 +34,9 @@ TEST(RefSyntax, ParsingClassifiesRankDependence) {
   EXPECT_FALSE(parse_ref("a[1:3]").sized_by_rank);
 }
 
-TEST(Shape, InlineAndHeapDimensionsReadAlike) {
-  // Up to 6 dimensions inline, more on the heap; both copy, compare, resize.
+TEST(Shape, ShapesOfAnyRankCopyCompareAndResizeAsVectors) {
+  // Shapes of 3 and of 8 dimensions, and resizes across 6 (the most a
+  // shape holds without allocating), behave as std::vector<int64_t>.
   const Shape small{2, 3, 4};
   const Shape large{1, 2, 3, 4, 5, 6, 7, 8};
   EXPECT_EQ(small.size(), 3u);
@@ -44,11 +45,11 @@ TEST(Shape, InlineAndHeapDimensionsReadAlike) {
   EXPECT_EQ(large[7], 8);
   Shape copy = large;
   EXPECT_TRUE(copy == large);
-  copy.resize(2);  // heap to inline
+  copy.resize(2);
   EXPECT_TRUE(copy == (Shape{1, 2}));
   copy.push_back(9);
   EXPECT_TRUE(copy == (std::vector<int64_t>{1, 2, 9}));
-  copy.resize(7);  // inline to heap, new dimensions zero
+  copy.resize(7);  // new dimensions zero
   EXPECT_EQ(std::vector<int64_t>(copy), (std::vector<int64_t>{1, 2, 9, 0, 0, 0, 0}));
   EXPECT_FALSE(small == large);
   // A 7-dimensional buffer still resolves: a[1] of [2,1,1,1,1,1,3] is 3
