@@ -1,0 +1,237 @@
+// Collectives: the rendezvous of their ranks, and the flows they drive.
+#include "sim/engine_internal.h"
+
+namespace thunky::sim::internal {
+
+int Engine::intern(std::vector<int> members) {
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  auto [it, fresh] = sets_.try_emplace(std::move(members), static_cast<int>(set_sizes_.size()));
+  if (fresh) set_sizes_.push_back(it->first.size());
+  return it->second;
+}
+
+int Engine::member_set(int info, int64_t rank) {
+  CmdInfo& in = infos_[info];
+  if (in.sets < 0) {
+    in.sets = static_cast<int32_t>(set_of_rank_.size());
+    set_of_rank_.emplace_back(static_cast<size_t>(p_.mesh.size()), -1);
+  }
+  std::pmr::vector<int32_t>& set_of_rank = set_of_rank_[in.sets];
+  if (set_of_rank[rank] >= 0) return set_of_rank[rank];
+  std::vector<const Command*> members;
+  if (in.cmd->op == Op::collective_group)
+    for (int m = members_begin(info); m < members_end(info); ++m) members.push_back(infos_[m].cmd);
+  else
+    members.push_back(in.cmd);
+  std::vector<int> set = launch_members(p_.mesh, rank, members);
+  const int id = intern(set);
+  for (int q : set) set_of_rank[q] = id;
+  return id;
+}
+
+void Engine::arrive(int si, const Task& t) {
+  Stream& s = streams_[si];
+  if (fold_) {
+    // Every rank reaches it now.
+    s.state = Stream::State::running;
+    Comm act = new_comm();
+    act.streams.push_back(si);
+    act.since.push_back(now_);
+    start_collective(std::move(act));
+    return;
+  }
+  s.state = Stream::State::waiting_collective;
+  const int set = member_set(t.info, s.rank);
+  const uint64_t seq = seq_[(static_cast<uint64_t>(set) << 32) | static_cast<uint64_t>(s.rank)]++;
+  const uint64_t key = (static_cast<uint64_t>(set) << 32) | seq;
+  Rendezvous& rv = rendezvous_[key];
+  if (rv.arrived.empty()) {
+    rv.need = set_sizes_[set];
+    rv.arrived.reserve(rv.need);
+    rv.since.reserve(rv.need);
+  }
+  rv.arrived.emplace_back(s.rank, si);
+  rv.since.push_back(now_);
+  if (rv.arrived.size() < rv.need) return;
+  std::vector<size_t> order(rv.arrived.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rv.arrived[a].first < rv.arrived[b].first; });
+  Comm act = new_comm();
+  for (size_t k : order) {
+    act.streams.push_back(rv.arrived[k].second);
+    act.since.push_back(rv.since[k]);
+  }
+  rendezvous_.erase(key);
+  for (int st : act.streams) streams_[st].state = Stream::State::running;
+  start_collective(std::move(act));
+}
+
+int Engine::new_flow(int activity, double bytes) {
+  int f;
+  if (!free_flows_.empty()) {
+    f = free_flows_.back();
+    free_flows_.pop_back();
+    flows_[f].links.clear();
+  } else {
+    f = static_cast<int>(flows_.size());
+    flows_.emplace_back(&arena_);
+  }
+  Flow& fl = flows_[f];
+  fl.activity = activity;
+  fl.remaining = bytes;
+  fl.rate = 0;
+  fl.last = now_;
+  fl.active = fl.done = false;
+  return f;
+}
+
+double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency) {
+  const Command& c = *infos_[mi].cmd;
+  Work scratch;
+  const int64_t n = static_cast<int64_t>(part.ranks.size());
+  const double bytes = static_cast<double>(work(mi, rank, scratch).bytes);
+  std::vector<AxisSpan>& spans = scratch_spans_;
+  spans.clear();
+  for (const auto& ax : c.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
+  if (c.rare().groups) {  // one axis of the group's size
+    spans.resize(1);
+    spans.front().ranks = n;
+  }
+  const AxisLinks& first = *spans.front().links;
+  if (c.op == Op::collective_permute) {
+    // The pairs: explicit, or every i to (i + shift) mod n; folded, rank
+    // 0's flow stands for its translates.
+    const size_t npairs = c.rare().pairs ? c.rare().pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
+    const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.rare().groups;
+    const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
+    for (size_t k = 0; k < npairs; ++k) {
+      const int64_t s = c.rare().pairs ? (*c.rare().pairs)[k].first : fold_ ? part.position : static_cast<int64_t>(k);
+      const int64_t t = c.rare().pairs ? (*c.rare().pairs)[k].second : shift_target(c, s, n);
+      if (s == t || (fold_ && s != part.position)) continue;
+      const int f = new_flow(a, bytes);
+      std::pmr::vector<int>& links = flows_[f].links;
+      const int64_t from = part.ranks[s], to = part.ranks[t];
+      int64_t hops = 1;
+      if (ring) {
+        const int64_t cw = floor_mod(t - s, n), ccw = floor_mod(s - t, n);
+        // Shortest way round (ties clockwise); a line has only the direct way.
+        const int dir = first.wraparound ? (cw <= ccw ? 1 : -1) : (t > s ? 1 : -1);
+        hops = dir > 0 ? (first.wraparound ? cw : t - s) : (first.wraparound ? ccw : s - t);
+        int64_t at = from;
+        for (int64_t h = 0; h < hops; ++h) {
+          links.push_back(ring_link(at, dim, dir, first));
+          at = neighbour(at, dim, dir);
+        }
+      } else {
+        const double egress = first.topology == AxisLinks::Topology::ring ? first.link_bandwidth : first.egress_bandwidth;
+        links.push_back(link(LinkKey::make(LinkKey::egress, from, 0), egress));
+        links.push_back(link(LinkKey::make(LinkKey::ingress, 0, to), egress));
+      }
+      latency = std::max(latency, permute_seconds(first, hops, 0, false));
+      act.flows.push_back(f);
+    }
+    return bytes;
+  }
+  const CollectiveCost cost = collective_cost(c.op, spans, bytes);
+  const double transfer = cost.transfer_s;
+  latency = std::max(latency, cost.latency_s);
+  if (cost.nccl) algorithm_of(mi) = cost;
+  // One flow over every link the collective drives, sized so that alone
+  // it takes the closed-form transfer time at the slowest link's rate.
+  const int f = new_flow(a, 0);
+  std::pmr::vector<int>& links = flows_[f].links;
+  double cap = std::numeric_limits<double>::infinity();
+  for (int r : part.ranks) {
+    // Folded, every rank's links fall in rank 0's classes.
+    if (fold_ && r != rank) continue;
+    if (first.topology == AxisLinks::Topology::ring) {
+      for (const auto& ax : c.axis) {
+        const int dim = *p_.mesh.axis(ax);
+        const AxisLinks& al = axis_links(ax);
+        const int64_t co = coord(r, dim);
+        if (al.wraparound || co + 1 < p_.mesh.shape[dim]) links.push_back(ring_link(r, dim, 1, al));
+        if (al.wraparound || co > 0) links.push_back(ring_link(r, dim, -1, al));
+        cap = std::min(cap, al.link_bandwidth);
+      }
+    } else {
+      links.push_back(link(LinkKey::make(LinkKey::egress, r, 0), first.egress_bandwidth));
+      cap = std::min(cap, first.egress_bandwidth);
+      if (first.topology == AxisLinks::Topology::hierarchical && n > first.group_size)
+        links.push_back(link(LinkKey::make(LinkKey::nic, r, 0), first.nic_bandwidth * static_cast<double>(first.group_size)));
+    }
+  }
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  // Alone, the flow runs at its slowest link's capacity.
+  for (int l : links) cap = std::min(cap, capacity_[l]);
+  flows_[f].remaining = transfer * cap;
+  if (flows_[f].remaining > 0 && !links.empty()) act.flows.push_back(f);
+  else free_flows_.push_back(f);
+  return bytes;
+}
+
+Comm Engine::new_comm() {
+  if (spare_comms_.empty()) return Comm(&arena_);
+  Comm c = std::move(spare_comms_.back());
+  spare_comms_.pop_back();
+  c.streams.clear();
+  c.since.clear();
+  c.flows.clear();
+  c.stats.clear();
+  c.version = 0;
+  c.finished = false;
+  return c;
+}
+
+void Engine::start_collective(Comm act) {
+  const int a = static_cast<int>(comms_.size());
+  act.start = now_;
+  const Stream& s0 = streams_[act.streams[0]];
+  const Task& t0 = s0.tasks[s0.pc];
+  // The members: a group's body, or the collective itself.
+  const bool group = infos_[t0.info].cmd->op == Op::collective_group;
+  const int first_member = group ? members_begin(t0.info) : t0.info, end_member = group ? members_end(t0.info) : t0.info + 1;
+  double latency = 0;
+  if (rank_stamp_.size() < static_cast<size_t>(p_.mesh.size())) rank_stamp_.resize(static_cast<size_t>(p_.mesh.size()), 0);
+  for (int mi = first_member; mi < end_member; ++mi) {
+    const Command& c = *infos_[mi].cmd;
+    // Every instance of the member among the launched ranks moves data: a
+    // group whose members span several communicators (a row shift beside
+    // a column reduction) drives them all. Folded, rank 0's stands for all.
+    ++rank_stamp_now_;
+    for (int st : act.streams) {
+      const int64_t rank = streams_[st].rank;
+      if (rank_stamp_[rank] == rank_stamp_now_) continue;
+      const Participants part = participants(p_.mesh, rank, c.axis, c.rare().groups);
+      for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
+      const double bytes = member_flows(act, a, mi, rank, part, latency);
+      // Ranks are in order, so rank 0's instance comes first.
+      if (rank == 0 && keep_records_) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
+      if (fold_) break;
+    }
+  }
+  act.latency_end = now_ + latency;
+  comms_.push_back(std::move(act));
+  Comm& ref = comms_[a];
+  if (m_.additive_latency && latency > 0) {
+    queue_.push({ref.latency_end}, encode(kFlowStart, a));
+    return;
+  }
+  if (latency > 0) queue_.push({ref.latency_end}, encode(kLatency, a));
+  if (latency <= 0 && ref.flows.empty()) {
+    finish_comm(a);
+    return;
+  }
+  activate(a);
+}
+
+void Engine::add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes) {
+  const Command& c = *infos_[info].cmd;
+  auto [it, fresh] = stats_seen_.try_emplace(std::pair{info, inst}, static_cast<int>(stats_.size()));
+  if (!fresh) return;
+  stats_.push_back({op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0, algorithm_at(info)});
+  act.stats.push_back(it->second);
+}
+
+}  // namespace thunky::sim::internal

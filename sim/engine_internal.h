@@ -1,0 +1,512 @@
+// The simulator's engine, shared by its parts (not part of the public
+// interface: sim/engine.h is). The engine is an event loop over every
+// rank's streams; its parts live in files of their own:
+//   sim/engine.cc              construction, the event loop, issuing each rank's
+//                              program to its streams, compute sharing, events
+//   sim/engine_collectives.cc  rendezvous of a collective's ranks and its flows
+//   sim/engine_links.cc        links, and how concurrent flows share them (max-min)
+//   sim/engine_report.cc       the report built from the records at the end
+#pragma once
+
+#include "sim/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <memory_resource>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/accounting.h"
+#include "core/command_facts.h"
+#include "core/mesh.h"
+#include "core/validate.h"
+#include "sim/collective_cost.h"
+#include "sim/event_queue.h"
+#include "sim/maxmin.h"
+#include "sim/symmetry.h"
+
+namespace thunky::sim::internal {
+
+// Facts about one lowered command that hold on every rank, computed once.
+// Commands are numbered in preorder; `blocks` gives where each child block's
+// commands start (body, then, else, branches..., while cond).
+struct CmdInfo {
+  const Command* cmd = nullptr;
+  int subtree = 1;
+  int blocks = -1;  // into Engine::block_starts_; -1: no sub-blocks
+  int8_t per_rank = -1;  // work differs between ranks (1), or not (0); -1: not yet computed
+  bool have_seconds = false;
+  Work work;
+  double seconds = 0;
+  int partner = -1;                  // async_done: its async_start
+  int32_t sets = -1;  // collectives: into Engine::set_of_rank_
+};
+
+// The work and time of compute commands, by what command_work computes them
+// from: the op, each view it reads (ref syntax, shared by equal ref texts,
+// and buffer), the transposes, whether beta is 0, and a map's expression.
+// A command with a cost override, a view sized by rank or more than 8
+// views is not remembered. Direct-mapped: a slot holds the last command
+// priced there.
+class WorkMemo {
+ public:
+  struct Key {
+    const Expr* expr = nullptr;
+    Op op = Op::memzero;
+    uint8_t flags = 0;  // transpose_a, transpose_b, beta != 0
+    uint8_t n = 0;
+    const RefSyntax* syntax[8];
+    int32_t buffer[8];
+    bool operator==(const Key& o) const {
+      if (expr != o.expr || op != o.op || flags != o.flags || n != o.n) return false;
+      for (int i = 0; i < n; ++i)
+        if (syntax[i] != o.syntax[i] || buffer[i] != o.buffer[i]) return false;
+      return true;
+    }
+  };
+  struct Slot {
+    bool full;
+    Key key;
+    Work work;
+    double seconds;
+  };
+  // The slot for `c` when it can be remembered (full when remembered), else
+  // null. A slot that holds another command is emptied for the caller.
+  Slot* find(const Command& c) {
+    Key k;
+    if (!key(c, k)) return nullptr;
+    // A sum of the inputs, mixed once: slots need spreading, not strength
+    // (the key is compared whole).
+    uint64_t h = static_cast<uint64_t>(k.op) ^ reinterpret_cast<uintptr_t>(k.expr) ^ static_cast<uint64_t>(k.flags) << 8;
+    for (int i = 0; i < k.n; ++i) h += (reinterpret_cast<uintptr_t>(k.syntax[i]) >> i) + static_cast<uint64_t>(k.buffer[i]) * 0x9E37;
+    h *= 0x9E3779B97F4A7C15ull;
+    const size_t i = h >> 58;  // the top 6 bits: one of kSlots
+    Slot& s = slots_[i];
+    // Slots are not initialised (a short simulation would pay for clearing
+    // them all); `used_` says which were ever written.
+    if (!(used_ >> i & 1) || !s.full || !(s.key == k)) {
+      used_ |= uint64_t{1} << i;
+      s.full = false;
+      s.key = k;
+    }
+    return &s;
+  }
+
+ private:
+  static constexpr size_t kSlots = 64;  // one bit each in used_; find takes 6 bits of hash
+  // A view sized by rank needs no test here: its command's work differs
+  // by rank, and such work is never stored (Engine::seconds), so equal
+  // keys never meet one.
+  static bool add(Key& k, const Ref& r) {
+    if (k.n == 8) return false;
+    k.syntax[k.n] = r.syntax.get();
+    k.buffer[k.n++] = r.buffer;
+    return true;
+  }
+  static bool add(Key& k, const std::vector<Ref>& refs) {
+    for (const Ref& r : refs)
+      if (!add(k, r)) return false;
+    return true;
+  }
+  // The views command_work reads for each compute op.
+  static bool key(const Command& c, Key& k) {
+    if (c.cost) return false;
+    k.op = c.op;
+    switch (c.op) {
+      case Op::memzero:
+      case Op::memset: return add(k, *c.dst);
+      case Op::copy: return add(k, *c.src) && add(k, *c.dst);
+      case Op::gemm:
+        k.flags = static_cast<uint8_t>(c.transpose_a + 2 * c.transpose_b + 4 * (c.beta != 0));
+        return add(k, *c.a) && add(k, *c.b) && add(k, *c.c);
+      case Op::map:
+        k.expr = c.expr.get();
+        if (!add(k, *c.out)) return false;
+        for (const auto& [name, r] : c.in)
+          if (!add(k, r)) return false;
+        return true;
+      case Op::reduce: return add(k, *c.src) && add(k, *c.out);
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call: return add(k, c.refs) && add(k, c.refs2);
+      default: return false;
+    }
+  }
+  uint64_t used_ = 0;
+  std::array<Slot, kSlots> slots_;
+};
+
+struct Task {
+  enum class Kind : uint8_t { op, record, wait };
+  Kind kind = Kind::op;
+  bool join = false;
+  int32_t info = -1;
+  int32_t instance = -1;  // k-th run inside a loop, -1 outside loops
+  int32_t event = -1;     // record / wait
+};
+
+struct Stream {
+  int64_t rank = 0;
+  StreamId sid;
+  std::vector<Task> tasks;
+  size_t pc = 0;
+  enum class State : uint8_t { ready, running, waiting_event, waiting_collective, done } state = State::ready;
+};
+
+struct Event {
+  double t = 0;
+  int32_t stream = -1;  // the stream that recorded it
+  int32_t waiter = -1;  // the stream waiting for it
+  bool done = false;
+};
+
+// What the report will say of one finished command: kept compact while the
+// simulation runs and turned into OpRecords at the end.
+struct Rec {
+  double start = 0, end = 0;
+  int32_t info = -1;
+  int32_t instance = -1;
+  int32_t stream = -1;
+};
+
+struct Edge {
+  double from_s = 0, to_s = 0;
+  int32_t from_stream = -1, to_stream = -1;
+  int32_t info = -1;  // the async_start / async_done that names the token
+  bool join = false;
+};
+
+// A kernel running on one rank's compute, at a share of its throughput.
+struct Compute {
+  int64_t rank = 0;
+  int32_t stream = -1;
+  double remaining = 0;  // seconds of work at full rate
+  double rate = 0;
+  double last = 0;
+  double start = 0;
+  uint32_t version = 0;  // never reset, so stale predictions are recognised after reuse
+};
+
+struct Flow {
+  explicit Flow(std::pmr::memory_resource* m) : links(m) {}
+  int activity = -1;
+  std::pmr::vector<int> links;
+  double remaining = 0;  // bytes
+  double rate = 0;
+  double last = 0;
+  bool active = false;  // moving bytes (after the additive latency)
+  bool done = false;
+};
+
+// A running collective (or collective_group) on all its ranks.
+struct Comm {
+  explicit Comm(std::pmr::memory_resource* m) : streams(m), since(m), flows(m), stats(m) {}
+  std::pmr::vector<int> streams;  // in rank order
+  std::pmr::vector<double> since;  // when each stream reached it (it holds the stream from then)
+  std::pmr::vector<int> flows;
+  std::pmr::vector<int> stats;  // rows of the collective table it fills
+  double start = 0, latency_end = 0;
+  uint32_t version = 0;
+  bool finished = false;
+};
+
+struct Rendezvous {
+  size_t need = 0;
+  std::vector<std::pair<int64_t, int>> arrived;  // (rank, stream)
+  std::vector<double> since;
+};
+
+struct LinkKey {
+  enum Kind : uint64_t { ring = 0, egress = 1, ingress = 2, nic = 3 };
+  static uint64_t make(Kind k, int64_t from, int64_t to) {
+    return (static_cast<uint64_t>(k) << 60) | (static_cast<uint64_t>(from) << 30) | static_cast<uint64_t>(to);
+  }
+  static std::string name(uint64_t key) {
+    const auto kind = key >> 60;
+    const auto from = std::to_string((key >> 30) & 0x3fffffff), to = std::to_string(key & 0x3fffffff);
+    switch (kind) {
+      case ring: return "ring " + from + ">" + to;
+      case egress: return "egress " + from;
+      case ingress: return "ingress " + to;
+      default: return "nic " + from;
+    }
+  }
+};
+
+class Engine {
+  // The arena's first chunk: what a small schedule's engine needs in all.
+  static constexpr size_t kArenaChunk = 16 * 1024;
+
+ public:
+  Engine(const Program& p, const Machine& m, const Decisions* d, bool fold);
+
+  // Rank 0 stands for every rank (ranks_symmetric): only its streams run,
+  // a collective starts as soon as it arrives, and links are their classes
+  // under translation, each flow crossing a class as often as its path does.
+  bool folded() const { return fold_; }
+
+  Expected<SimResult> run();
+
+  // The engine alone: the makespan and how many commands finished, counted
+  // as they finish rather than recorded.
+  Expected<SimSummary> run_summary();
+
+ private:
+  // Runs every stream to its end; returns the deadlock, if any.
+  std::vector<Diagnostic> simulate_all();
+
+  // ---- the rank-independent facts ----
+  // The tokens live in a region of control flow: async_start number by name.
+  using Scope = std::pmr::unordered_map<std::string_view, int>;
+
+  static constexpr size_t kNumberAhead = 8;
+  static constexpr double kMaxSimulatedSeconds = 1e7;
+  // Commands simulated (each rank simulated counts its own): 2^25 when
+  // each is kept for the report (about 1.3 GB of records), 2^30 when they
+  // are only counted (simulate_summary: a few minutes).
+  static constexpr int64_t kMaxRecordedCommands = int64_t{1} << 25;
+  static constexpr int64_t kMaxSimulatedCommands = int64_t{1} << 30;
+  int64_t command_limit() const { return keep_records_ ? kMaxRecordedCommands : kMaxSimulatedCommands; }
+
+  int number(const Block& b, std::pmr::vector<Scope>& scopes);
+
+  // Where the k-th sub-block of a command starts (body, then, else,
+  // branches..., while cond last).
+  // A command whose sub-blocks are all empty has none recorded: any start
+  // serves, as nothing is issued from an empty block.
+  int block(int info, size_t k) const { return infos_[info].blocks < 0 ? 0 : block_starts_[infos_[info].blocks + k]; }
+  int members_begin(int info) const { return block(info, 0); }
+  int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->body.size()); }
+
+  // A rank's coordinates, worked out when first asked for: folded, the
+  // simulation asks only for rank 0's.
+  const RankCtx& ctx(int64_t rank);
+
+  // A command's work, computed once when it holds on every rank: whether
+  // it does is found by the first computation (a view sized by rank).
+  const Work& work(int info, int64_t rank, Work& scratch);
+
+  double seconds(int info, int64_t rank);
+
+  // ---- issuing: each rank's program is turned into per-stream tasks on
+  // demand, as a host thread would enqueue it, so only the tasks between
+  // what a stream runs and what the issuer has reached are held ----
+  struct Frame {
+    enum class Kind : uint8_t { block, async_end, loop } kind;
+    int stream = 0;
+    bool in_loop = false;
+    const Block* block = nullptr;  // block: the commands, the next one and its number
+    size_t pos = 0;
+    int info = 0;                  // block: next command's number; async_end, loop: the command's
+    int64_t trips = 0, trip = 0;   // loop
+    bool body_next = false;        // loop: the body (not the cond) comes next
+  };
+
+  struct Issuer {
+    explicit Issuer(std::pmr::memory_resource* m) : stack(m), streams(m), tokens(m), cursors(m), instances(m) {}
+    std::pmr::vector<Frame> stack;
+    std::pmr::vector<std::pair<StreamId, int>> streams;
+    std::pmr::vector<std::pair<int, int>> tokens;  // live tokens: async_start number -> its done event
+    std::pmr::unordered_map<const Command*, size_t> cursors;
+    std::pmr::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
+  };
+
+  int stream_index(int64_t rank, const StreamId& sid);
+
+  int64_t decision(int64_t rank, const Command& c);
+
+  int32_t instance(int64_t rank, int info, bool in_loop) { return in_loop ? issuers_[rank].instances[info]++ : -1; }
+
+  void push(int stream, Task t) { streams_[stream].tasks.push_back(t); }
+
+  void enter(int64_t rank, const Block& b, int base, int stream, bool in_loop);
+
+  // Issues until stream `si` has a task to run; false when the rank's
+  // program is exhausted first.
+  bool issue_until(int si);
+
+  void start_issuing();
+
+  int new_event();
+
+  // ---- links ----
+  int link(uint64_t key, double capacity);
+
+  const AxisLinks& axis_links(const std::string& axis) const;
+
+  int64_t coord(int64_t rank, int dim) const { return (rank / strides_[dim]) % p_.mesh.shape[dim]; }
+
+  // The rank at `rank`'s coordinates plus (sign +1) or minus (-1) `by`'s, round every axis.
+  int64_t translate(int64_t rank, int64_t by, int sign) const;
+
+  // A link's class under translation: the link moved so that it leaves
+  // (or, for ingress, enters) rank 0.
+  uint64_t link_class(uint64_t key) const;
+
+  // The real link of class `key` at rank `rank` (the inverse of link_class).
+  uint64_t link_at(uint64_t key, int64_t rank) const;
+
+  // The rank one step from `rank` along mesh dimension `dim` (dir +1 or -1), round the ring.
+  int64_t neighbour(int64_t rank, int dim, int dir) const;
+
+  int ring_link(int64_t from, int dim, int dir, const AxisLinks& a);
+
+  // ---- rendezvous ----
+  int intern(std::vector<int> members);
+
+  // The member set a collective's rank waits with (launch_members). It is
+  // the same from each of its ranks, so one pass fills it for all of them.
+  int member_set(int info, int64_t rank);
+
+  void arrive(int si, const Task& t);
+
+  // ---- collectives ----
+  int new_flow(int activity, double bytes);
+
+  // Adds the flows of one instance of collective `mi` (the one `rank` takes
+  // part in, with participants `part`) to activity `a`; raises `latency` to
+  // its latency; returns its payload bytes.
+  double member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency);
+
+  // A collective's vectors come from one that finished: collectives come
+  // and go all through a run, and the arena takes no memory back.
+  Comm new_comm();
+
+  void start_collective(Comm act);
+
+  // The collective table: rank 0's collectives; seconds are filled in at the end.
+  void add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes);
+
+  // ---- link shares ----
+  // The flows of activity `a` start moving bytes.
+  void activate(int a);
+
+  void retire_flow(int f, std::vector<int>& seeds);
+
+  // Re-solves the max-min shares of the flows connected (through shared
+  // links) to the `seeds` links, brings them up to now, samples those
+  // links' utilisation and re-predicts the activities whose rates changed
+  // (and `also`).
+  void solve_links(const std::vector<int>& seeds, int also);
+
+  // The report's utilisation tracks: each link's share in use from now on.
+  void sample_links(const std::vector<int>& links);
+
+  // A collective's next change: the earliest end of one of its flows.
+  void reschedule_comm(int a);
+
+  // ---- compute shares ----
+  // Concurrent kernels of a rank share its throughput equally; the shares
+  // change only on the rank where a kernel starts or ends.
+  void solve_compute(int64_t rank);
+
+  static constexpr uint64_t kCompute = 0, kComm = 1, kLatency = 2, kFlowStart = 3;
+  static uint64_t encode(uint64_t kind, int activity, uint32_t version = 0);
+
+  bool flows_done(const Comm& act) const;
+
+  void handle(uint64_t payload);
+
+  void release(int stream);
+
+  // Ends collective `a`: its flows retire and the links they leave are
+  // re-solved, with the links already in retired_ unless `fresh` (handle()
+  // retires the flows that ran out before it calls this).
+  void finish_comm(int a, bool fresh = true);
+
+  // A finished command: kept for the report, or only counted.
+  void record(int64_t rank, const Rec& r);
+
+  void finish_compute(int a);
+
+  // ---- streams ----
+  void advance();
+
+  static constexpr size_t kCompactAfter = 64;  // tasks run before a queue is compacted
+
+  void step(int si);
+
+  // ---- the report ----
+  std::string op_id(int info, int32_t inst) const;
+
+  SimResult result();
+
+  const Program& p_;
+  const Machine& m_;
+  const Decisions* decisions_;
+  // The engine's many small containers (maps, per-link and per-flow lists,
+  // the issuers' stacks) and the commands' facts (reserved whole) come from
+  // one arena, given back all at once when the engine goes; the arrays that
+  // grow with the run or churn (the tasks, the records, the collectives,
+  // link samples, rendezvous) stay on the heap, which reuses the storage a
+  // grown or freed array leaves. Its first chunk is part of the
+  // engine, so that a small schedule's engine asks the heap for no large
+  // block (glibc tidies its free lists on each one). Declared before what
+  // it serves.
+  alignas(std::max_align_t) std::array<std::byte, kArenaChunk> first_chunk_;
+  std::pmr::monotonic_buffer_resource arena_{first_chunk_.data(), first_chunk_.size()};
+  std::vector<RankCtx> ctx_;
+  std::pmr::vector<int64_t> strides_{&arena_};
+  std::pmr::vector<const AxisLinks*> links_by_dim_{&arena_};  // the machine's model of each mesh axis, or null
+  std::pmr::vector<CmdInfo> infos_{&arena_};  // reserved whole: no regrowth
+  std::pmr::vector<int> block_starts_{&arena_};
+  std::pmr::vector<std::pmr::vector<int32_t>> set_of_rank_{&arena_};  // per collective: the member set each rank waits with
+  ShapeCache shapes_{&arena_};
+  WorkMemo work_memo_;
+  std::pmr::vector<Issuer> issuers_{&arena_};  // per rank
+  // streams and events
+  std::pmr::vector<Stream> streams_{&arena_};
+  std::pmr::vector<Event> events_{&arena_};
+  std::pmr::vector<int> free_events_{&arena_};
+  std::pmr::vector<int> ready_{&arena_};
+  // compute
+  std::pmr::vector<Compute> compute_{&arena_};
+  std::pmr::vector<int> free_compute_{&arena_};
+  std::pmr::vector<std::pmr::vector<int>> live_compute_{&arena_};  // per rank
+  // collectives and links
+  std::map<std::vector<int>, int> sets_;
+  std::vector<size_t> set_sizes_;
+  std::pmr::unordered_map<uint64_t, uint64_t> seq_{&arena_};
+  std::unordered_map<uint64_t, Rendezvous> rendezvous_;  // on the heap: each is erased once complete
+  std::vector<Comm> comms_;
+  std::vector<Comm> spare_comms_;  // finished ones' storage (new_comm)
+  std::vector<Flow> flows_;
+  std::pmr::vector<int> free_flows_{&arena_};
+  std::pmr::unordered_map<uint64_t, int> link_ids_{&arena_};
+  std::pmr::vector<uint64_t> link_keys_{&arena_};
+  std::pmr::vector<double> capacity_{&arena_};
+  std::pmr::vector<std::pmr::vector<int>> link_flows_{&arena_};  // live flows on each link
+  std::vector<std::vector<std::pair<double, double>>> link_series_;
+  std::pmr::vector<uint32_t> link_stamp_{&arena_}, flow_stamp_{&arena_};
+  uint32_t stamp_ = 0;
+  std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_, scratch_seeds_, retired_;
+  std::vector<AxisSpan> scratch_spans_;  // member_flows
+  std::vector<uint32_t> rank_stamp_;  // start_collective: ranks whose instance of a member is built
+  uint32_t rank_stamp_now_ = 0;
+  std::vector<double> scratch_rates_;
+  // what is reported
+  std::vector<std::vector<Rec>> ops_;
+  std::vector<std::vector<Edge>> edges_;
+  std::vector<CollectiveStat> stats_;
+  // The algorithm and protocol each collective got under the NCCL model, by info.
+  std::vector<CollectiveCost> algorithms_;
+  CollectiveCost& algorithm_of(int info);
+  std::string algorithm_at(int info) const;
+  // (command, instance) -> its row of stats_
+  std::pmr::map<std::pair<int, int32_t>, int> stats_seen_{&arena_};
+  EventQueue queue_;
+  double now_ = 0;
+  bool fold_ = false;
+  bool keep_records_ = true;  // false: finished commands are only counted, links not sampled (run_summary)
+  int64_t finished_ = 0;
+  int64_t simulated_ = 0;  // commands finished, records kept or not
+  double last_end_ = 0;
+  std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype; -1: not yet asked
+};
+
+}  // namespace thunky::sim::internal

@@ -1,0 +1,79 @@
+// The report: the compact records turned into the timeline, the
+// collective table and the link samples.
+#include "sim/engine_internal.h"
+
+namespace thunky::sim::internal {
+
+std::string Engine::op_id(int info, int32_t inst) const {
+  const std::string& id = infos_[info].cmd->id();
+  return inst >= 0 ? id + "#" + std::to_string(inst) : id;
+}
+
+SimResult Engine::result() {
+  SimResult r;
+  r.report.source = "sim";
+  r.report.schedule = p_.name.empty() ? p_.file : p_.name;
+  r.report.machine = m_.name;
+  r.report.axis_names = p_.mesh.axis_names;
+  r.report.mesh_shape = p_.mesh.shape;
+  std::vector<std::string> stream_names(streams_.size());
+  for (size_t s = 0; s < streams_.size(); ++s) stream_names[s] = streams_[s].sid.str();
+  Work scratch;
+  const int64_t n = p_.mesh.size();
+  for (int64_t rank = 0; rank < n; ++rank) {
+    RankReport rr;
+    rr.rank = rank;
+    rr.coords = ctx(rank).coords;
+    // Folded, rank 0's records are every rank's: the others say so.
+    if (fold_ && rank > 0) {
+      rr.same_as = 0;
+      r.report.ranks.push_back(std::move(rr));
+      continue;
+    }
+    const int64_t from = rank;
+    auto& recs = ops_[from];
+    auto by_start = [](const Rec& a, const Rec& b) { return a.start < b.start; };
+    if (!std::is_sorted(recs.begin(), recs.end(), by_start)) std::stable_sort(recs.begin(), recs.end(), by_start);
+    rr.ops.reserve(recs.size());
+    for (const Rec& rec : recs) {
+      const Command& c = *infos_[rec.info].cmd;
+      const Work& w = work(rec.info, rank, scratch);
+      rr.ops.push_back({op_id(rec.info, rec.instance), std::string(op_name(c.op)), c.rare().name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
+      rr.ops.back().algorithm = algorithm_at(rec.info);
+    }
+    for (const Edge& e : edges_[from])
+      rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, infos_[e.info].cmd->token, e.join});
+    std::vector<Rec>().swap(recs);  // each rank's records are read once
+    std::vector<Edge>().swap(edges_[from]);
+    r.report.ranks.push_back(std::move(rr));
+  }
+  summarize(r.report);
+  // Folded, each link class stands for its link at every rank.
+  std::vector<std::tuple<std::string, uint64_t, int>> names;  // name, key, series
+  for (size_t l = 0; l < link_keys_.size(); ++l)
+    for (int64_t rank = 0; rank < (fold_ ? n : 1); ++rank) {
+      const uint64_t key = fold_ ? link_at(link_keys_[l], rank) : link_keys_[l];
+      names.emplace_back(LinkKey::name(key), key, static_cast<int>(l));
+    }
+  std::sort(names.begin(), names.end());
+  for (auto& [name, key, id] : names) {
+    LinkSeries ls;
+    ls.rank = static_cast<int64_t>((key >> 60) == LinkKey::ingress ? key & 0x3fffffff : (key >> 30) & 0x3fffffff);
+    ls.name = std::move(name);
+    ls.samples.assign(link_series_[id].begin(), link_series_[id].end());
+    r.report.links.push_back(std::move(ls));
+  }
+  r.collectives = std::move(stats_);
+  return r;
+}
+
+CollectiveCost& Engine::algorithm_of(int info) {
+  if (algorithms_.size() <= static_cast<size_t>(info)) algorithms_.resize(infos_.size());
+  return algorithms_[static_cast<size_t>(info)];
+}
+
+std::string Engine::algorithm_at(int info) const {
+  return static_cast<size_t>(info) < algorithms_.size() ? algorithms_[static_cast<size_t>(info)].algorithm() : std::string();
+}
+
+}  // namespace thunky::sim::internal
