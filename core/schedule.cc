@@ -1,6 +1,7 @@
 #include "core/schedule.h"
 
 #include "core/json_reader.h"
+#include "core/lower.h"
 #include "core/recent_table.h"
 
 #include <algorithm>
@@ -42,6 +43,7 @@ struct ParseCache {
   RecentTable<std::shared_ptr<const RefSyntax>> refs;
   RecentTable<ExprPtr> exprs;
   TextArena* texts = nullptr;
+  int64_t commands = 0;  // in the blocks met so far (kMaxLoweredCommands)
 };
 thread_local ParseCache* t_cache = nullptr;
 
@@ -441,6 +443,11 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
 
 Block parse_block(Value j, const std::string& ptr, int depth) {
   if (!j.is_array()) fail(ptr, "expected a list of commands, got " + type_name(j));
+  // Counted before the block is made: a file of millions of tiny commands
+  // is refused before it takes gigabytes.
+  t_cache->commands += static_cast<int64_t>(j.size());
+  if (t_cache->commands > kMaxLoweredCommands)
+    fail(ptr, "the file holds more than " + std::to_string(kMaxLoweredCommands) + " commands, the most thunky takes");
   Block b;
   b.reserve(j.size());
   j.each_element([&](size_t i, Value e) { parse_command(b.emplace_back(), e, child(ptr, i), depth); });

@@ -121,6 +121,19 @@ TEST(Loading, LargeProgramsParseWholeAndInOrder) {
   EXPECT_EQ(errs[0].pointer, "/program/12001/colour") << errs[0].str();
 }
 
+TEST(Loading, MoreCommandsThanThunkyTakesAreRefusedBeforeTheyAreRead) {
+  // 4,194,305 empty objects (2^22 + 1, 12 MB of text): refused at the
+  // program by its length, before any element is read (an element's own
+  // error, "needs an op", would come first otherwise).
+  std::string prog = "[";
+  prog.reserve(3 * ((1u << 22) + 1) + 2);
+  for (int64_t i = 0; i <= int64_t{1} << 22; ++i) prog += i ? ",{}" : "{}";
+  auto errs = load_errors(sched(prog + "]"));
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].pointer, "/program");
+  EXPECT_NE(errs[0].message.find("more than 4194304 commands"), std::string::npos) << errs[0].str();
+}
+
 TEST(Loading, KeysGivenTwiceAreErrors) {
   auto errs = load_errors(sched(R"([{"op": "copy", "src": "a", "dst": "b", "src": "in"}])"));
   EXPECT_TRUE(has(errs, "/program/0/src", "given twice"));

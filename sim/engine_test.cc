@@ -305,7 +305,7 @@ TEST(SimStreams, AStreamTheIssuerStaysAheadOfRunsEveryTaskInOrder) {
   std::vector<double> start(kStarts, -1), end(kStarts, -1);
   for (const auto& op : r->report.ranks[0].ops) {
     if (op.op != "kernel") continue;
-    const int k = std::stoi(op.name.substr(1));
+    const int k = std::stoi(op.name.str().substr(1));
     start[k] = op.start_s;
     end[k] = op.end_s;
   }

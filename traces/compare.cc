@@ -1,5 +1,8 @@
 #include "traces/compare.h"
 
+#include <string_view>
+#include <unordered_map>
+
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -29,7 +32,8 @@ Comparison compare_reports(const Report& predicted, const Report& measured) {
     const RankReport& p = predicted.timeline(predicted.ranks[k]);
     const RankReport& m = measured.timeline(measured.ranks[k]);
     c.ranks.push_back({measured.ranks[k].rank, predicted.ranks[k].stats, measured.ranks[k].stats});
-    std::map<std::string, const OpRecord*> by_id;
+    std::unordered_map<std::string_view, const OpRecord*> by_id;
+    by_id.reserve(p.ops.size());
     for (const auto& op : p.ops) by_id[op.id] = &op;
     for (const auto& op : m.ops) {
       auto it = by_id.find(op.id);
@@ -38,7 +42,7 @@ Comparison compare_reports(const Report& predicted, const Report& measured) {
         continue;
       }
       const double pd = it->second->end_s - it->second->start_s, md = op.end_s - op.start_s;
-      c.commands.push_back({measured.ranks[k].rank, op.id, op.op, pd, md});
+      c.commands.push_back({measured.ranks[k].rank, &op, pd, md});
       if (md > 0) {
         error_sum += std::abs(pd - md) / md;
         ++errors;
@@ -80,7 +84,7 @@ void print_comparison(const Report& predicted, const Report& measured, const Com
     }
     ++shown;
     const std::string err = cmd.measured_s > 0 ? percent((cmd.predicted_s - cmd.measured_s) / cmd.measured_s) : "-";
-    std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", cmd.id.c_str(), cmd.op.c_str(), us(cmd.predicted_s).c_str(), us(cmd.measured_s).c_str(),
+    std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", cmd.measured->id.c_str(), cmd.measured->op.c_str(), us(cmd.predicted_s).c_str(), us(cmd.measured_s).c_str(),
                   err.c_str());
     os << line;
   }

@@ -12,9 +12,11 @@
 
 namespace thunky {
 
+// A matched command; its id and op are those of the measured report's
+// record, which must outlive the comparison.
 struct CommandComparison {
   int64_t rank = 0;
-  std::string id, op;
+  const OpRecord* measured = nullptr;
   double predicted_s = 0, measured_s = 0;  // durations
 };
 

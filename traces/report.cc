@@ -306,9 +306,9 @@ OpRecord read_op(Value v, const std::string& ptr) {
   Obj o(v, ptr);
   OpRecord rec;
   rec.id = o.str("id");
-  rec.op = o.str("op");
+  rec.op = o.str_ref("op");
   rec.name = o.str_or("name", "");
-  rec.stream = o.str("stream");
+  rec.stream = o.str_ref("stream");
   rec.start_s = number(o, "start_s");
   rec.end_s = number(o, "end_s");
   if (auto b = o.get("bytes")) rec.bytes = integer(*b, o.at("bytes"));

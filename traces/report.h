@@ -12,26 +12,27 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "traces/name.h"
 
 namespace thunky {
 
 struct OpRecord {
   std::string id;  // lowered JSON pointer, plus #k for the k-th instance inside a loop
-  std::string op;
-  std::string name;
-  std::string stream;
+  Name op;
+  Name name;
+  Name stream;
   double start_s = 0, end_s = 0;
   int64_t bytes = 0;
   double flops = 0;
   bool collective = false;  // derived from op, not serialised
-  std::string algorithm = {};  // sim, NCCL model: the algorithm and protocol a collective got ("nvls/Simple")
+  Name algorithm = {};  // sim, NCCL model: the algorithm and protocol a collective got ("nvls/Simple")
 };
 
 // A fork or join edge between two streams of one rank (async_start / async_done).
 struct FlowEdge {
-  std::string from_stream, to_stream;
+  Name from_stream, to_stream;
   double from_s = 0, to_s = 0;
-  std::string token;
+  Name token;
   bool join = false;
 };
 
