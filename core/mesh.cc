@@ -31,7 +31,7 @@ std::string rank_label(const Mesh& m, int64_t rank) {
 }
 
 Participants participants(const Mesh& m, int64_t rank, const std::vector<std::string>& axes,
-                          const std::optional<std::vector<std::vector<int64_t>>>& groups) {
+                          const std::optional<std::vector<std::vector<int64_t>>>& groups, bool members) {
   // The collective's dimensions, each with its size, its stride in the
   // rank numbering and this rank's coordinate. Held on the stack for up to
   // eight axes: this runs for every collective the simulator starts.
@@ -73,9 +73,11 @@ Participants participants(const Mesh& m, int64_t rank, const std::vector<std::st
   };
   Participants p;
   if (!groups) {
+    p.size = n;
+    p.position = static_cast<int>(my_index);
+    if (!members) return p;
     p.ranks.reserve(static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) p.ranks.push_back(rank_at(k));
-    p.position = static_cast<int>(my_index);
     return p;
   }
   std::set<int64_t> seen;
@@ -97,6 +99,7 @@ Participants participants(const Mesh& m, int64_t rank, const std::vector<std::st
     p.ranks.push_back(rank_at((*mine)[i]));
     if ((*mine)[i] == my_index) p.position = static_cast<int>(i);
   }
+  p.size = static_cast<int64_t>(p.ranks.size());
   return p;
 }
 

@@ -110,7 +110,7 @@ void check_map(const Program& p, const Command& m, const RankCtx& ctx, bool name
 }
 
 void check_collective(const Program& p, const Command& c, const View& src, const View& dst, const Participants& part) {
-  const int64_t n = static_cast<int64_t>(part.ranks.size());
+  const int64_t n = part.size;
   const Buffer& sb = p.buffers[src.buffer];
   const Buffer& db = p.buffers[dst.buffer];
   if (sb.dtype != db.dtype)

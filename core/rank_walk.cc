@@ -151,15 +151,20 @@ class RankWalker {
     auto cached = participants_.find(key);
     if (cached == participants_.end()) {
       try {
-        cached = participants_.emplace(key, participants(p_->mesh, ctx_.rank, c.axis, c.rare().groups)).first;
+        // The members are listed only where the sequences are compared.
+        cached = participants_.emplace(key, participants(p_->mesh, ctx_.rank, c.axis, c.rare().groups, sequences_)).first;
       } catch (const ThunkyError& e) {
         throw ThunkyError(c.pointer + (groups ? "/groups" : "/axis"), e.what());
       }
     }
     const Participants& part = cached->second;
-    auto it = comm_index_.find(&part);
-    if (it == comm_index_.end()) it = comm_index_.emplace(&part, &collectives[part.ranks]).first;
-    last_comm_ = {&part, it->second};
+    std::vector<CollectiveSig>* sigs = nullptr;
+    if (sequences_) {
+      auto it = comm_index_.find(&part);
+      if (it == comm_index_.end()) it = comm_index_.emplace(&part, &collectives[part.ranks]).first;
+      sigs = it->second;
+    }
+    last_comm_ = {&part, sigs};
     last_groups_ = groups;
     last_axis_ = c.axis;
     return last_comm_;
@@ -171,7 +176,7 @@ class RankWalker {
     const Comm comm = communicator(c);
     const Participants& part = *comm.part;
     check_collective(*p_, c, src, dst, part);
-    if (sequences_) comm.sigs->push_back({&c, src, dst, static_cast<int>(part.ranks.size())});
+    if (sequences_) comm.sigs->push_back({&c, src, dst, static_cast<int>(part.size)});
   }
 
   void command(const Command& c, int slot, Namespace& ns, int branch) {
