@@ -107,6 +107,32 @@ void BM_LoadValidateMixed(benchmark::State& state) {
 }
 BENCHMARK(BM_LoadValidateMixed)->Args({100000, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// A few collectives over a large mesh (an in-place all_reduce over every
+// rank, another along one axis): validation must stay linear in ranks, as
+// each rank's walk learns its communicator's size and its place in it
+// without listing the members.
+std::string many_ranks(int64_t side) {
+  nlohmann::ordered_json s;
+  s["format"] = "thunky.sched/1";
+  s["mesh"] = {{"axis_names", {"x", "y"}}, {"shape", {side, side}}};
+  s["buffers"]["a"] = {{"shape", {4}}, {"dtype", "f32"}, {"role", "inout"}, {"init", {{"kind", "ones"}}}};
+  s["program"] = {{{"op", "all_reduce"}, {"src", "a"}, {"dst", "a"}, {"axis", {"x", "y"}}},
+                  {{"op", "all_reduce"}, {"src", "a"}, {"dst", "a"}, {"axis", "y"}}};
+  return s.dump();
+}
+
+void BM_LoadValidateManyRanks(benchmark::State& state) {
+  const std::string text = many_ranks(state.range(0));
+  for (auto _ : state) {
+    auto p = thunky::load_schedule_text(text, "bench.json");
+    if (!p) state.SkipWithError("the schedule does not load");
+    benchmark::DoNotOptimize(p);
+  }
+  const double ranks = static_cast<double>(state.range(0) * state.range(0));
+  state.counters["ns_per_rank"] = benchmark::Counter(ranks, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_LoadValidateManyRanks)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // Parsing JSON alone, for reference: the tape the loader reads, and a
 // nlohmann-json tree of the same text.
 // Two streams that never join until the end, each writing alternate

@@ -31,12 +31,9 @@ struct Use {
 // Walks the program for one rank.
 class RankWalker {
  public:
-  // `structural`: report what is the same on every rank (tokens, map
-  // names), which rank 0's walk does. `races`: track races, on the buffers
-  // `race_buffers` marks (every buffer when null). `sequences`: keep each
-  // communicator's collective sequence for the collective-order check.
-  RankWalker(const Program& p, int64_t rank, bool structural, bool races, const std::vector<char>* race_buffers, bool sequences)
-      : p_(&p), ctx_(rank_ctx(p.mesh, rank)), structural_(structural), races_(races), sequences_(sequences), race_buffers_(race_buffers), detector_(p.buffers.size()) {}
+  RankWalker(const Program& p, int64_t rank, const WalkOptions& o)
+      : p_(&p), ctx_(rank_ctx(p.mesh, rank)), structural_(o.structural), races_(o.races), sequences_(o.sequences), race_buffers_(o.race_buffers),
+        detector_(p.buffers.size()) {}
 
   // Walks the top-level program.
   void run() {
@@ -403,7 +400,7 @@ std::string race_message(const Program& p, const RankWalker& w, const RaceReport
 RankFindings walk_rank(const Program& p, int64_t rank, const WalkOptions& opts) {
   RankFindings f;
   try {
-    RankWalker w(p, rank, opts.structural, opts.races, opts.race_buffers, opts.sequences);
+    RankWalker w(p, rank, opts);
     w.run();
     for (const auto& rr : w.races) f.races.push_back({race_message(p, w, rr), w.commands[rr.second.command]->id(), rr.first.buffer});
     f.collectives = std::move(w.collectives);

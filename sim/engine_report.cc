@@ -16,8 +16,22 @@ SimResult Engine::result() {
   r.report.machine = m_.name;
   r.report.axis_names = p_.mesh.axis_names;
   r.report.mesh_shape = p_.mesh.shape;
-  std::vector<std::string> stream_names(streams_.size());
+  // Names are made once per stream and per command, not per op: every
+  // rank and every run of a loop shares them.
+  std::vector<Name> stream_names(streams_.size());
   for (size_t s = 0; s < streams_.size(); ++s) stream_names[s] = streams_[s].sid.str();
+  struct CommandNames {
+    Name id, op, name, algorithm, token;
+  };
+  std::vector<std::optional<CommandNames>> command_names(infos_.size());
+  auto names_of = [&](int info) -> const CommandNames& {
+    std::optional<CommandNames>& n = command_names[static_cast<size_t>(info)];
+    if (!n) {
+      const Command& c = *infos_[info].cmd;
+      n = CommandNames{c.id(), op_name(c.op), c.rare().name, algorithm_at(info), c.token};
+    }
+    return *n;
+  };
   Work scratch;
   const int64_t n = p_.mesh.size();
   for (int64_t rank = 0; rank < n; ++rank) {
@@ -36,13 +50,14 @@ SimResult Engine::result() {
     if (!std::is_sorted(recs.begin(), recs.end(), by_start)) std::stable_sort(recs.begin(), recs.end(), by_start);
     rr.ops.reserve(recs.size());
     for (const Rec& rec : recs) {
-      const Command& c = *infos_[rec.info].cmd;
+      const CommandNames& names = names_of(rec.info);
       const Work& w = work(rec.info, rank, scratch);
-      rr.ops.push_back({op_id(rec.info, rec.instance), std::string(op_name(c.op)), c.rare().name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
-      rr.ops.back().algorithm = algorithm_at(rec.info);
+      const Name id = rec.instance >= 0 ? Name(op_id(rec.info, rec.instance)) : names.id;
+      rr.ops.push_back({id, names.op, names.name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
+      rr.ops.back().algorithm = names.algorithm;
     }
     for (const Edge& e : edges_[from])
-      rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, infos_[e.info].cmd->token, e.join});
+      rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, names_of(e.info).token, e.join});
     std::vector<Rec>().swap(recs);  // each rank's records are read once
     std::vector<Edge>().swap(edges_[from]);
     r.report.ranks.push_back(std::move(rr));

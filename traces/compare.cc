@@ -32,7 +32,7 @@ Comparison compare_reports(const Report& predicted, const Report& measured) {
     const RankReport& p = predicted.timeline(predicted.ranks[k]);
     const RankReport& m = measured.timeline(measured.ranks[k]);
     c.ranks.push_back({measured.ranks[k].rank, predicted.ranks[k].stats, measured.ranks[k].stats});
-    std::unordered_map<std::string_view, const OpRecord*> by_id;
+    std::unordered_map<Name, const OpRecord*> by_id;  // interned: equal ids are one pointer
     by_id.reserve(p.ops.size());
     for (const auto& op : p.ops) by_id[op.id] = &op;
     for (const auto& op : m.ops) {

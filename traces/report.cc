@@ -305,7 +305,7 @@ void skip_stats(Obj& o, std::string_view k) {
 OpRecord read_op(Value v, const std::string& ptr) {
   Obj o(v, ptr);
   OpRecord rec;
-  rec.id = o.str("id");
+  rec.id = o.str_ref("id");
   rec.op = o.str_ref("op");
   rec.name = o.str_or("name", "");
   rec.stream = o.str_ref("stream");

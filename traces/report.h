@@ -17,7 +17,7 @@
 namespace thunky {
 
 struct OpRecord {
-  std::string id;  // lowered JSON pointer, plus #k for the k-th instance inside a loop
+  Name id;  // lowered JSON pointer, plus #k for the k-th instance inside a loop
   Name op;
   Name name;
   Name stream;
