@@ -32,16 +32,17 @@ View resolve(const Program& p, const Ref& r, const RankCtx& ctx) {
 
 namespace {
 
-// Walks ranks 1..n-1, on up to 8 threads, each a contiguous run of ranks.
-// A run stops at its first error: the lowest failing rank's is the one
-// a walk of the ranks in order would meet.
-std::vector<RankFindings> walk_other_ranks(const Program& p, int64_t ranks, const WalkOptions& opts) {
-  const size_t n = static_cast<size_t>(ranks - 1);
+// Walks every rank, on up to 8 threads, each a contiguous run of ranks
+// (rank 0 with `first`'s options, the others with `rest`'s). A run stops at
+// its first error: the lowest failing rank's is the one a walk of the
+// ranks in order would meet.
+std::vector<RankFindings> walk_ranks(const Program& p, int64_t ranks, const WalkOptions& first, const WalkOptions& rest) {
+  const size_t n = static_cast<size_t>(ranks);
   std::vector<RankFindings> found(n);
   const size_t chunks = std::min<size_t>({hardware_threads(), n, 8});
   run_chunks(chunks, [&](size_t k) {
     for (size_t i = n * k / chunks, hi = n * (k + 1) / chunks; i < hi; ++i) {
-      found[i] = walk_rank(p, static_cast<int64_t>(i) + 1, opts);
+      found[i] = walk_rank(p, static_cast<int64_t>(i), i == 0 ? first : rest);
       if (found[i].error) break;
     }
   });
@@ -106,14 +107,13 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   // meet each of them (its members are one class of the axes' or groups'
   // partition): the sequences cannot differ, and are not compared.
   const bool check_order = opts.collective_order && ranks > 1 && use.sized;
-  RankFindings first = walk_rank(p, 0, {.structural = true, .races = opts.races, .sequences = check_order});
-  std::vector<RankFindings> others;
-  if (!first.error && ranks > 1)
-    others = walk_other_ranks(p, ranks, {.structural = false, .races = opts.races && dependent, .race_buffers = &use.moving_buffers, .sequences = check_order});
-  auto findings = [&](int64_t r) -> RankFindings& { return r == 0 ? first : others[static_cast<size_t>(r - 1)]; };
+  std::vector<RankFindings> walks =
+      walk_ranks(p, ranks, {.structural = true, .races = opts.races, .sequences = check_order},
+                 {.structural = false, .races = opts.races && dependent, .race_buffers = &use.moving_buffers, .sequences = check_order});
+  auto findings = [&](int64_t r) -> RankFindings& { return walks[static_cast<size_t>(r)]; };
 
-  for (const auto& e : first.unawaited) input_error(e);
-  for (int64_t r = 0; r < static_cast<int64_t>(others.size()) + 1; ++r) {
+  for (const auto& e : findings(0).unawaited) input_error(e);
+  for (int64_t r = 0; r < ranks; ++r) {
     if (!findings(r).error) continue;
     try {
       std::rethrow_exception(findings(r).error);
