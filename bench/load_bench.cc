@@ -121,20 +121,22 @@ std::string many_ranks(int64_t side) {
   return s.dump();
 }
 
-void BM_LoadValidateManyRanks(benchmark::State& state) {
-  const std::string text = many_ranks(state.range(0));
+// Loads `text` once per iteration; `counter` gives the time per one of
+// `items` (ranks, commands).
+void load_each_iteration(benchmark::State& state, const std::string& text, double items, const char* counter) {
   for (auto _ : state) {
     auto p = thunky::load_schedule_text(text, "bench.json");
     if (!p) state.SkipWithError("the schedule does not load");
     benchmark::DoNotOptimize(p);
   }
-  const double ranks = static_cast<double>(state.range(0) * state.range(0));
-  state.counters["ns_per_rank"] = benchmark::Counter(ranks, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters[counter] = benchmark::Counter(items, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void BM_LoadValidateManyRanks(benchmark::State& state) {
+  load_each_iteration(state, many_ranks(state.range(0)), static_cast<double>(state.range(0) * state.range(0)), "ns_per_rank");
 }
 BENCHMARK(BM_LoadValidateManyRanks)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Parsing JSON alone, for reference: the tape the loader reads, and a
-// nlohmann-json tree of the same text.
 // Two streams that never join until the end, each writing alternate
 // elements of one buffer: the race checker sees n unordered accesses and
 // must stay linear in them (time per command flat as n grows).
@@ -154,16 +156,12 @@ std::string disjoint_streams(int64_t n) {
 }
 
 void BM_RaceCheckDisjointStreams(benchmark::State& state) {
-  const std::string text = disjoint_streams(state.range(0));
-  for (auto _ : state) {
-    auto p = thunky::load_schedule_text(text, "bench.json");
-    if (!p) state.SkipWithError("the schedule does not load");
-    benchmark::DoNotOptimize(p);
-  }
-  state.counters["ns_per_command"] = benchmark::Counter(static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  load_each_iteration(state, disjoint_streams(state.range(0)), static_cast<double>(state.range(0)), "ns_per_command");
 }
 BENCHMARK(BM_RaceCheckDisjointStreams)->Arg(50000)->Arg(100000)->Arg(200000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Parsing JSON alone, for reference: the tape the loader reads, and a
+// nlohmann-json tree of the same text.
 void BM_JsonParseOnly(benchmark::State& state) {
   const std::string text = big_schedule(state.range(0), 8);
   for (auto _ : state) {

@@ -45,12 +45,6 @@ class TextArena {
     }
     return std::string_view(out, n);
   }
-  // Takes over another arena's texts; views into either stay valid.
-  void adopt(TextArena&& other) {
-    for (auto& b : other.blocks_) blocks_.push_back(std::move(b));
-    other.blocks_.clear();
-    other.left_ = 0;
-  }
 
  private:
   static constexpr size_t kBlock = 64 * 1024;

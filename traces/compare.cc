@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
-#include <map>
 
 namespace thunky {
 
