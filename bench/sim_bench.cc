@@ -18,6 +18,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "core/load.h"
 #include "core/lower.h"
 #include "sim/engine.h"
 #include "traces/compare.h"
@@ -160,7 +161,7 @@ void BM_SimReportSingleRank(benchmark::State& state) { with_report(state, long_s
 // - every rank simulated, 512 x 10,000 rounds of 10 us of compute and a
 //   1 MiB shift (target: under 1 s);
 // - two 1 M-command reports read and compared (target: 5 s and 1 GB).
-thunky::Program rounds_ring(int64_t ranks, int64_t rounds, int64_t shift_bytes, double compute_s) {
+nlohmann::ordered_json rounds_ring_doc(int64_t ranks, int64_t rounds, int64_t shift_bytes, double compute_s) {
   nlohmann::ordered_json s;
   s["format"] = "thunky.sched/1";
   s["mesh"] = {{"axis_names", {"x"}}, {"shape", {ranks}}};
@@ -179,7 +180,11 @@ thunky::Program rounds_ring(int64_t ranks, int64_t rounds, int64_t shift_bytes, 
     prog.push_back({{"op", "async_done"}, {"token", tok}});
   }
   s["program"] = prog;
-  return program(s);
+  return s;
+}
+
+thunky::Program rounds_ring(int64_t ranks, int64_t rounds, int64_t shift_bytes, double compute_s) {
+  return program(rounds_ring_doc(ranks, rounds, shift_bytes, compute_s));
 }
 
 void BM_BigRingEngine(benchmark::State& state) { engine(state, rounds_ring(state.range(0), state.range(1), 4096, 0)); }
@@ -204,6 +209,32 @@ void BM_BigRingReportAndTrace(benchmark::State& state) {
 }
 
 void BM_EveryRankShifts(benchmark::State& state) { engine(state, rounds_ring(state.range(0), state.range(1), 1 << 20, 10e-6), false); }
+
+// As thunky-sim --every-rank runs it without output files: the text
+// loaded (parsed, lowered, validated), then every rank simulated with
+// each rank's statistics gathered as its commands finish.
+void BM_EveryRankShiftsEndToEnd(benchmark::State& state) {
+  const std::string text = rounds_ring_doc(state.range(0), state.range(1), 1 << 20, 10e-6).dump();
+  const auto m = machine();
+  const thunky::sim::SimOptions o{.fold_symmetric_ranks = false, .timelines = false};
+  int64_t rank_commands = 0;
+  const PeakHeap heap;
+  for (auto _ : state) {
+    auto p = thunky::load_schedule_text(text, "bench.json");
+    if (!p) {
+      state.SkipWithError(p.errors().front().str().c_str());
+      return;
+    }
+    auto r = thunky::sim::simulate(*p, m, nullptr, o);
+    if (!r) {
+      state.SkipWithError(r.errors().front().str().c_str());
+      return;
+    }
+    rank_commands = 0;
+    for (const auto& rank : r->report.ranks) rank_commands += rank.stats.ops;
+  }
+  counters(state, rank_commands, heap);
+}
 
 void BM_CompareReports(benchmark::State& state) {
   // One rank of state.range(0) ops, as report text, read twice and compared.
@@ -237,6 +268,7 @@ void BM_CompareReports(benchmark::State& state) {
 BENCHMARK(BM_BigRingEngine)->Args({1024, 2000})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BigRingReportAndTrace)->Args({1024, 2000})->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EveryRankShifts)->Args({512, 10000})->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EveryRankShiftsEndToEnd)->Args({512, 10000})->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CompareReports)->Arg(1000000)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_SimReportRing)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);

@@ -113,6 +113,7 @@ class Lowerer {
     for (auto& [k, r] : c.in) bind(r, s);
     for (auto& r : c.refs) bind(r, s);
     for (auto& r : c.refs2) bind(r, s);
+    if ((c.op == Op::all_gather || c.op == Op::reduce_scatter) && c.src && c.dst && c.src->buffer == c.dst->buffer) use_.positional = true;
     if (!c.token.empty()) c.token += s.token_suffix;
     if (!c.body.empty()) lower_block(c.body, sub("/body"), s);
     if (c.has_rare()) {

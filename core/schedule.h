@@ -287,6 +287,9 @@ struct Program {
   // differ by it (`moves`); some view's size depends on it (`sized`).
   struct RankUse {
     bool moves = false, sized = false;
+    // A collective's checks depend on the rank's place in its communicator
+    // (an all_gather or reduce_scatter within one buffer, in place or not).
+    bool positional = false;
     std::vector<char> moving_buffers;  // by buffer: a view of it moves with the rank
     // Counts in a ref bound to its buffer.
     void add(const Ref& r) {

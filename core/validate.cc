@@ -94,11 +94,11 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
     return out;
   }
 
-  // Every rank is walked. Rank 0's walk also checks what is the same on
-  // every rank (tokens, names) and tracks races on every buffer. The other
-  // ranks track races only where a view moves with the rank: on a buffer no
-  // view of which moves, every rank makes rank 0's accesses, so rank 0's
-  // races there are every rank's.
+  // Rank 0's walk also checks what is the same on every rank (tokens,
+  // names) and tracks races on every buffer. The other ranks, walked where
+  // their walks can differ (below), track races only where a view moves
+  // with the rank: on a buffer no view of which moves, every rank makes
+  // rank 0's accesses, so rank 0's races there are every rank's.
   const int64_t ranks = p.mesh.size();
   const Program::RankUse& use = p.rank_use;
   const bool dependent = ranks > 1 && use.moves;
@@ -107,13 +107,18 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   // meet each of them (its members are one class of the axes' or groups'
   // partition): the sequences cannot differ, and are not compared.
   const bool check_order = opts.collective_order && ranks > 1 && use.sized;
+  // A rank's walk differs from rank 0's only through views that move with
+  // the rank (lowering counts a collective's groups among them) and through
+  // a gather's or scatter's place in its communicator: without either, rank
+  // 0's walk stands for every rank.
+  const int64_t walked = use.moves || use.positional ? ranks : 1;
   std::vector<RankFindings> walks =
-      walk_ranks(p, ranks, {.structural = true, .races = opts.races, .sequences = check_order},
+      walk_ranks(p, walked, {.structural = true, .races = opts.races, .sequences = check_order},
                  {.structural = false, .races = opts.races && dependent, .race_buffers = &use.moving_buffers, .sequences = check_order});
   auto findings = [&](int64_t r) -> RankFindings& { return walks[static_cast<size_t>(r)]; };
 
   for (const auto& e : findings(0).unawaited) input_error(e);
-  for (int64_t r = 0; r < ranks; ++r) {
+  for (int64_t r = 0; r < walked; ++r) {
     if (!findings(r).error) continue;
     try {
       std::rethrow_exception(findings(r).error);
@@ -127,7 +132,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
   std::map<std::string, std::vector<int64_t>> race_ranks;
   std::map<std::string, std::string> race_pointer;  // message -> the later command's id
   std::vector<std::string> race_order;
-  for (int64_t r = 0; r < ranks; ++r) {
+  for (int64_t r = 0; r < walked; ++r) {
     for (const auto& race : findings(r).races) {
       if (!race_ranks.count(race.message)) {
         race_order.push_back(race.message);
@@ -149,7 +154,7 @@ std::vector<Diagnostic> validate(const Program& p, const ValidateOptions& opts) 
 
   if (check_order && out.size() < opts.max_errors) {
     CollectiveSequences comm_seqs;
-    for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t r = 0; r < walked; ++r)
       for (auto& [comm, seq] : findings(r).collectives) comm_seqs[comm].emplace_back(r, std::move(seq));
     if (auto d = collective_order(p, comm_seqs)) out.push_back(*d);
   }

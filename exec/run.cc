@@ -12,15 +12,6 @@ Expected<ExecResult> Backend::run(const Program& p, const ExecOptions& opts) {
   return execute();
 }
 
-Expected<std::unique_ptr<Backend>> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_backend();
-  if (name == "cuda") {
-    if (auto b = make_cuda_backend()) return b;
-    return std::vector<Diagnostic>{{ErrorKind::input, "", "", "this build has no cuda backend (configure with a CUDA toolkit present, THUNKY_CUDA=ON); use --backend cpu"}};
-  }
-  return std::vector<Diagnostic>{{ErrorKind::input, "", "", "unknown backend '" + name + "' (expected cpu or cuda)"}};
-}
-
 Report median_timeline(std::vector<Report> timelines) {
   std::vector<double> spans;
   for (const auto& t : timelines) spans.push_back(t.makespan_s);

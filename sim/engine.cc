@@ -69,13 +69,14 @@ Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold
   peak_.fill(-1);  // looked up on first use
 }
 
-Expected<SimResult> Engine::run() {
+Expected<SimResult> Engine::run(bool timelines) {
+  keep_ = timelines ? Keep::records : Keep::stats;
   if (auto e = simulate_all(); !e.empty()) return e;
-  return result();
+  return timelines ? result() : stats_result();
 }
 
 Expected<SimSummary> Engine::run_summary() {
-  keep_records_ = false;
+  keep_ = Keep::count;
   if (auto e = simulate_all(); !e.empty()) return e;
   SimSummary s;
   s.rank_commands = finished_ * (fold_ ? p_.mesh.size() : 1);
@@ -241,7 +242,7 @@ int64_t Engine::decision(int64_t rank, const Command& c) {
     const int64_t limit = command_limit();
     if (trips > limit)
       throw ThunkyError(c.pointer + "/sim/trip_count", "a trip count of " + std::to_string(trips) + " passes the " + std::to_string(limit) +
-                                                            " commands thunky-sim " + (keep_records_ ? "reports on" : "runs"));
+                                                            " commands thunky-sim " + limit_verb());
     return trips;
   }
   if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id() + " needs a sim hint (" +
@@ -345,8 +346,11 @@ bool Engine::issue_until(int si) {
 void Engine::start_issuing() {
   // Folded, only rank 0 runs.
   const int64_t n = fold_ ? 1 : p_.mesh.size();
-  ops_.resize(static_cast<size_t>(n));
-  edges_.resize(static_cast<size_t>(n));
+  if (keep_ == Keep::records) {
+    ops_.resize(static_cast<size_t>(n));
+    edges_.resize(static_cast<size_t>(n));
+  }
+  if (keep_ == Keep::stats) tallies_.resize(static_cast<size_t>(n));
   live_compute_.resize(static_cast<size_t>(n));
   issuers_.reserve(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) issuers_.emplace_back(&arena_);
@@ -464,11 +468,11 @@ void Engine::record(int64_t rank, const Rec& r) {
                               " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
   const int64_t limit = command_limit();
   if (++simulated_ > limit)
-    throw ThunkyError("", "the simulation passed " + std::to_string(limit) + " commands (loop trips times commands, on every rank simulated), the most thunky-sim " +
-                              (keep_records_ ? "reports on" : "runs"));
-  if (keep_records_) {
-    ops_[rank].push_back(r);
-    return;
+    throw ThunkyError("", "the simulation passed " + std::to_string(limit) + " commands (loop trips times commands, on every rank simulated), the most thunky-sim " + limit_verb());
+  switch (keep_) {
+    case Keep::records: ops_[rank].push_back(r); return;
+    case Keep::stats: tallies_[rank].add(r.start, r.end, is_collective(infos_[r.info].cmd->op)); return;
+    case Keep::count: break;
   }
   ++finished_;
   last_end_ = std::max(last_end_, r.end);
@@ -536,7 +540,7 @@ void Engine::step(int si) {
         e.waiter = si;
         return;
       }
-      if (keep_records_) edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});
+      if (keep_ == Keep::records) edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});
       // One wait per event: its slot can be reused.
       e = Event{};
       free_events_.push_back(t.event);
@@ -605,7 +609,7 @@ Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const 
 }
 
 Expected<SimResult> simulate(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options) {
-  auto r = run_engine(p, m, decisions, options, [](Engine& e) { return e.run(); });
+  auto r = run_engine(p, m, decisions, options, [&](Engine& e) { return e.run(options.timelines); });
   if (!r) return r;
   for (auto& s : r->collectives) {
     if (s.seconds <= 0) continue;

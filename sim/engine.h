@@ -42,6 +42,12 @@ struct SimOptions {
   // timeline (see docs/decisions.md, "Symmetric ranks are simulated once");
   // false always simulates every rank.
   bool fold_symmetric_ranks = true;
+  // false: the report's ranks hold their statistics (and op counts) but
+  // not their ops, flows or link samples, and there is no critical path;
+  // each rank's statistics are gathered as its commands finish, in a few
+  // bytes a command (what thunky-sim's table needs, without --report,
+  // --trace or --svg).
+  bool timelines = true;
 };
 
 // `decisions` may be null: then every cond/switch/while needs a sim hint.

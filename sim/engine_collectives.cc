@@ -207,7 +207,7 @@ void Engine::start_collective(Comm act) {
       for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
       const double bytes = member_flows(act, a, mi, rank, part, latency);
       // Ranks are in order, so rank 0's instance comes first.
-      if (rank == 0 && keep_records_) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
+      if (rank == 0 && keep_ != Keep::count) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
       if (fold_) break;
     }
   }

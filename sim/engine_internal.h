@@ -250,7 +250,9 @@ class Engine {
   // under translation, each flow crossing a class as often as its path does.
   bool folded() const { return fold_; }
 
-  Expected<SimResult> run();
+  // The report: with every rank's ops (`timelines`), or with each rank's
+  // statistics only, gathered as commands finish (thunky-sim's table).
+  Expected<SimResult> run(bool timelines);
 
   // The engine alone: the makespan and how many commands finished, counted
   // as they finish rather than recorded.
@@ -266,12 +268,20 @@ class Engine {
 
   static constexpr size_t kNumberAhead = 8;
   static constexpr double kMaxSimulatedSeconds = 1e7;
+  // What is kept of a finished command: its record for the report, its
+  // interval in its rank's statistics, or only a count (simulate_summary).
+  enum class Keep { records, stats, count };
   // Commands simulated (each rank simulated counts its own): 2^25 when
-  // each is kept for the report (about 1.3 GB of records), 2^30 when they
-  // are only counted (simulate_summary: a few minutes).
+  // each is kept for the report (about 1.3 GB of records); 2^27 when only
+  // statistics are (at most 16 bytes each, a minute of simulation); 2^30
+  // when they are only counted (a few minutes).
   static constexpr int64_t kMaxRecordedCommands = int64_t{1} << 25;
+  static constexpr int64_t kMaxTalliedCommands = int64_t{1} << 27;
   static constexpr int64_t kMaxSimulatedCommands = int64_t{1} << 30;
-  int64_t command_limit() const { return keep_records_ ? kMaxRecordedCommands : kMaxSimulatedCommands; }
+  int64_t command_limit() const {
+    return keep_ == Keep::records ? kMaxRecordedCommands : keep_ == Keep::stats ? kMaxTalliedCommands : kMaxSimulatedCommands;
+  }
+  const char* limit_verb() const { return keep_ == Keep::count ? "runs" : "reports on"; }
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes);
 
@@ -434,7 +444,9 @@ class Engine {
   // ---- the report ----
   std::string op_id(int info, int32_t inst) const;
 
+  Report report_header() const;
   SimResult result();
+  SimResult stats_result();
 
   const Program& p_;
   const Machine& m_;
@@ -492,6 +504,7 @@ class Engine {
   // what is reported
   std::vector<std::vector<Rec>> ops_;
   std::vector<std::vector<Edge>> edges_;
+  std::vector<TimelineTally> tallies_;  // Keep::stats: by rank
   std::vector<CollectiveStat> stats_;
   // The algorithm and protocol each collective got under the NCCL model, by info.
   std::vector<CollectiveCost> algorithms_;
@@ -502,7 +515,7 @@ class Engine {
   EventQueue queue_;
   double now_ = 0;
   bool fold_ = false;
-  bool keep_records_ = true;  // false: finished commands are only counted, links not sampled (run_summary)
+  Keep keep_ = Keep::records;  // records: flows and link samples too
   int64_t finished_ = 0;
   int64_t simulated_ = 0;  // commands finished, records kept or not
   double last_end_ = 0;

@@ -9,13 +9,39 @@ std::string Engine::op_id(int info, int32_t inst) const {
   return inst >= 0 ? id + "#" + std::to_string(inst) : id;
 }
 
+Report Engine::report_header() const {
+  Report r;
+  r.source = "sim";
+  r.schedule = p_.name.empty() ? p_.file : p_.name;
+  r.machine = m_.name;
+  r.axis_names = p_.mesh.axis_names;
+  r.mesh_shape = p_.mesh.shape;
+  return r;
+}
+
+SimResult Engine::stats_result() {
+  SimResult r;
+  r.report = report_header();
+  for (int64_t rank = 0; rank < p_.mesh.size(); ++rank) {
+    RankReport rr;
+    rr.rank = rank;
+    rr.coords = ctx(rank).coords;
+    if (fold_ && rank > 0) {
+      rr.same_as = 0;
+    } else {
+      rr.stats = tallies_[rank].stats();
+      r.report.makespan_s = std::max(r.report.makespan_s, tallies_[rank].last_end_s());
+    }
+    r.report.ranks.push_back(std::move(rr));
+  }
+  summarize_stats(r.report);
+  r.collectives = std::move(stats_);
+  return r;
+}
+
 SimResult Engine::result() {
   SimResult r;
-  r.report.source = "sim";
-  r.report.schedule = p_.name.empty() ? p_.file : p_.name;
-  r.report.machine = m_.name;
-  r.report.axis_names = p_.mesh.axis_names;
-  r.report.mesh_shape = p_.mesh.shape;
+  r.report = report_header();
   // Names are made once per stream and per command, not per op: every
   // rank and every run of a loop shares them.
   std::vector<Name> stream_names(streams_.size());

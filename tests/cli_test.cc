@@ -396,6 +396,13 @@ TEST(SimCli, EveryRankPrintsTheFoldedPrediction) {
   ASSERT_EQ(every.code, 0) << every.err;
   EXPECT_NE(folded.out.find("busbw_GB/s"), std::string::npos);
   EXPECT_EQ(folded.out, every.out);
+  // The statistics gathered as the simulation runs (no output file) are
+  // those of the report's ops (11.6% of the communication hidden).
+  TempDir d("everyrank");
+  Result reported = sim(sched + " --every-rank --report " + (d.path / "r.json").string());
+  ASSERT_EQ(reported.code, 0) << reported.err;
+  EXPECT_NE(every.out.find("11.6%"), std::string::npos) << every.out;
+  EXPECT_EQ(every.out, reported.out);
 }
 
 TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
@@ -675,9 +682,13 @@ TEST(HostileInput, ATripCountPastTheSimulatorsLimitIsRefused) {
       "c": {"shape": [], "dtype": "bool", "role": "output"}, "x": {"shape": [4], "dtype": "f32", "role": "output"}},
     "program": [{"op": "while", "cond_buf": "c", "cond": [{"op": "memset", "dst": "c", "value": 1}],
                  "body": [{"op": "memset", "dst": "x", "value": 1.0}], "sim": {"trip_count": 1000000000000000}}]})");
-  Result r = sim(sched + " --machine h100-8gpu");
+  // Reported on (--report): 2^25 commands kept; only tallied for the table: 2^27.
+  Result r = sim(sched + " --machine h100-8gpu --report " + (d.path / "r.json").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("s.json:/program/0/sim/trip_count: a trip count of 1000000000000000 passes the 33554432 commands"), std::string::npos) << r.err;
+  r = sim(sched + " --machine h100-8gpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("s.json:/program/0/sim/trip_count: a trip count of 1000000000000000 passes the 134217728 commands"), std::string::npos) << r.err;
 }
 
 }  // namespace
@@ -717,6 +728,25 @@ TEST(BigSchedules, TracesShowTheRanksAskedForAndSaySoForLargeMeshes) {
   // A rank past the mesh, or nonsense, is a usage error.
   EXPECT_EQ(sim(sched + " --machine h100-8gpu --trace " + trace + " --trace-ranks 40").code, 2);
   EXPECT_EQ(sim(sched + " --machine h100-8gpu --trace " + trace + " --trace-ranks 3-1").code, 2);
+}
+
+TEST(BigSchedules, PastThirtyTwoRanksRanksThatReadTheSameShareARow) {
+  // 40 ranks; each memsets (x // 20 + 1) MiB of b: ranks 0-19 write 4 MiB,
+  // ranks 20-39 8 MiB, so the table has two runs of ranks, not 40 rows.
+  TempDir d("rankruns");
+  const std::string sched = d.write("s.json", R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [40]},
+    "buffers": {"b": {"shape": [2097152], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "memset", "dst": "b[ds(0, (x // 20 + 1) * 1048576)]", "value": 1}]})");
+  Result r = sim(sched + " --machine h100-8gpu");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nranks 0-19 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nranks 20-39 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rank 1 "), std::string::npos) << r.out;
+  // Without output files thunky-sim keeps each rank's statistics, not its
+  // ops; with a report it keeps the ops: the table reads the same.
+  Result with_report = sim(sched + " --machine h100-8gpu --report " + (d.path / "r.json").string());
+  ASSERT_EQ(with_report.code, 0) << with_report.err;
+  EXPECT_EQ(r.out, with_report.out);
 }
 
 TEST(BigSchedules, TheCollectiveTableGroupsIdenticalCollectives) {

@@ -63,7 +63,10 @@ int run_main(int argc, char** argv) {
     decisions = std::move(fr->decisions);
     dp = &decisions;
   }
-  auto r = thunky::sim::simulate(*prog, *m, dp, thunky::sim::SimOptions{!every_rank});
+  // Without output files only the table is printed: each rank's statistics
+  // are gathered as the simulation runs instead of its every op.
+  const bool timelines = !report.empty() || !trace.empty() || !svg.empty();
+  auto r = thunky::sim::simulate(*prog, *m, dp, thunky::sim::SimOptions{!every_rank, timelines});
   if (!r) return fail(r.errors(), r.exit_code());
   thunky::print_table(r->report, std::cout);
   thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);

@@ -24,16 +24,21 @@ namespace {
 
 using Interval = std::pair<double, double>;
 
-std::vector<Interval> merged(std::vector<Interval> v) {
-  // One stream's ops come in order already: checking is linear, sorting is not.
-  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
-  std::vector<Interval> out;
-  for (const auto& iv : v) {
-    if (iv.second <= iv.first) continue;
-    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
-    else out.push_back(iv);
+// Adds [s, e] to the disjoint, ordered intervals v. The intervals it
+// touches are found from the back: none lies after it when intervals come
+// in order of start or of end, so merging is then amortised constant time.
+void merge_into(std::vector<Interval>& v, double s, double e) {
+  if (e <= s) return;
+  auto after = v.end();
+  while (after != v.begin() && std::prev(after)->first > e) --after;
+  auto first = after;
+  while (first != v.begin() && std::prev(first)->second >= s) --first;
+  if (first == after) {
+    v.insert(after, {s, e});
+    return;
   }
-  return out;
+  *first = {std::min(s, first->first), std::max(e, std::prev(after)->second)};
+  v.erase(first + 1, after);
 }
 
 double length(const std::vector<Interval>& v) {
@@ -61,6 +66,22 @@ double minus_length(const std::vector<Interval>& a, const std::vector<Interval>&
 
 }  // namespace
 
+void TimelineTally::add(double start_s, double end_s, bool collective) {
+  merge_into(collective ? comm_ : compute_, start_s, end_s);
+  ++ops_;
+  last_end_s_ = std::max(last_end_s_, end_s);
+}
+
+RankStats TimelineTally::stats() const {
+  RankStats s;
+  s.compute_s = length(compute_);
+  s.comm_s = length(comm_);
+  s.exposed_comm_s = minus_length(comm_, compute_);
+  s.overlap_fraction = s.comm_s > 0 ? 1.0 - s.exposed_comm_s / s.comm_s : 0.0;
+  s.ops = ops_;
+  return s;
+}
+
 const RankReport& Report::timeline(const RankReport& r) const {
   if (!r.same_as) return r;
   if (!ranks.empty() && ranks.front().rank == *r.same_as) return ranks.front();
@@ -69,39 +90,37 @@ const RankReport& Report::timeline(const RankReport& r) const {
   return r;
 }
 
-void summarize(Report& r) {
-  r.makespan_s = 0;
+void summarize_stats(Report& r) {
   RankStats total;
   for (auto& rank : r.ranks) {
-    if (rank.same_as) {
-      // A folded rank's stats are its source's (computed first: it is listed before).
-      rank.stats = r.timeline(rank).stats;
-      total.compute_s += rank.stats.compute_s;
-      total.comm_s += rank.stats.comm_s;
-      total.exposed_comm_s += rank.stats.exposed_comm_s;
-      continue;
-    }
-    std::vector<Interval> comp, comm;
-    for (auto& op : rank.ops) {
-      op.collective = is_collective_op(op.op);
-      (op.collective ? comm : comp).emplace_back(op.start_s, op.end_s);
-      r.makespan_s = std::max(r.makespan_s, op.end_s);
-    }
-    comp = merged(comp);
-    comm = merged(comm);
-    rank.stats.compute_s = length(comp);
-    rank.stats.comm_s = length(comm);
-    rank.stats.exposed_comm_s = minus_length(comm, comp);
-    rank.stats.overlap_fraction = rank.stats.comm_s > 0 ? 1.0 - rank.stats.exposed_comm_s / rank.stats.comm_s : 0.0;
+    // A folded rank's stats are its source's (listed before it).
+    if (rank.same_as) rank.stats = r.timeline(rank).stats;
     total.compute_s += rank.stats.compute_s;
     total.comm_s += rank.stats.comm_s;
     total.exposed_comm_s += rank.stats.exposed_comm_s;
+    total.ops += rank.stats.ops;
   }
   const double n = r.ranks.empty() ? 1.0 : static_cast<double>(r.ranks.size());
   r.summary.compute_s = total.compute_s / n;
   r.summary.comm_s = total.comm_s / n;
   r.summary.exposed_comm_s = total.exposed_comm_s / n;
   r.summary.overlap_fraction = r.summary.comm_s > 0 ? 1.0 - r.summary.exposed_comm_s / r.summary.comm_s : 0.0;
+  r.summary.ops = total.ops / std::max<int64_t>(1, static_cast<int64_t>(r.ranks.size()));
+}
+
+void summarize(Report& r) {
+  r.makespan_s = 0;
+  for (auto& rank : r.ranks) {
+    if (rank.same_as) continue;
+    TimelineTally tally;
+    for (auto& op : rank.ops) {
+      op.collective = is_collective_op(op.op);
+      tally.add(op.start_s, op.end_s, op.collective);
+    }
+    rank.stats = tally.stats();
+    r.makespan_s = std::max(r.makespan_s, tally.last_end_s());
+  }
+  summarize_stats(r);
   // Critical path: from the op that ends last, step back each time to the
   // op of that rank that ended last no later than the current op started.
   r.critical_path.clear();
@@ -500,19 +519,26 @@ void print_table(const Report& r, std::ostream& os) {
   }
   std::snprintf(line, sizeof line, "%-26s %8s %14s %14s %14s %9s\n", "rank", "ops", "compute_us", "comm_us", "exposed_us", "overlap");
   os << line;
-  auto row = [&](const std::string& label, size_t ops, const RankStats& s) {
-    std::snprintf(line, sizeof line, "%-26s %8zu %14s %14s %14s %8.1f%%\n", label.c_str(), ops, us(s.compute_s).c_str(), us(s.comm_s).c_str(),
+  auto figures = [&](const RankStats& s) {
+    std::snprintf(line, sizeof line, "%8lld %14s %14s %14s %8.1f%%", static_cast<long long>(s.ops), us(s.compute_s).c_str(), us(s.comm_s).c_str(),
                   us(s.exposed_comm_s).c_str(), 100 * s.overlap_fraction);
-    os << line;
+    return std::string(line);
   };
-  for (const auto& rank : r.ranks) {
-    row(rank_name(r, rank, ","), r.timeline(rank).ops.size(), rank.stats);
+  auto row = [&](const std::string& label, const std::string& figs) {
+    std::snprintf(line, sizeof line, "%-26s ", label.c_str());
+    os << line << figs << "\n";
+  };
+  // A row a rank up to 32 ranks; past that, consecutive ranks whose rows
+  // read the same share one ("ranks 1-511").
+  const bool runs = r.ranks.size() > 32;
+  for (size_t i = 0; i < r.ranks.size();) {
+    const std::string figs = figures(r.ranks[i].stats);
+    size_t j = i + 1;
+    while (runs && j < r.ranks.size() && figures(r.ranks[j].stats) == figs) ++j;
+    row(j == i + 1 ? rank_name(r, r.ranks[i], ",") : "ranks " + std::to_string(r.ranks[i].rank) + "-" + std::to_string(r.ranks[j - 1].rank), figs);
+    i = j;
   }
-  if (r.ranks.size() > 1) {
-    size_t ops = 0;
-    for (const auto& rank : r.ranks) ops += r.timeline(rank).ops.size();
-    row("mean", ops / r.ranks.size(), r.summary);
-  }
+  if (r.ranks.size() > 1) row("mean", figures(r.summary));
 }
 
 std::string write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {

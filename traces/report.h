@@ -38,6 +38,24 @@ struct FlowEdge {
 
 struct RankStats {
   double compute_s = 0, comm_s = 0, exposed_comm_s = 0, overlap_fraction = 0;
+  int64_t ops = 0;  // ops in the rank's timeline (not written: the ops are)
+};
+
+// One rank's statistics gathered op by op, without keeping the ops: the
+// unions of its compute and of its communication intervals, merged as the
+// ops come. Ops in order of end time (as a simulation finishes them) or of
+// start time merge in constant time; any other order merges correctly,
+// more slowly.
+class TimelineTally {
+ public:
+  void add(double start_s, double end_s, bool collective);
+  RankStats stats() const;
+  double last_end_s() const { return last_end_s_; }
+
+ private:
+  std::vector<std::pair<double, double>> compute_, comm_;  // disjoint, in order
+  int64_t ops_ = 0;
+  double last_end_s_ = 0;
 };
 
 struct RankReport {
@@ -87,6 +105,10 @@ bool is_collective_op(const std::string& op);
 
 // Fills per-rank and summary statistics and the critical path from the ops.
 void summarize(Report& r);
+// What summarize does once each timeline's stats are known (a report built
+// without its ops): folded ranks take their source's stats, and the
+// summary is the mean over ranks.
+void summarize_stats(Report& r);
 
 // report.json and the Chrome trace, written as they go (compact JSON, no
 // tree in memory: a report of millions of ops costs its text, not a

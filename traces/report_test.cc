@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "traces/test_reports.h"
@@ -57,6 +58,35 @@ TEST(Summary, CommunicationPastTheComputeIsExposed) {
   EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 2.0);
   EXPECT_DOUBLE_EQ(r.summary.overlap_fraction, 1.0 - 2.0 / 2.5);
   EXPECT_EQ(r.critical_path, (Path{"R"}));
+}
+
+// A tally kept op by op (without the ops) gives the statistics in every
+// order the ops may come in: in order of end (a simulation), of start, or
+// neither (an interval that lands between or before those already merged).
+TEST(Summary, ATallyOfOpsInAnyOrderGivesTheSameStatistics) {
+  struct Iv {
+    double start, end;
+    bool collective;
+  };
+  // Compute [0, 1], [2, 3], [4, 5] and [4.5, 6]: busy over [0, 1], [2, 3],
+  // [4, 6] = 4. Communication [0.5, 2.5] and [5.5, 7]: 3.5, of which the
+  // part outside compute is exposed: [1, 2] and [6, 7] = 2.
+  std::vector<Iv> ops = {{0, 1, false}, {0.5, 2.5, true}, {2, 3, false}, {4, 5, false}, {4.5, 6, false}, {5.5, 7, true}};
+  std::vector<int> order = {0, 1, 2, 3, 4, 5};
+  int orders = 0;
+  do {
+    TimelineTally t;
+    for (int k : order) t.add(ops[k].start, ops[k].end, ops[k].collective);
+    const RankStats s = t.stats();
+    EXPECT_DOUBLE_EQ(s.compute_s, 4.0);
+    EXPECT_DOUBLE_EQ(s.comm_s, 3.5);
+    EXPECT_DOUBLE_EQ(s.exposed_comm_s, 2.0);
+    EXPECT_DOUBLE_EQ(s.overlap_fraction, 1.0 - 2.0 / 3.5);
+    EXPECT_EQ(s.ops, 6);
+    EXPECT_DOUBLE_EQ(t.last_end_s(), 7.0);
+    ++orders;
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(orders, 720);  // 6!
 }
 
 }  // namespace
