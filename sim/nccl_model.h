@@ -3,7 +3,9 @@
 // Simple) that applies, a latency (overhead, base, and a latency per step
 // of the algorithm, steps across nodes at the network's) plus the bytes
 // over an achievable bus bandwidth (link rate x protocol efficiency, the
-// NICs' across nodes); the fastest is taken, as NCCL's tuner does.
+// NICs' across nodes). NCCL's tuner picks the one its own constants make
+// fastest (NcclParams' defaults on the axis' links); the pick is priced
+// with the machine's figures, which thunky-calibrate fits to measurements.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@ struct NcclChoice {
 // DESIGN.md 4.2: the gathered result (all_gather), the unreduced input
 // (reduce_scatter), the array (all_reduce, all_to_all), per device. Only
 // the algorithms allowed on the axis are considered; none left is ring.
+// The choice does not depend on the machine's fitted figures.
 NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes);
 
 }  // namespace thunky::sim

@@ -107,6 +107,28 @@ TEST(NcclModel, CalibrationReproducesACurveFromNcclsOwnFigures) {
   EXPECT_NEAR(fit.mean_abs_error, e.mean, 1e-12);
 }
 
+TEST(NcclModel, CalibrationReproducesATwoNodeCurveWithNcclsPlateau) {
+  // 2 x 8 H100 over GPUDirect-TCPXO (8 NICs of 200 Gb/s a node). From 16
+  // to 32 MiB the time barely grows (977.6 to 1,059.9 us): NCCL's tuner
+  // keeps LL128 up to 16 MiB, where its constants favour it, though it
+  // runs at about a third of Simple's rate here. Picking as NCCL's tuner
+  // does and fitting what runs, the fit follows the curve within 5% (the
+  // issue's target for a curve calibrated on), the plateau included; and
+  // at 8 GiB its 338 GB/s of bus bandwidth needs NVLS-tree's accounting:
+  // a node's NICs carry the array once each way (200 GB/s of algorithm
+  // bandwidth, 375 of bus bandwidth on 16 ranks).
+  const auto rows = fixture("h100_2x8_tcpxo_all_reduce_perf.txt");
+  ASSERT_EQ(rows.size(), 31u);
+  EXPECT_EQ(rows.front().ranks, 16);
+  const Machine m = load_machine("h100-cluster", kModels).value();
+  AxisLinks base = *m.axis("x");
+  base.nic_bandwidth = 2.5e10;
+  const FitResult fit = fit_nccl(base, rows);
+  const Errors e = errors(fit.axis, rows, 0, 1e12, "2x8 H100 (TCPXO) all_reduce, fitted");
+  EXPECT_LE(e.mean, 0.05);
+  EXPECT_LE(e.max, 0.25);
+}
+
 double bus_bw(const NcclChoice& c, double bytes, int64_t n) { return bytes / c.seconds() * 2.0 * static_cast<double>(n - 1) / static_cast<double>(n); }
 
 TEST(NcclModel, H100FiguresAtLargeSizes) {
@@ -134,7 +156,7 @@ TEST(NcclModel, H100FiguresAtLargeSizes) {
               bus_bw(r128, s128, 8) / 1e9, bus_bw(nccl_collective(Op::all_reduce, ring_only, 8, v), v, 8) / 1e9);
 }
 
-TEST(NcclModel, TheFastestAllowedAlgorithmAndProtocolIsChosen) {
+TEST(NcclModel, NcclsTunerPicksAndTheMachinesFiguresPrice) {
   Machine m = load_machine("h100-8gpu", kModels).value();
   const AxisLinks& a = *m.axis("x");
   // Small: LL (lowest latency); large all_gather: ring/Simple (all_gather has no NVLS here).
@@ -144,15 +166,22 @@ TEST(NcclModel, TheFastestAllowedAlgorithmAndProtocolIsChosen) {
   EXPECT_EQ(ag.proto, NcclProto::simple);
   // all_gather: n-1 = 7 steps; time = 19.4 + 8.4 + 7 x 6.79 us + 7/8 x 1e9 / 369e9.
   EXPECT_NEAR(ag.seconds(), 19.4e-6 + 8.4e-6 + 7 * 6.79e-6 + 0.875 * 1e9 / (0.82 * 4.5e11), 1e-9);
-  // Every choice is the minimum over what is allowed.
-  for (double v : {1e3, 1e5, 1e7, 1e9}) {
-    const NcclChoice c = nccl_collective(Op::all_reduce, a, 8, v);
-    for (int k = 0; k < kNcclAlgos; ++k) {
-      AxisLinks only = a;
-      only.algorithms = static_cast<uint8_t>(1u << k);
-      EXPECT_LE(c.seconds(), nccl_collective(Op::all_reduce, only, 8, v).seconds() * (1 + 1e-12)) << v << " " << k;
-    }
-  }
+  // The pick does not follow the machine's figures. NCCL's constants on
+  // an 8 MiB all_gather (7 steps, 7/8 of V sent): LL 6.6 + 7 x 0.6 us +
+  // 7.34 MB / 141 GB/s = 62.9 us; LL128 14 + 7 x 1.9 + 7.34 MB / (0.736 x
+  // 450 GB/s) = 49.5 us; Simple 8.4 + 7 x 3.4 + 7.34 MB / 360 GB/s = 52.6
+  // us: LL128. A machine whose LL128 runs at a twentieth of the link
+  // still gets LL128, priced at that rate: 19.4 + 14 + 7 x 3.9 us +
+  // 7.34 MB / (0.0527 x 450 GB/s) = 370 us, where Simple would take
+  // 19.4 + 8.4 + 7 x 6.79 us + 7.34 MB / 369 GB/s = 95.2 us.
+  const double v = 8388608;
+  EXPECT_EQ(nccl_collective(Op::all_gather, a, 8, v).proto, NcclProto::ll128);
+  AxisLinks slow = a;
+  slow.nccl_params.ring[static_cast<int>(NcclProto::ll128)].efficiency = 0.0527;
+  const NcclChoice stuck = nccl_collective(Op::all_gather, slow, 8, v);
+  EXPECT_EQ(stuck.proto, NcclProto::ll128);
+  EXPECT_NEAR(stuck.seconds(), 19.4e-6 + 14e-6 + 7 * 3.9e-6 + 0.875 * v / (0.0527 * 4.5e11), 1e-9);
+  EXPECT_GT(stuck.seconds(), 3 * (19.4e-6 + 8.4e-6 + 7 * 6.79e-6 + 0.875 * v / (0.82 * 4.5e11)));
 }
 
 TEST(NcclModel, AcrossNodesTheNicsBoundTheRing) {
