@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <latch>
 #include <map>
 #include <set>
 #include <memory>
@@ -72,14 +73,24 @@ class Run {
 
   // Returns "" or the reason the run was aborted; sets deadlock.
   std::string execute(bool& deadlock) {
-    t0_ = Clock::now();
     std::vector<std::thread> threads;
     // Count every rank before any starts: a rank that waits early must not
     // look like the last one running.
     for (size_t i = 0; i < ranks_.size(); ++i) monitor_.thread_started();
+    // The ranks leave one start line, as a GPU run's streams leave one base
+    // event: the time the threads take to start is the host's, not the
+    // schedule's, and would otherwise fall on the first collective.
+    std::latch ready(static_cast<std::ptrdiff_t>(ranks_.size())), go(1);
     for (auto& rs : ranks_) {
-      threads.emplace_back([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false); }); });
+      threads.emplace_back([this, s = rs.get(), &ready, &go] {
+        ready.count_down();
+        go.wait();
+        thread_main([&] { run_block(*s, p_.program, StreamId{}, false); });
+      });
     }
+    ready.wait();
+    t0_ = Clock::now();
+    go.count_down();
     for (auto& t : threads) t.join();
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
