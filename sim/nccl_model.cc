@@ -57,10 +57,16 @@ NcclChoice ring(Op op, const AxisLinks& a, const Shape& s, int64_t n, double byt
   return {latency, nsteps / static_cast<double>(n) * bytes / bw, NcclAlgo::ring, proto};
 }
 
+// The array's passes through a node's NICs, each way, in NCCL's double
+// binary tree across nodes (each tree takes half the array): with two
+// nodes each is one tree's root and the other's leaf, so one pass; with
+// more, a node inside one tree takes its two children's halves and
+// passes its own on, and leaves the other tree: two passes.
+double tree_passes(const Shape& s) { return s.nodes > 2 ? 2.0 : 1.0; }
+
 // Tree (all_reduce): a reduce up and a broadcast down a chain within each
 // node, so each GPU moves the array twice over its links (algBw = busBw /
-// 2); across nodes a binary tree, where each node sends and receives the
-// array about once through its NICs.
+// 2); across nodes the double binary tree, through the node's NICs.
 NcclChoice tree(const AxisLinks& a, const Shape& s, double bytes, NcclProto proto) {
   const NcclParams& q = a.nccl_params;
   const int pi = static_cast<int>(proto);
@@ -68,15 +74,15 @@ NcclChoice tree(const AxisLinks& a, const Shape& s, double bytes, NcclProto prot
                     std::log2(static_cast<double>(s.nodes)) * q.network[pi].step_latency_s;
   const double latency = q.overhead_s + q.tree[pi].base_latency_s + 2 * up;
   double alg_bw = bandwidth(q.tree[pi], s.intra_bw) / 2;
-  if (s.nodes > 1) alg_bw = std::min(alg_bw, bandwidth(q.network[pi], s.inter_bw));
+  if (s.nodes > 1) alg_bw = std::min(alg_bw, bandwidth(q.network[pi], s.inter_bw) / tree_passes(s));
   return {latency, bytes / alg_bw, NcclAlgo::tree, proto};
 }
 
 // NVLS (all_reduce on an NVSwitch node, NVLink SHARP; Simple only): the
 // switch reduces, so the bus bandwidth is its own figure. Across nodes
 // (NVLS-tree) each GPU sends and receives its reduced share of the array
-// through its NIC, so a node's NICs carry the array once each way, and
-// the NIC's latency adds a tree's steps.
+// through its NIC in the double binary tree, and the NIC's latency adds
+// the tree's steps.
 NcclChoice nvls(const AxisLinks& a, const Shape& s, int64_t n, double bytes) {
   const NcclParams& q = a.nccl_params;
   const int pi = static_cast<int>(NcclProto::simple);
@@ -86,7 +92,7 @@ NcclChoice nvls(const AxisLinks& a, const Shape& s, int64_t n, double bytes) {
   NcclAlgo algo = NcclAlgo::nvls;
   if (s.nodes > 1) {
     latency += 2 * std::log2(static_cast<double>(s.nodes)) * q.network[pi].step_latency_s;
-    transfer = std::max(transfer, bytes / bandwidth(q.network[pi], s.inter_bw));
+    transfer = std::max(transfer, tree_passes(s) * bytes / bandwidth(q.network[pi], s.inter_bw));
     algo = NcclAlgo::nvls_tree;
   }
   return {latency, transfer, algo, NcclProto::simple};

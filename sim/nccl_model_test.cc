@@ -205,6 +205,21 @@ TEST(NcclModel, AcrossNodesTheNicsBoundTheRing) {
   const NcclChoice nt = nccl_collective(Op::all_reduce, *m.axis("x"), 16, gib8);
   EXPECT_EQ(nt.algo, NcclAlgo::nvls_tree);
   EXPECT_NEAR(nt.seconds(), 100.4e-6 + 30.0 / 16 * gib8 / 4.8e11, 1e-9);
+  // On 4 nodes a node inside one of the two trees passes the array through
+  // its NICs twice each way: NVLS-tree takes 2 x 8 GiB / 368 GB/s = 46.69
+  // ms (NVLS alone 62/32 x 8 GiB / 480 GB/s = 34.67 ms) plus 19.4 + 25 +
+  // 2 x log2(4) x 28 = 156.4 us of latency.
+  AxisLinks nvls_tree_only = *m.axis("x");
+  nvls_tree_only.algorithms = 1u << static_cast<int>(NcclAlgo::nvls_tree);
+  EXPECT_NEAR(nccl_collective(Op::all_reduce, nvls_tree_only, 32, gib8).seconds(), 156.4e-6 + 2 * gib8 / (0.92 * 8 * 5e10), 1e-9);
+  // NCCL's constants put the ring just ahead there, priced at the slower
+  // of the node's links (369 GB/s) and its NICs (368): 62/32 x 8 GiB /
+  // 368 GB/s = 45.23 ms, plus (19.4 + 8.4 + 56 x 6.79 + 6 x 28) x 1.4 =
+  // 806.5 us: busBw 362 GB/s, against the 331 measured on a public 4 x 8
+  // H100 cluster (400 Gb/s NICs).
+  const NcclChoice n4 = nccl_collective(Op::all_reduce, *m.axis("x"), 32, gib8);
+  EXPECT_EQ(n4.algo, NcclAlgo::ring);
+  EXPECT_NEAR(n4.seconds(), (19.4e-6 + 8.4e-6 + 56 * 6.79e-6 + 6 * 28e-6) * 1.4 + 62.0 / 32 * gib8 / (0.92 * 8 * 5e10), 1e-9);
 }
 
 TEST(NcclModel, IdealStaysSelectable) {
