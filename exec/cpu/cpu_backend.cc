@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
-#include <latch>
 #include <map>
 #include <set>
 #include <memory>
@@ -77,20 +77,11 @@ class Run {
     // Count every rank before any starts: a rank that waits early must not
     // look like the last one running.
     for (size_t i = 0; i < ranks_.size(); ++i) monitor_.thread_started();
-    // The ranks leave one start line, as a GPU run's streams leave one base
-    // event: the time the threads take to start is the host's, not the
-    // schedule's, and would otherwise fall on the first collective.
-    std::latch ready(static_cast<std::ptrdiff_t>(ranks_.size())), go(1);
+    start_.expect(static_cast<int64_t>(ranks_.size()));
     for (auto& rs : ranks_) {
-      threads.emplace_back([this, s = rs.get(), &ready, &go] {
-        ready.count_down();
-        go.wait();
-        thread_main([&] { run_block(*s, p_.program, StreamId{}, false); });
-      });
+      threads.emplace_back([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false, &start_); }); });
     }
-    ready.wait();
-    t0_ = Clock::now();
-    go.count_down();
+    t0_ = start_.open_when_all_arrived();
     for (auto& t : threads) t.join();
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
@@ -166,29 +157,84 @@ class Run {
     }
   }
 
+  // The start line that every rank's threads of its top-level streams
+  // leave together, as a GPU run's streams leave one base event: starting
+  // the threads is the host's set-up, as creating streams is a GPU run's,
+  // and is not timed (otherwise it fell on the first collective).
+  class StartLine {
+   public:
+    void expect(int64_t n) {
+      std::lock_guard<std::mutex> l(mu_);
+      expected_ += n;
+    }
+    void arrive_and_wait() {
+      std::unique_lock<std::mutex> l(mu_);
+      ++arrived_;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return open_; });
+    }
+    // A rank's main thread adds its streams' threads before it arrives, so
+    // once every thread expected has arrived, none is still to come.
+    Clock::time_point open_when_all_arrived() {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return arrived_ == expected_; });
+      open_ = true;
+      cv_.notify_all();
+      return Clock::now();
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    int64_t expected_ = 0, arrived_ = 0;
+    bool open_ = false;
+  };
+
   // Runs a block whose main stream is the calling thread; other streams get
-  // threads of their own for the duration of the block.
-  void run_block(RankState& s, const Block& b, const StreamId& main, bool in_loop) {
+  // threads of their own for the duration of the block. The top-level
+  // block's threads wait at `start` before they run.
+  void run_block(RankState& s, const Block& b, const StreamId& main, bool in_loop, StartLine* start = nullptr) {
     Queues q;
     std::map<std::string, EventPtr> tokens;
     q[main];
-    issue(b, main, q, tokens);
     struct Sub {
       std::thread thread;
       std::atomic<bool> finished{false};
     };
     std::vector<std::unique_ptr<Sub>> subs;
-    for (auto& [stream, tasks] : q) {
-      if (stream == main) continue;
-      auto sub = std::make_unique<Sub>();
-      monitor_.thread_started();
-      Sub* raw = sub.get();
-      std::vector<Task>* queue = &tasks;  // a structured binding cannot be captured (C++17)
-      sub->thread = std::thread([this, &s, stream = stream, queue, in_loop, raw] {
-        thread_main([&] { run_queue(s, *queue, stream, in_loop); }, [raw] { raw->finished = true; });
-      });
-      subs.push_back(std::move(sub));
+    // This thread arrives at the start line whatever happens here: a
+    // thread that never arrived would hold every other one there.
+    auto arrive = [&, arrived = false]() mutable {
+      if (start && !arrived) start->arrive_and_wait();
+      arrived = true;
+    };
+    try {
+      issue(b, main, q, tokens);
+      for (auto& [stream, tasks] : q) {
+        if (stream == main) continue;
+        auto sub = std::make_unique<Sub>();
+        Sub* raw = sub.get();
+        std::vector<Task>* queue = &tasks;  // a structured binding cannot be captured (C++17)
+        if (start) start->expect(1);
+        monitor_.thread_started();
+        sub->thread = std::thread([this, &s, stream = stream, queue, in_loop, raw, start] {
+          if (start) start->arrive_and_wait();
+          thread_main([&] { run_queue(s, *queue, stream, in_loop); }, [raw] { raw->finished = true; });
+        });
+        subs.push_back(std::move(sub));
+      }
+    } catch (const std::exception& e) {
+      // issue() fails before any thread starts; a thread that cannot be
+      // started leaves the ones already started nothing to wait for.
+      arrive();
+      if (!subs.empty()) {
+        std::unique_lock<std::mutex> l(monitor_.mutex());
+        monitor_.abort(l, e.what(), false);
+      }
+      for (auto& sub : subs) sub->thread.join();
+      throw;
     }
+    arrive();
     std::exception_ptr failure;
     try {
       run_queue(s, q[main], main, in_loop);
@@ -381,6 +427,7 @@ class Run {
   std::unique_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   Clock::time_point t0_;
+  StartLine start_;
   std::atomic<bool> out_of_memory_ = false;
 };
 
