@@ -81,7 +81,7 @@ class Run {
     for (auto& rs : ranks_) {
       threads.emplace_back([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false, &start_); }); });
     }
-    t0_ = start_.open_when_all_arrived();
+    start_.open_when_all_arrived(t0_);
     for (auto& t : threads) t.join();
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
@@ -174,13 +174,15 @@ class Run {
       cv_.wait(l, [&] { return open_; });
     }
     // A rank's main thread adds its streams' threads before it arrives, so
-    // once every thread expected has arrived, none is still to come.
-    Clock::time_point open_when_all_arrived() {
+    // once every thread expected has arrived, none is still to come. The
+    // clock `t0` is set before any thread leaves (under the lock they
+    // leave through).
+    void open_when_all_arrived(Clock::time_point& t0) {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return arrived_ == expected_; });
+      t0 = Clock::now();
       open_ = true;
       cv_.notify_all();
-      return Clock::now();
     }
 
    private:
