@@ -320,7 +320,7 @@ TEST(Validation, LoweringRecordsHowViewsUseTheRank) {
   auto use = [](const std::string& program) {
     auto p = load_schedule_text(sched(program, 2), "t.json");
     EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.errors()[0].str());
-    return p.ok() ? p.value().rank_use : Program::RankUse{true, true, {}};
+    return p.ok() ? p.value().rank_use : Program::RankUse{.moves = true, .sized = true, .positional = true, .moving_buffers = {}};
   };
   // Fixed views: neither flag.
   auto u = use(R"([{"op": "memzero", "dst": "a[2:4]"}])");
@@ -338,6 +338,14 @@ TEST(Validation, LoweringRecordsHowViewsUseTheRank) {
   u = use(R"([{"op": "all_reduce", "src": "a", "dst": "b", "axis": "x", "groups": [[0], [1]]}])");
   EXPECT_TRUE(u.moves);
   EXPECT_FALSE(u.sized);
+  // A gather or scatter within one buffer is checked by the rank's place
+  // in its communicator (in place, src must be the rank's slice of dst),
+  // though no view moves; between two buffers it is not.
+  u = use(R"([{"op": "all_gather", "src": "a[0:2]", "dst": "a[4:8]", "axis": "x"}])");
+  EXPECT_FALSE(u.moves);
+  EXPECT_TRUE(u.positional);
+  u = use(R"([{"op": "reduce_scatter", "src": "a", "dst": "b[0:4]", "axis": "x"}])");
+  EXPECT_FALSE(u.positional);
 }
 
 TEST(Loading, EveryRefIsBoundAndEveryCommandCounted) {
