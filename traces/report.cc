@@ -112,10 +112,18 @@ void summarize(Report& r) {
   r.makespan_s = 0;
   for (auto& rank : r.ranks) {
     if (rank.same_as) continue;
+    // A tally merges ops in start order in constant time each; a report
+    // that lists them otherwise (a file from elsewhere) is added sorted,
+    // not one out-of-order op at a time.
+    std::vector<OpRecord*> ops;
+    ops.reserve(rank.ops.size());
+    for (auto& op : rank.ops) ops.push_back(&op);
+    auto by_start = [](const OpRecord* a, const OpRecord* b) { return a->start_s < b->start_s; };
+    if (!std::is_sorted(ops.begin(), ops.end(), by_start)) std::stable_sort(ops.begin(), ops.end(), by_start);
     TimelineTally tally;
-    for (auto& op : rank.ops) {
-      op.collective = is_collective_op(op.op);
-      tally.add(op.start_s, op.end_s, op.collective);
+    for (OpRecord* op : ops) {
+      op->collective = is_collective_op(op->op);
+      tally.add(op->start_s, op->end_s, op->collective);
     }
     rank.stats = tally.stats();
     r.makespan_s = std::max(r.makespan_s, tally.last_end_s());
