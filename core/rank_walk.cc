@@ -244,11 +244,6 @@ class RankWalker {
         break;
       }
       case Op::async_start: {
-        if (!structural_ && !races_) {
-          // Tokens and their order matter to no check of this walk: only the body's ops do.
-          walk(c.body, slot_for(ns, c.stream, slot), ns, branch);
-          break;
-        }
         // Elements of the map keep their place while the body adds more.
         TokenState& t = tokens_[c.token];
         if (structural_ && t.live)
@@ -269,7 +264,6 @@ class RankWalker {
         break;
       }
       case Op::async_done: {
-        if (!structural_ && !races_) break;
         auto it = tokens_.find(c.token);
         if (it == tokens_.end() || !it->second.live) {
           if (!structural_) break;

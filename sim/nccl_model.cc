@@ -45,8 +45,7 @@ double bandwidth(const NcclProtocol& p, double link) {
 // Ring: nsteps = 2(n-1) for all_reduce, n-1 otherwise; of them, the steps
 // that cross nodes pay the network's latency; the bus bandwidth is the
 // slower of the node's links and its NICs. algBw = busBw * n / nsteps.
-NcclChoice ring(Op op, const AxisLinks& a, const Shape& s, int64_t n, double bytes, NcclProto proto) {
-  const NcclParams& q = a.nccl_params;
+NcclChoice ring(Op op, const NcclParams& q, const Shape& s, int64_t n, double bytes, NcclProto proto) {
   const int pi = static_cast<int>(proto);
   const double nsteps = op == Op::all_reduce ? 2.0 * static_cast<double>(n - 1) : static_cast<double>(n - 1);
   const double ninter = s.nodes > 1 ? (op == Op::all_reduce ? 2.0 : 1.0) * static_cast<double>(s.nodes - 1) : 0;
@@ -67,8 +66,7 @@ double tree_passes(const Shape& s) { return s.nodes > 2 ? 2.0 : 1.0; }
 // Tree (all_reduce): a reduce up and a broadcast down a chain within each
 // node, so each GPU moves the array twice over its links (algBw = busBw /
 // 2); across nodes the double binary tree, through the node's NICs.
-NcclChoice tree(const AxisLinks& a, const Shape& s, double bytes, NcclProto proto) {
-  const NcclParams& q = a.nccl_params;
+NcclChoice tree(const NcclParams& q, const Shape& s, double bytes, NcclProto proto) {
   const int pi = static_cast<int>(proto);
   const double up = static_cast<double>(s.per_node - 1) * q.tree[pi].step_latency_s +
                     std::log2(static_cast<double>(s.nodes)) * q.network[pi].step_latency_s;
@@ -83,8 +81,7 @@ NcclChoice tree(const AxisLinks& a, const Shape& s, double bytes, NcclProto prot
 // (NVLS-tree) each GPU sends and receives its reduced share of the array
 // through its NIC in the double binary tree, and the NIC's latency adds
 // the tree's steps.
-NcclChoice nvls(const AxisLinks& a, const Shape& s, int64_t n, double bytes) {
-  const NcclParams& q = a.nccl_params;
+NcclChoice nvls(const NcclParams& q, const Shape& s, int64_t n, double bytes) {
   const int pi = static_cast<int>(NcclProto::simple);
   const double nsteps = 2.0 * static_cast<double>(n - 1);
   double latency = q.overhead_s + q.nvls_latency_s;
@@ -100,10 +97,7 @@ NcclChoice nvls(const AxisLinks& a, const Shape& s, int64_t n, double bytes) {
 
 // Every algorithm and protocol allowed on the axis priced with `q`, and
 // the fastest taken; none allowed is ring/Simple.
-NcclChoice fastest(Op op, const AxisLinks& a, const NcclParams& q, int64_t n, double bytes) {
-  AxisLinks priced = a;
-  priced.nccl_params = q;
-  const Shape s = shape_of(a, n);
+NcclChoice fastest(Op op, const AxisLinks& a, const Shape& s, const NcclParams& q, int64_t n, double bytes) {
   NcclChoice best;
   double best_t = std::numeric_limits<double>::infinity();
   auto consider = [&](const NcclChoice& c) {
@@ -117,12 +111,12 @@ NcclChoice fastest(Op op, const AxisLinks& a, const NcclParams& q, int64_t n, do
     const auto proto = static_cast<NcclProto>(p);
     // all_to_all is point-to-point in NCCL: its ring figures with Simple.
     if (op == Op::all_to_all && proto != NcclProto::simple) continue;
-    if (allowed(a, NcclAlgo::ring)) consider(ring(op, priced, s, n, bytes, proto));
-    if (reduce_all && allowed(a, NcclAlgo::tree) && s.nodes > 1) consider(tree(priced, s, bytes, proto));
+    if (allowed(a, NcclAlgo::ring)) consider(ring(op, q, s, n, bytes, proto));
+    if (reduce_all && allowed(a, NcclAlgo::tree) && s.nodes > 1) consider(tree(q, s, bytes, proto));
   }
   const bool nvls_node = a.topology != AxisLinks::Topology::ring && q.nvls_bandwidth > 0 && s.per_node >= q.nvls_min_ranks;
-  if (reduce_all && nvls_node && allowed(a, s.nodes > 1 ? NcclAlgo::nvls_tree : NcclAlgo::nvls)) consider(nvls(priced, s, n, bytes));
-  if (!std::isfinite(best_t)) return ring(op, priced, s, n, bytes, NcclProto::simple);
+  if (reduce_all && nvls_node && allowed(a, s.nodes > 1 ? NcclAlgo::nvls_tree : NcclAlgo::nvls)) consider(nvls(q, s, n, bytes));
+  if (!std::isfinite(best_t)) return ring(op, q, s, n, bytes, NcclProto::simple);
   return best;
 }
 
@@ -145,12 +139,12 @@ NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes) {
   // machine achieves: where the two disagree (a protocol that NCCL's
   // constants favour but that runs slower here), measured curves show a
   // plateau, and so does the model.
-  const NcclChoice pick = fastest(op, a, tuner_params(a.nccl_params), n, bytes);
   const Shape s = shape_of(a, n);
+  const NcclChoice pick = fastest(op, a, s, tuner_params(a.nccl_params), n, bytes);
   switch (pick.algo) {
-    case NcclAlgo::ring: return ring(op, a, s, n, bytes, pick.proto);
-    case NcclAlgo::tree: return tree(a, s, bytes, pick.proto);
-    default: return nvls(a, s, n, bytes);
+    case NcclAlgo::ring: return ring(op, a.nccl_params, s, n, bytes, pick.proto);
+    case NcclAlgo::tree: return tree(a.nccl_params, s, bytes, pick.proto);
+    default: return nvls(a.nccl_params, s, n, bytes);
   }
 }
 
