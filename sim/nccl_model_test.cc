@@ -93,6 +93,69 @@ TEST(NcclModel, ShippedA100ModelFollowsThePublicCurve) {
   EXPECT_LE(small.mean, 0.30);
 }
 
+std::vector<NcclTestRow> b200(const char* op) { return fixture(std::string("b200_8gpu_") + op + "_perf.txt"); }
+
+TEST(NcclModel, ShippedB200ModelFollowsItsThreeCurves) {
+  // b200-8gpu was fitted to these three curves at once (in sample): for
+  // each, from 1 MiB up at most 10% mean error and no point past 50%; from
+  // 32 KiB to 1 MiB at most 30%. all_reduce runs NVLS from 2 GiB (843 GB/s
+  // busBw at 16 GiB), all_gather and reduce_scatter a ring at 0.75 of the
+  // line (672 and 695 GB/s).
+  const Machine m = load_machine("b200-8gpu", kModels).value();
+  const AxisLinks& a = *m.axis("x");
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+    const auto rows = b200(op);
+    const Errors big = errors(a, rows, 1 << 20, 1e12, (std::string("8x B200 ") + op + ", 1 MiB and up").c_str());
+    EXPECT_LE(big.mean, 0.10) << op;
+    EXPECT_LE(big.max, 0.50) << op;
+    EXPECT_LE(errors(a, rows, 32 << 10, 1 << 20, (std::string("8x B200 ") + op + ", 32 KiB to 1 MiB").c_str()).mean, 0.30) << op;
+  }
+  // The size-0 rows nccl-tests prints for all_gather (four here) carry
+  // nothing to fit and are skipped: 28 sizes, 128 B to 16 GiB.
+  EXPECT_EQ(b200("all_gather").size(), 28u);
+  EXPECT_EQ(b200("all_gather").front().bytes, 128);
+}
+
+TEST(NcclModel, CalibrationOnTwoCollectivesPredictsTheThird) {
+  // From NCCL's defaults on a B200 node's links (900 GB/s egress, NVLS),
+  // a fit to all_reduce and all_gather predicts reduce_scatter, which it
+  // has not seen, within 10% mean error from 1 MiB up.
+  AxisLinks base;
+  base.topology = AxisLinks::Topology::switch_;
+  base.egress_bandwidth = 9e11;
+  base.nccl = true;
+  base.nccl_params.nvls_bandwidth = 8.4e11;
+  std::vector<NcclTestRow> rows = b200("all_reduce");
+  for (const auto& r : b200("all_gather")) rows.push_back(r);
+  const FitResult fit = fit_nccl(base, rows);
+  EXPECT_LE(fit.mean_abs_error, 0.10);
+  const Errors e = errors(fit.axis, b200("reduce_scatter"), 1 << 20, 1e12, "8x B200 reduce_scatter, predicted from all_reduce and all_gather");
+  EXPECT_LE(e.mean, 0.10);
+  EXPECT_LE(e.max, 0.50);
+}
+
+TEST(NcclModel, ShippedH200ModelsFollowPublicRuns) {
+  // One node: 8 GiB all_reduce at 31.52 ms (476.96 GB/s busBw, NCCL 2.19,
+  // Azure). h200-8gpu: NVLS at 480 GB/s busBw plus 44.4 us of latency:
+  // 1.75 x 8 GiB / 480 GB/s + 44.4 us = 31.36 ms, 0.5% fast.
+  const auto one = fixture("h200_8gpu_all_reduce_perf.txt");
+  ASSERT_EQ(one.size(), 1u);
+  const Machine node = load_machine("h200-8gpu", kModels).value();
+  EXPECT_LE(errors(*node.axis("x"), one, 0, 1e12, "8x H200 all_reduce").max, 0.03);
+  // Two nodes, 1 to 16 GiB (OCI, NCCL 2.27): 458 to 486 GB/s busBw.
+  // h200-cluster takes NVLS-tree, bound by NVLS' 480 GB/s (the NICs carry
+  // the array once each way at 368 GB/s of algorithm bandwidth, 690 of
+  // busBw): 8 GiB in 30/16 x 8 GiB / 480 GB/s + 100.4 us = 33.65 ms
+  // against 33.25 measured.
+  const auto two = fixture("h200_2x8_all_reduce_perf.txt");
+  ASSERT_EQ(two.size(), 5u);
+  EXPECT_EQ(two.front().ranks, 16);
+  const Machine cluster = load_machine("h200-cluster", kModels).value();
+  const Errors e = errors(*cluster.axis("x"), two, 0, 1e12, "2x8 H200 all_reduce");
+  EXPECT_LE(e.mean, 0.05);
+  EXPECT_LE(e.max, 0.05);
+}
+
 TEST(NcclModel, CalibrationReproducesACurveFromNcclsOwnFigures) {
   // Starting from NCCL's tuning defaults (not the shipped fit), the fit
   // reproduces the curve within 5% mean error.
