@@ -78,6 +78,7 @@ void parse_collective_model(Obj& o, AxisLinks& a) {
   parse_protocols(n, "network", q.network);
   q.nvls_bandwidth = positive(n, "nvls_bandwidth", false, q.nvls_bandwidth);
   q.nvls_latency_s = positive(n, "nvls_latency_s", false, q.nvls_latency_s);
+  q.nvls_tuner_bandwidth = positive(n, "nvls_tuner_bandwidth", false, q.nvls_tuner_bandwidth);
   if (std::optional<Value> m = n.get("nvls_min_ranks")) q.nvls_min_ranks = as_int(*m, n.at("nvls_min_ranks"));
   q.multinode_simple_factor = positive(n, "multinode_simple_factor", false, q.multinode_simple_factor);
   n.done();

@@ -40,6 +40,10 @@ struct NcclParams {
   NcclProtocol network[kNcclProtos];  // a step across nodes (hierarchical): latency, and efficiency of the NICs
   double nvls_bandwidth = 0;           // bus bandwidth of NVLS all_reduce (NVLink SHARP); 0 = no NVLS
   double nvls_latency_s = 25e-6;
+  // The NVLS bus bandwidth NCCL's tuner expects when it picks (its own
+  // constants: about 476 GB/s on 8 H100s); 0 = nvls_bandwidth. A fit moves
+  // what NVLS achieves, not what NCCL expects of it.
+  double nvls_tuner_bandwidth = 0;
   int64_t nvls_min_ranks = 5;  // NCCL enables NVLS from this many GPUs of a node (Hopper)
   double multinode_simple_factor = 1.4;  // NCCL's latency factor of multi-node Ring/Simple all_reduce
   NcclParams();

@@ -121,10 +121,15 @@ NcclChoice fastest(Op op, const AxisLinks& a, const Shape& s, const NcclParams& 
 }
 
 // NCCL's own figures for its choice: its tuning constants (NcclParams'
-// defaults) on the axis' links, with NVLS as the machine has it.
-NcclParams tuner_params(const NcclParams& machine) {
+// defaults) on the axis' links, NVLS at the bandwidth NCCL's tuner expects
+// and the machine's NVLS latency.
+NcclParams tuner_params(const NcclParams& machine, const Shape& s) {
   NcclParams t;
-  t.nvls_bandwidth = machine.nvls_bandwidth;
+  // NCCL caps LL's bus bandwidth per architecture, at about 0.31 of the
+  // NVLink egress on one node (Ampere 87.7 GB/s of 300, Hopper 141 of 450,
+  // Blackwell 282 of 900).
+  if (s.nodes == 1) t.ring[static_cast<int>(NcclProto::ll)].max_bandwidth = 0.313 * s.intra_bw;
+  t.nvls_bandwidth = machine.nvls_tuner_bandwidth > 0 ? machine.nvls_tuner_bandwidth : machine.nvls_bandwidth;
   t.nvls_latency_s = machine.nvls_latency_s;
   t.nvls_min_ranks = machine.nvls_min_ranks;
   t.multinode_simple_factor = machine.multinode_simple_factor;
@@ -140,7 +145,7 @@ NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes) {
   // constants favour but that runs slower here), measured curves show a
   // plateau, and so does the model.
   const Shape s = shape_of(a, n);
-  const NcclChoice pick = fastest(op, a, s, tuner_params(a.nccl_params), n, bytes);
+  const NcclChoice pick = fastest(op, a, s, tuner_params(a.nccl_params, s), n, bytes);
   switch (pick.algo) {
     case NcclAlgo::ring: return ring(op, a.nccl_params, s, n, bytes, pick.proto);
     case NcclAlgo::tree: return tree(a.nccl_params, s, bytes, pick.proto);

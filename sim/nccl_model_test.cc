@@ -117,7 +117,8 @@ TEST(NcclModel, ShippedB200ModelFollowsItsThreeCurves) {
 }
 
 TEST(NcclModel, CalibrationOnTwoCollectivesPredictsTheThird) {
-  // From NCCL's defaults on a B200 node's links (900 GB/s egress, NVLS),
+  // From NCCL's defaults on a B200 node's links (900 GB/s egress, NVLS at
+  // 840 GB/s, LL up to 282 GB/s),
   // a fit to all_reduce and all_gather predicts reduce_scatter, which it
   // has not seen, within 10% mean error from 1 MiB up.
   AxisLinks base;
@@ -125,6 +126,7 @@ TEST(NcclModel, CalibrationOnTwoCollectivesPredictsTheThird) {
   base.egress_bandwidth = 9e11;
   base.nccl = true;
   base.nccl_params.nvls_bandwidth = 8.4e11;
+  base.nccl_params.ring[static_cast<int>(NcclProto::ll)].max_bandwidth = 2.82e11;  // NCCL's LL cap on Blackwell
   std::vector<NcclTestRow> rows = b200("all_reduce");
   for (const auto& r : b200("all_gather")) rows.push_back(r);
   const FitResult fit = fit_nccl(base, rows);
@@ -245,6 +247,19 @@ TEST(NcclModel, NcclsTunerPicksAndTheMachinesFiguresPrice) {
   EXPECT_EQ(stuck.proto, NcclProto::ll128);
   EXPECT_NEAR(stuck.seconds(), 19.4e-6 + 14e-6 + 7 * 3.9e-6 + 0.875 * v / (0.0527 * 4.5e11), 1e-9);
   EXPECT_GT(stuck.seconds(), 3 * (19.4e-6 + 8.4e-6 + 7 * 6.79e-6 + 0.875 * v / (0.82 * 4.5e11)));
+  // NVLS likewise: what NCCL's tuner expects of it picks, what it achieves
+  // prices. A 10 GB all_reduce takes NVLS while the tuner expects 480 GB/s,
+  // even where it achieves 100: 19.4 + 25 us + 1.75 x 1e10 / 1e11 = 175.04
+  // ms; expecting 100 GB/s, NCCL keeps the ring (1.75 x 1e10 / 360 GB/s of
+  // its own figures beats 1.75 x 1e10 / 100).
+  AxisLinks nvls_slow = a;
+  nvls_slow.nccl_params.nvls_tuner_bandwidth = 4.8e11;
+  nvls_slow.nccl_params.nvls_bandwidth = 1e11;
+  const NcclChoice kept = nccl_collective(Op::all_reduce, nvls_slow, 8, 1e10);
+  EXPECT_EQ(kept.algo, NcclAlgo::nvls);
+  EXPECT_NEAR(kept.seconds(), 19.4e-6 + 25e-6 + 1.75 * 1e10 / 1e11, 1e-9);
+  nvls_slow.nccl_params.nvls_tuner_bandwidth = 1e11;
+  EXPECT_EQ(nccl_collective(Op::all_reduce, nvls_slow, 8, 1e10).algo, NcclAlgo::ring);
 }
 
 TEST(NcclModel, AcrossNodesTheNicsBoundTheRing) {

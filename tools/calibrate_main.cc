@@ -82,7 +82,7 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   const thunky::sim::NcclParams& q = fit.axis.nccl_params;
   ax["collective_model"] = "nccl";
   ojson n = {{"overhead_s", q.overhead_s}, {"ring", protocols_json(q.ring)}, {"tree", protocols_json(q.tree)}, {"network", protocols_json(q.network)},
-             {"nvls_bandwidth", q.nvls_bandwidth}, {"nvls_latency_s", q.nvls_latency_s}, {"nvls_min_ranks", q.nvls_min_ranks},
+             {"nvls_bandwidth", q.nvls_bandwidth}, {"nvls_tuner_bandwidth", q.nvls_tuner_bandwidth}, {"nvls_latency_s", q.nvls_latency_s}, {"nvls_min_ranks", q.nvls_min_ranks},
              {"multinode_simple_factor", q.multinode_simple_factor}};
   ax["nccl"] = n;
   doc["name"] = doc["name"].get<std::string>() + "-calibrated";
