@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
-#include <cstdlib>
 #include <optional>
 #include <random>
 #include <sstream>

@@ -56,6 +56,23 @@ NcclChoice ring(Op op, const NcclParams& q, const Shape& s, int64_t n, double by
   return {latency, nsteps / static_cast<double>(n) * bytes / bw, NcclAlgo::ring, proto};
 }
 
+// all_to_all, which NCCL runs point to point: every rank sends 1/n of its
+// V to each other rank, to those of its node over NVLink and to the others
+// through its own NIC (one per GPU), both at once. Unlike a ring, whose
+// node-to-node hops share all of a node's NICs, the off-node share of each
+// GPU's data leaves through that GPU's NIC alone.
+NcclChoice all_to_all(const NcclParams& q, const Shape& s, int64_t n, double bytes) {
+  NcclChoice c = ring(Op::all_to_all, q, s, n, bytes, NcclProto::simple);
+  if (s.nodes > 1) {
+    const int pi = static_cast<int>(NcclProto::simple);
+    const double dn = static_cast<double>(n);
+    const double on_node = static_cast<double>(s.per_node - 1) / dn * bytes / bandwidth(q.ring[pi], s.intra_bw);
+    const double off_node = static_cast<double>(n - s.per_node) / dn * bytes / bandwidth(q.network[pi], s.inter_bw / static_cast<double>(s.per_node));
+    c.transfer_s = std::max(on_node, off_node);
+  }
+  return c;
+}
+
 // The array's passes through a node's NICs, each way, in NCCL's double
 // binary tree across nodes (each tree takes half the array): with two
 // nodes each is one tree's root and the other's leaf, so one pass; with
@@ -109,8 +126,6 @@ NcclChoice fastest(Op op, const AxisLinks& a, const Shape& s, const NcclParams& 
   const bool reduce_all = op == Op::all_reduce;
   for (int p = 0; p < kNcclProtos; ++p) {
     const auto proto = static_cast<NcclProto>(p);
-    // all_to_all is point-to-point in NCCL: its ring figures with Simple.
-    if (op == Op::all_to_all && proto != NcclProto::simple) continue;
     if (allowed(a, NcclAlgo::ring)) consider(ring(op, q, s, n, bytes, proto));
     if (reduce_all && allowed(a, NcclAlgo::tree) && s.nodes > 1) consider(tree(q, s, bytes, proto));
   }
@@ -145,6 +160,7 @@ NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes) {
   // constants favour but that runs slower here), measured curves show a
   // plateau, and so does the model.
   const Shape s = shape_of(a, n);
+  if (op == Op::all_to_all) return all_to_all(a.nccl_params, s, n, bytes);
   const NcclChoice pick = fastest(op, a, s, tuner_params(a.nccl_params, s), n, bytes);
   switch (pick.algo) {
     case NcclAlgo::ring: return ring(op, a.nccl_params, s, n, bytes, pick.proto);

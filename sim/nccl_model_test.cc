@@ -118,9 +118,9 @@ TEST(NcclModel, ShippedB200ModelFollowsItsThreeCurves) {
 
 TEST(NcclModel, CalibrationOnTwoCollectivesPredictsTheThird) {
   // From NCCL's defaults on a B200 node's links (900 GB/s egress, NVLS at
-  // 840 GB/s, LL up to 282 GB/s),
-  // a fit to all_reduce and all_gather predicts reduce_scatter, which it
-  // has not seen, within 10% mean error from 1 MiB up.
+  // 840 GB/s, LL up to 282 GB/s), a fit to all_reduce and all_gather
+  // predicts reduce_scatter, which it has not seen, within 10% mean error
+  // from 1 MiB up.
   AxisLinks base;
   base.topology = AxisLinks::Topology::switch_;
   base.egress_bandwidth = 9e11;
@@ -338,6 +338,22 @@ TEST(NcclModel, AcrossNodesTheNicsBoundTheRing) {
   const NcclChoice n4 = nccl_collective(Op::all_reduce, *m.axis("x"), 32, gib8);
   EXPECT_EQ(n4.algo, NcclAlgo::ring);
   EXPECT_NEAR(n4.seconds(), (19.4e-6 + 8.4e-6 + 56 * 6.79e-6 + 6 * 28e-6) * 1.4 + 62.0 / 32 * gib8 / (0.92 * 8 * 5e10), 1e-9);
+}
+
+TEST(NcclModel, AcrossNodesAllToAllLeavesThroughEachGpusOwnNic) {
+  // h100-cluster, 16 ranks on 2 nodes, all_to_all of 1 GiB per rank:
+  // each rank sends 7/16 of it to its node's GPUs over NVLink (7/16 x 1
+  // GiB / 369 GB/s = 1.27 ms) and 8/16 through its own NIC (8/16 x 1 GiB
+  // / 46 GB/s = 11.67 ms), at once. A ring's bound, all eight NICs of the
+  // node (368 GB/s), would make it 2.74 ms: four times too fast. Latency
+  // as the ring's Simple: 19.4 + 8.4 + 14 x 6.79 + 1 x 28 = 150.86 us.
+  const Machine m = load_machine("h100-cluster", kModels).value();
+  const double v = 1073741824.0;
+  const NcclChoice c = nccl_collective(Op::all_to_all, *m.axis("x"), 16, v);
+  EXPECT_NEAR(c.latency_s, 150.86e-6, 1e-9);
+  EXPECT_NEAR(c.transfer_s, 0.5 * v / (0.92 * 5e10), 1e-9);
+  // On one node nothing leaves it: 7/8 of V over NVLink, as before.
+  EXPECT_NEAR(nccl_collective(Op::all_to_all, *m.axis("x"), 8, v).transfer_s, 0.875 * v / (0.82 * 4.5e11), 1e-9);
 }
 
 TEST(NcclModel, IdealStaysSelectable) {
