@@ -502,6 +502,29 @@ TEST(CalibrateCli, FitsNcclTestsAndWritesAMachineThatThunkySimLoads) {
   EXPECT_NE(s.out.find("ring/LL"), std::string::npos) << s.out;  // a tiny all_reduce takes LL
 }
 
+TEST(CalibrateCli, CheckPrintsAModelAgainstRunsAndFitsNothing) {
+  TempDir d("calibrate_check");
+  // h100-8gpu against a public 8x H100 reduce_scatter run it was not fitted
+  // on: 7 sizes, 2.2% mean error, 4.3% at 128 MiB (the library test
+  // NcclModel.H100ModelPredictsAReduceScatterItWasNotFittedOn derives them).
+  Result r = calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu --check");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("model over 7 sizes: mean |error| 2.2%, max 4.3%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured_us     model_us"), std::string::npos) << r.out;
+  // Several collectives: one line each, then the whole.
+  const std::string b200 = kSrc + "/tests/nccl/b200_8gpu_";
+  Result three = calibrate("nccl-tests " + b200 + "all_reduce_perf.txt " + b200 + "all_gather_perf.txt " + b200 + "reduce_scatter_perf.txt --machine b200-8gpu --check");
+  ASSERT_EQ(three.code, 0) << three.err;
+  EXPECT_NE(three.out.find("all_gather: mean |error|"), std::string::npos) << three.out;
+  EXPECT_NE(three.out.find("reduce_scatter: mean |error|"), std::string::npos) << three.out;
+  EXPECT_NE(three.out.find("model over 88 sizes"), std::string::npos) << three.out;
+  // -o and --check together, or neither: exit 2, nothing written.
+  const std::string out = (d.path / "o.json").string();
+  EXPECT_EQ(calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu --check -o " + out).code, 2);
+  EXPECT_EQ(calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu").code, 2);
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {
   TempDir d("calibrate_exec");
   const std::string out = (d.path / "cpu.json").string();

@@ -1,10 +1,14 @@
 // thunky-calibrate nccl-tests FILE... --machine BASE -o OUT.json: the NCCL
 // model of a machine fitted to nccl-tests runs; prints measured against
-// fitted per size and writes the calibrated machine model.
+// fitted per size and writes the calibrated machine model. With --check
+// instead of -o: the machine's model against the runs, nothing fitted.
 #include "tools/cli.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "core/files.h"
 #include "sim/calibrate.h"
@@ -24,7 +28,45 @@ ojson protocols_json(const thunky::sim::NcclProtocol (&p)[thunky::sim::kNcclProt
   return j;
 }
 
-int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out) {
+// Measured against the model, per size, then each collective's mean and
+// largest error and the whole's.
+void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const char* model_column, const char* verb) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %-15s %5s %14s %12s %12s %8s\n", "file:line", "op", "ranks", "size_B", "measured_us", model_column, "error");
+  std::cout << line;
+  struct Sum {
+    double total = 0, max = 0;
+    size_t n = 0;
+    void add(double e) { total += e, max = std::max(max, e), ++n; }
+  };
+  std::map<std::string, Sum> by_op;
+  Sum all;
+  for (const auto& r : rows) {
+    const double m = thunky::sim::model_seconds(axis, r);
+    std::string where = r.file.substr(r.file.find_last_of('/') == std::string::npos ? 0 : r.file.find_last_of('/') + 1) + ":" + std::to_string(r.line);
+    if (where.size() > 28) where = where.substr(where.size() - 28);
+    const std::string op(thunky::op_name(r.op));
+    std::snprintf(line, sizeof line, "%-28s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%\n", where.c_str(), op.c_str(), static_cast<long long>(r.ranks), r.bytes,
+                  r.seconds() * 1e6, m * 1e6, 100 * (m - r.seconds()) / r.seconds());
+    std::cout << line;
+    const double e = std::fabs(m - r.seconds()) / r.seconds();
+    by_op[op].add(e);
+    all.add(e);
+  }
+  if (by_op.size() > 1)
+    for (const auto& [op, s] : by_op) {
+      std::snprintf(line, sizeof line, "%s: mean |error| %.1f%%, max %.1f%% over %zu sizes\n", op.c_str(), 100 * s.total / s.n, 100 * s.max, s.n);
+      std::cout << line;
+    }
+  std::snprintf(line, sizeof line, "%s %zu sizes: mean |error| %.1f%%, max %.1f%%\n", verb, all.n, 100 * all.total / std::max<size_t>(1, all.n), 100 * all.max);
+  std::cout << line;
+}
+
+int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out, bool check) {
+  if (check == !out.empty()) {
+    std::cerr << "thunky-calibrate nccl-tests: give -o OUT.json (fit and write a model) or --check (the model against the runs), one of the two\n";
+    return 2;
+  }
   auto base = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
   if (!base) {
     for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
@@ -32,7 +74,8 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   }
   std::vector<std::string> inputs = files;
   inputs.push_back(machine);
-  if (auto code = thunky::cli::refuse_overwrite("thunky-calibrate", {{"-o", out}}, inputs)) return *code;
+  if (!check)
+    if (auto code = thunky::cli::refuse_overwrite("thunky-calibrate", {{"-o", out}}, inputs)) return *code;
   std::vector<thunky::sim::NcclTestRow> rows;
   for (const auto& f : files) {
     std::string error;
@@ -55,23 +98,19 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
     return 2;
   }
   if (axis->topology == thunky::sim::AxisLinks::Topology::ring) {
-    std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is fitted to switch and hierarchical axes\n";
+    std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is for switch and hierarchical axes\n";
     return 2;
   }
-  const thunky::sim::FitResult fit = thunky::sim::fit_nccl(*axis, rows);
-  char line[256];
-  std::snprintf(line, sizeof line, "%-28s %-15s %5s %14s %12s %12s %8s\n", "file:line", "op", "ranks", "size_B", "measured_us", "fitted_us", "error");
-  std::cout << line;
-  for (const auto& r : rows) {
-    const double m = thunky::sim::model_seconds(fit.axis, r);
-    std::string where = r.file.substr(r.file.find_last_of('/') == std::string::npos ? 0 : r.file.find_last_of('/') + 1) + ":" + std::to_string(r.line);
-    if (where.size() > 28) where = where.substr(where.size() - 28);
-    std::snprintf(line, sizeof line, "%-28s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%\n", where.c_str(), std::string(thunky::op_name(r.op)).c_str(),
-                  static_cast<long long>(r.ranks), r.bytes, r.seconds() * 1e6, m * 1e6, 100 * (m - r.seconds()) / r.seconds());
-    std::cout << line;
+  if (check) {
+    if (!axis->nccl) {
+      std::cerr << machine << ":/axes/" << axis_name << ": collectives priced by the ideal formulas; --check compares the NCCL model\n";
+      return 2;
+    }
+    print_errors(*axis, rows, "model_us", "model over");
+    return 0;
   }
-  std::snprintf(line, sizeof line, "fit over %zu sizes: mean |error| %.1f%%, max %.1f%%\n", rows.size(), 100 * fit.mean_abs_error, 100 * fit.max_abs_error);
-  std::cout << line;
+  const thunky::sim::FitResult fit = thunky::sim::fit_nccl(*axis, rows);
+  print_errors(fit.axis, rows, "fitted_us", "fit over");
   // The base model with the axis' NCCL figures replaced.
   std::string error;
   ojson doc = ojson::parse(thunky::read_input_file(std::filesystem::exists(machine) ? machine : std::string(THUNKY_MODELS_DIR) + "/" + machine +
@@ -88,6 +127,7 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   doc["name"] = doc["name"].get<std::string>() + "-calibrated";
   std::string files_list;
   for (const auto& f : files) files_list += (files_list.empty() ? "" : ", ") + f.substr(f.find_last_of('/') == std::string::npos ? 0 : f.find_last_of('/') + 1);
+  char line[32];
   std::snprintf(line, sizeof line, "%.1f", 100 * fit.mean_abs_error);
   doc["chip"]["source"] = doc["chip"]["source"].get<std::string>() + "; collectives of axis '" + key + "' fitted by thunky-calibrate nccl-tests to " + files_list +
                           " (mean |error| " + line + "%)";
@@ -108,7 +148,9 @@ int run_main(int argc, char** argv) {
   nt->add_option("FILE", files, "nccl-tests output files")->required();
   nt->add_option("--machine", machine, "the machine model to start from: a file, or a name under models/")->required();
   nt->add_option("--axis", axis, "the axis to fit (default \"*\", every axis not named)");
-  nt->add_option("-o", out, "write the calibrated machine model here")->required();
+  nt->add_option("-o", out, "write the calibrated machine model here");
+  bool check = false;
+  nt->add_flag("--check", check, "fit nothing: print the machine's model against the runs, per size and per collective");
   std::string backend = "cpu", exec_out;
   int ranks = 4;
   CLI::App* ex = app.add_subcommand("exec", "run micro-benchmarks on a backend and fit the machine model of the machine they ran on");
@@ -130,7 +172,7 @@ int run_main(int argc, char** argv) {
     std::cout << m->dump(1) << "\nwrote " << exec_out << "\n";
     return 0;
   }
-  return nccl_tests(files, machine, axis, out);
+  return nccl_tests(files, machine, axis, out, check);
 }
 
 int main(int argc, char** argv) { return thunky::cli::guarded_main("thunky-calibrate", run_main, argc, argv); }
