@@ -148,9 +148,12 @@ FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows) 
     knobs.push_back({&p.step_latency_s, 0, 1e-3});
     knobs.push_back({&p.efficiency, 1e-3, 1});
   }
-  bool nvls_used = false, multinode = false;
+  bool nvls_used = false, multinode = false, copies = false, ring_reductions = false;
   for (const auto& r : rows) {
-    nvls_used |= r.op == Op::all_reduce && q.nvls_bandwidth > 0 && r.ranks >= q.nvls_min_ranks;
+    const bool nvls = r.op == Op::all_reduce && q.nvls_bandwidth > 0 && r.ranks >= q.nvls_min_ranks;
+    nvls_used |= nvls;
+    copies |= r.op == Op::all_gather || r.op == Op::all_to_all;
+    ring_reductions |= r.op == Op::reduce_scatter || (r.op == Op::all_reduce && !nvls);
     multinode |= base.topology == AxisLinks::Topology::hierarchical && r.ranks > base.group_size;
   }
   if (nvls_used) {
@@ -160,6 +163,10 @@ FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows) 
     knobs.push_back({&q.nvls_bandwidth, 1e9, 1e13});
     knobs.push_back({&q.nvls_latency_s, 0, 1e-3});
   }
+  // Copy collectives' own factor, where reducing ones that run a ring at
+  // large sizes pin the ring's figures (an all_reduce that NVLS serves
+  // there does not: the factor would then stand in for the ring itself).
+  if (copies && ring_reductions) knobs.push_back({&q.copy_factor, 0.5, 2});
   if (multinode)
     for (auto& p : q.network) {
       knobs.push_back({&p.step_latency_s, 0, 1e-2});

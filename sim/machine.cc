@@ -81,6 +81,8 @@ void parse_collective_model(Obj& o, AxisLinks& a) {
   q.nvls_tuner_bandwidth = positive(n, "nvls_tuner_bandwidth", false, q.nvls_tuner_bandwidth);
   if (std::optional<Value> m = n.get("nvls_min_ranks")) q.nvls_min_ranks = as_int(*m, n.at("nvls_min_ranks"));
   q.multinode_simple_factor = positive(n, "multinode_simple_factor", false, q.multinode_simple_factor);
+  q.copy_factor = positive(n, "copy_factor", false, q.copy_factor);
+  if (q.copy_factor <= 0) fail(n.at("copy_factor"), "must be positive");
   n.done();
 }
 

@@ -46,6 +46,11 @@ struct NcclParams {
   double nvls_tuner_bandwidth = 0;
   int64_t nvls_min_ranks = 5;  // NCCL enables NVLS from this many GPUs of a node (Hopper)
   double multinode_simple_factor = 1.4;  // NCCL's latency factor of multi-node Ring/Simple all_reduce
+  // The collectives that only move data (all_gather, all_to_all) run the
+  // node's links at this multiple of the ring figures, which the reducing
+  // ones (all_reduce, reduce_scatter) run at: NCCL's copy and reduce
+  // kernels differ by up to 10% either way, by machine.
+  double copy_factor = 1.0;
   NcclParams();
 };
 

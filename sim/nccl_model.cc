@@ -36,6 +36,12 @@ Shape shape_of(const AxisLinks& a, int64_t n) {
 
 bool allowed(const AxisLinks& a, NcclAlgo algo) { return (a.algorithms >> static_cast<int>(algo)) & 1u; }
 
+// The node's link rate as a collective's ring uses it: copy collectives
+// (all_gather, all_to_all) at copy_factor of it.
+double intra_rate(Op op, const NcclParams& q, const Shape& s) {
+  return op == Op::all_gather || op == Op::all_to_all ? q.copy_factor * s.intra_bw : s.intra_bw;
+}
+
 double bandwidth(const NcclProtocol& p, double link) {
   double bw = p.efficiency * link;
   if (p.max_bandwidth > 0) bw = std::min(bw, p.max_bandwidth);
@@ -51,7 +57,7 @@ NcclChoice ring(Op op, const NcclParams& q, const Shape& s, int64_t n, double by
   const double ninter = s.nodes > 1 ? (op == Op::all_reduce ? 2.0 : 1.0) * static_cast<double>(s.nodes - 1) : 0;
   double latency = q.overhead_s + q.ring[pi].base_latency_s + (nsteps - ninter) * q.ring[pi].step_latency_s + ninter * q.network[pi].step_latency_s;
   if (s.nodes > 1 && op == Op::all_reduce && proto == NcclProto::simple) latency *= q.multinode_simple_factor;
-  double bw = bandwidth(q.ring[pi], s.intra_bw);
+  double bw = bandwidth(q.ring[pi], intra_rate(op, q, s));
   if (s.nodes > 1) bw = std::min(bw, bandwidth(q.network[pi], s.inter_bw));
   return {latency, nsteps / static_cast<double>(n) * bytes / bw, NcclAlgo::ring, proto};
 }
@@ -66,7 +72,7 @@ NcclChoice all_to_all(const NcclParams& q, const Shape& s, int64_t n, double byt
   if (s.nodes > 1) {
     const int pi = static_cast<int>(NcclProto::simple);
     const double dn = static_cast<double>(n);
-    const double on_node = static_cast<double>(s.per_node - 1) / dn * bytes / bandwidth(q.ring[pi], s.intra_bw);
+    const double on_node = static_cast<double>(s.per_node - 1) / dn * bytes / bandwidth(q.ring[pi], intra_rate(Op::all_to_all, q, s));
     const double off_node = static_cast<double>(n - s.per_node) / dn * bytes / bandwidth(q.network[pi], s.inter_bw / static_cast<double>(s.per_node));
     c.transfer_s = std::max(on_node, off_node);
   }

@@ -122,7 +122,7 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   ax["collective_model"] = "nccl";
   ojson n = {{"overhead_s", q.overhead_s}, {"ring", protocols_json(q.ring)}, {"tree", protocols_json(q.tree)}, {"network", protocols_json(q.network)},
              {"nvls_bandwidth", q.nvls_bandwidth}, {"nvls_tuner_bandwidth", q.nvls_tuner_bandwidth}, {"nvls_latency_s", q.nvls_latency_s}, {"nvls_min_ranks", q.nvls_min_ranks},
-             {"multinode_simple_factor", q.multinode_simple_factor}};
+             {"multinode_simple_factor", q.multinode_simple_factor}, {"copy_factor", q.copy_factor}};
   ax["nccl"] = n;
   doc["name"] = doc["name"].get<std::string>() + "-calibrated";
   std::string files_list;
