@@ -83,7 +83,13 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     r.op = *op;
     r.file = file;
     r.line = n;
-    if (!parse_number(w[0], r.bytes)) fail_at(n, "size '" + w[0] + "' is not a number of bytes");
+    // A result row reads size, count (whole numbers) and the type's name; a
+    // line that does not is a fragment (a row cut by log lines that other
+    // processes wrote into the table, as NCCL_DEBUG output can be).
+    double count = 0;
+    if (!parse_number(w[0], r.bytes) || r.bytes != std::floor(r.bytes)) fail_at(n, "size '" + w[0] + "' is not a whole number of bytes");
+    if (!parse_number(w[1], count) || count != std::floor(count) || parse_number(w[2], count))
+      fail_at(n, "not a result row (size, count, type, ...): '" + line.substr(0, 60) + "'; is it a fragment cut by other output?");
     // all_gather and reduce_scatter print size-0 rows where the count per
     // rank rounds to nothing: nothing moved, nothing to fit.
     if (r.bytes == 0) continue;

@@ -77,6 +77,21 @@ TEST(NcclTests, ABadLineIsNamed) {
   EXPECT_EQ(rows[0].op, Op::all_gather);
   EXPECT_EQ(rows[0].ranks, 4);
   EXPECT_THROW(read_nccl_tests("# nThread 1 nGpus 4\n", "unknown.txt"), ThunkyError);  // no collective, no rows
+  // The tail of a row that other processes' log lines cut off is not read
+  // as a row of 579.3 bytes: it is named.
+  try {
+    read_nccl_tests(head + "    579.3    0.00    0.00      0    137.0    0.00    0.00      0\n", "x.txt");
+    FAIL() << "expected an error";
+  } catch (const ThunkyError& e) {
+    EXPECT_EQ(e.pointer(), "line 4");
+    EXPECT_NE(std::string(e.what()).find("size '579.3' is not a whole number of bytes"), std::string::npos) << e.what();
+  }
+  try {
+    read_nccl_tests(head + "        1024     0.00    0.00      0    137.0    0.00    0.00      0\n", "x.txt");
+    FAIL() << "expected an error";
+  } catch (const ThunkyError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a result row"), std::string::npos) << e.what();
+  }
 }
 
 TEST(NcclModel, ShippedA100ModelFollowsThePublicCurve) {
