@@ -86,9 +86,9 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     // A result row reads size, count (whole numbers) and the type's name; a
     // line that does not is a fragment (a row cut by log lines that other
     // processes wrote into the table, as NCCL_DEBUG output can be).
-    double count = 0;
+    double count = 0, type_as_number = 0;
     if (!parse_number(w[0], r.bytes) || r.bytes != std::floor(r.bytes)) fail_at(n, "size '" + w[0] + "' is not a whole number of bytes");
-    if (!parse_number(w[1], count) || count != std::floor(count) || parse_number(w[2], count))
+    if (!parse_number(w[1], count) || count != std::floor(count) || parse_number(w[2], type_as_number))
       fail_at(n, "not a result row (size, count, type, ...): '" + line.substr(0, 60) + "'; is it a fragment cut by other output?");
     // all_gather and reduce_scatter print size-0 rows where the count per
     // rank rounds to nothing: nothing moved, nothing to fit.

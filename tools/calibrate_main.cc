@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -43,7 +44,7 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   Sum all;
   for (const auto& r : rows) {
     const double m = thunky::sim::model_seconds(axis, r);
-    std::string where = r.file.substr(r.file.find_last_of('/') == std::string::npos ? 0 : r.file.find_last_of('/') + 1) + ":" + std::to_string(r.line);
+    std::string where = std::filesystem::path(r.file).filename().string() + ":" + std::to_string(r.line);
     if (where.size() > 28) where = where.substr(where.size() - 28);
     const std::string op(thunky::op_name(r.op));
     std::snprintf(line, sizeof line, "%-28s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%\n", where.c_str(), op.c_str(), static_cast<long long>(r.ranks), r.bytes,
@@ -126,7 +127,7 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   ax["nccl"] = n;
   doc["name"] = doc["name"].get<std::string>() + "-calibrated";
   std::string files_list;
-  for (const auto& f : files) files_list += (files_list.empty() ? "" : ", ") + f.substr(f.find_last_of('/') == std::string::npos ? 0 : f.find_last_of('/') + 1);
+  for (const auto& f : files) files_list += (files_list.empty() ? "" : ", ") + std::filesystem::path(f).filename().string();
   char line[32];
   std::snprintf(line, sizeof line, "%.1f", 100 * fit.mean_abs_error);
   doc["chip"]["source"] = doc["chip"]["source"].get<std::string>() + "; collectives of axis '" + key + "' fitted by thunky-calibrate nccl-tests to " + files_list +
