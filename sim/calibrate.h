@@ -52,4 +52,8 @@ struct FitResult {
 // nodes. Deterministic.
 FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows);
 
+// The most rows a fit takes: it prices every row about 120,000 times
+// (some 20 s at this many); nccl-tests runs have tens to hundreds.
+inline constexpr size_t kMaxFittedRows = 4096;
+
 }  // namespace thunky::sim

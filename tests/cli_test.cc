@@ -551,6 +551,13 @@ TEST(CalibrateCli, ABadFileNamesItsLine) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(bad + ":line 3: in-place time 'twelve'"), std::string::npos) << r.err;
   EXPECT_EQ(calibrate("nccl-tests " + bad + " -o x.json").code, 2);  // --machine is required
+  // More rows than a fit takes (4,096): exit 2 before the fit, not minutes of it.
+  std::string many = "# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8\n#  size count type redop root time algbw busbw #wrong\n";
+  for (int i = 0; i < 4097; ++i) many += "  1024  256  float  sum  -1  12.5  0.1  0.1  0\n";
+  const std::string big = d.write("all_reduce_perf.txt", many);
+  Result r2 = calibrate("nccl-tests " + big + " --machine h100-8gpu -o " + (d.path / "o.json").string());
+  EXPECT_EQ(r2.code, 2);
+  EXPECT_NE(r2.err.find("4097 result rows in all; a fit takes at most 4096"), std::string::npos) << r2.err;
   EXPECT_FALSE(fs::exists(d.path / "o.json"));
 }
 

@@ -110,6 +110,11 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
     print_errors(*axis, rows, "model_us", "model over");
     return 0;
   }
+  if (rows.size() > thunky::sim::kMaxFittedRows) {
+    std::cerr << files.front() << ": " << rows.size() << " result rows in all; a fit takes at most " << thunky::sim::kMaxFittedRows
+              << " (--check takes any number)\n";
+    return 2;
+  }
   const thunky::sim::FitResult fit = thunky::sim::fit_nccl(*axis, rows);
   print_errors(fit.axis, rows, "fitted_us", "fit over");
   // The base model with the axis' NCCL figures replaced.
