@@ -12,7 +12,16 @@ void Monitor::thread_finished(const std::function<void()>& last_words) {
   if (last_words) last_words();
   --running_;
   check_deadlock(l);
-  cv_.notify_all();
+  notify_all();
+}
+
+void Monitor::notify_all() {
+  for (const auto& [k, w] : waiters_)
+    if ((*w.pred)()) w.cv->notify_one();
+}
+
+void Monitor::wake_all() {
+  for (const auto& [k, w] : waiters_) w.cv->notify_one();
 }
 
 void Monitor::check_deadlock(std::unique_lock<std::mutex>& lock) {
@@ -37,10 +46,11 @@ void Monitor::wait(std::unique_lock<std::mutex>& lock, const std::function<bool(
   if (aborted_) throw Aborted(reason_);
   if (pred()) return;
   const int key = next_waiter_++;
-  auto it = waiters_.emplace(key, Waiter{what, &pred});
+  std::condition_variable cv;
+  auto it = waiters_.emplace(key, Waiter{what, &pred, &cv});
   ++waiting_;
   check_deadlock(lock);
-  while (!aborted_ && !pred()) cv_.wait(lock);
+  while (!aborted_ && !pred()) cv.wait(lock);
   --waiting_;
   waiters_.erase(it);
   if (aborted_ && !pred()) throw Aborted(reason_);
@@ -53,7 +63,7 @@ void Monitor::abort(std::unique_lock<std::mutex>&, const std::string& reason, bo
     reason_ = reason;
     pointer_ = pointer;
   }
-  cv_.notify_all();
+  wake_all();
 }
 
 }  // namespace thunky

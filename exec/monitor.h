@@ -28,7 +28,13 @@ class Monitor {
   // for what ("rank 1 computation:0 waits for token t at /program/4").
   // Throws Aborted if the run is aborted meanwhile.
   void wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::string& what);
-  void notify_all() { cv_.notify_all(); }
+  // Wakes the waiters whose condition now holds; call it under mutex(),
+  // after changing what they wait for. Each waiter sleeps on a condition
+  // variable of its own, so a change wakes only the threads it releases
+  // (one shared one woke every waiting stream thread of every rank, and on
+  // a host with fewer cores than threads those wake-ups delayed the one
+  // that could run by about 100 us).
+  void notify_all();
   // Aborts the run (first reason wins); wakes every waiter.
   // The first abort wins; `pointer` is the JSON pointer of the command it
   // concerns, when one does.
@@ -40,13 +46,14 @@ class Monitor {
 
  private:
   void check_deadlock(std::unique_lock<std::mutex>& lock);
+  void wake_all();
   std::mutex mu_;
-  std::condition_variable cv_;
   int running_ = 0;
   int waiting_ = 0;
   struct Waiter {
     std::string what;
     const std::function<bool()>* pred;
+    std::condition_variable* cv;
   };
   std::multimap<int, Waiter> waiters_;
   int next_waiter_ = 0;
