@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "core/status.h"
@@ -149,7 +150,14 @@ FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows) 
   AxisLinks& a = out.axis;
   a.nccl = true;
   NcclParams& q = a.nccl_params;
-  std::vector<Knob> knobs = {{&q.overhead_s, 0, 1e-3}};
+  std::vector<Knob> knobs;
+  // The overhead is paid once and the step latencies once a step: only
+  // runs of two or more step counts (all_reduce's 2(n-1) beside
+  // all_gather's n-1, or two GPU counts) tell them apart. Runs of one keep
+  // the base's overhead, and the step latencies take the rest.
+  std::set<int64_t> step_counts;
+  for (const auto& r : rows) step_counts.insert(r.op == Op::collective_permute ? 1 : r.op == Op::all_reduce ? 2 * (r.ranks - 1) : r.ranks - 1);
+  if (step_counts.size() > 1) knobs.push_back({&q.overhead_s, 0, 1e-3});
   for (auto& p : q.ring) {
     knobs.push_back({&p.step_latency_s, 0, 1e-3});
     knobs.push_back({&p.efficiency, 1e-3, 1});

@@ -134,12 +134,12 @@ TEST(SimLinks, SwitchAndHierarchicalThroughTheEngine) {
   const std::string models = std::string(THUNKY_SOURCE_DIR) + "/models";
   const double gib = 1073741824.0;
   // H100 node, NCCL model: ring/Simple all_gather, n - 1 = 7 steps:
-  // 19.4 + 8.4 + 7 x 6.79 = 75.33 us, plus 7/8 x 2^30 / (0.82 x 4.5e11).
-  EXPECT_NEAR(makespan(sched(8), load_machine("h100-8gpu", models).value()), 75.33e-6 + 7.0 / 8 * gib / (0.82 * 4.5e11), 1e-9);
+  // 1.92 + 8.4 + 7 x 8.04 = 66.60 us, plus 7/8 x 2^30 / (0.82 x 4.5e11).
+  EXPECT_NEAR(makespan(sched(8), load_machine("h100-8gpu", models).value()), 66.60e-6 + 7.0 / 8 * gib / (0.82 * 4.5e11), 1e-9);
   // H100 cluster, 16 ranks = 2 nodes: 15 steps, one across nodes (28 us):
-  // 19.4 + 8.4 + 14 x 6.79 + 28 = 150.86 us, and a node's 8 NICs at
+  // 1.92 + 8.4 + 14 x 8.04 + 28 = 150.88 us, and a node's 8 NICs at
   // 0.92 x 5e10 each (368 GB/s, under NVLink's 369) bound the bandwidth.
-  EXPECT_NEAR(makespan(sched(16), load_machine("h100-cluster", models).value()), 150.86e-6 + 15.0 / 16 * gib / (0.92 * 5e10 * 8), 1e-9);
+  EXPECT_NEAR(makespan(sched(16), load_machine("h100-cluster", models).value()), 150.88e-6 + 15.0 / 16 * gib / (0.92 * 5e10 * 8), 1e-9);
 }
 
 // One collective alone on 4 ranks, V = 1e6 bytes (the gathered result,

@@ -505,11 +505,11 @@ TEST(CalibrateCli, FitsNcclTestsAndWritesAMachineThatThunkySimLoads) {
 TEST(CalibrateCli, CheckPrintsAModelAgainstRunsAndFitsNothing) {
   TempDir d("calibrate_check");
   // h100-8gpu against a public 8x H100 reduce_scatter run it was not fitted
-  // on: 7 sizes, 2.2% mean error, 4.3% at 128 MiB (the library test
+  // on: 7 sizes, 2.2% mean error, 2.8% at its largest (the library test
   // NcclModel.H100ModelPredictsAReduceScatterItWasNotFittedOn derives them).
   Result r = calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu --check");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("model over 7 sizes: mean |error| 2.2%, max 4.3%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model over 7 sizes: mean |error| 2.2%, max 2.8%"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("measured_us     model_us"), std::string::npos) << r.out;
   // Several collectives: one line each, then the whole.
   const std::string b200 = kSrc + "/tests/nccl/b200_8gpu_";
