@@ -114,12 +114,10 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
 double model_bytes(const NcclTestRow& r) { return r.bytes; }
 
 double model_seconds(const AxisLinks& a, const NcclTestRow& r) {
-  if (r.op == Op::collective_permute) {
-    // sendrecv: each rank sends to its neighbour, bytes over one link.
-    const double bw = a.topology == AxisLinks::Topology::ring ? a.link_bandwidth : a.egress_bandwidth;
-    const NcclProtocol& s = a.nccl_params.ring[static_cast<int>(NcclProto::simple)];
-    return a.nccl_params.overhead_s + s.base_latency_s + s.step_latency_s + r.bytes / (s.efficiency * bw);
-  }
+  // sendrecv: each rank sends to the next, priced as thunky-sim prices a
+  // collective_permute's pair; past one node the slowest pairs cross to
+  // the next node through their NICs.
+  if (r.op == Op::collective_permute) return nccl_p2p(a, a.topology == AxisLinks::Topology::hierarchical && r.ranks > a.group_size, r.bytes).seconds();
   return nccl_collective(r.op, a, r.ranks, model_bytes(r)).seconds();
 }
 

@@ -1,5 +1,6 @@
 // Collectives: the rendezvous of their ranks, and the flows they drive.
 #include "sim/engine_internal.h"
+#include "sim/nccl_model.h"
 
 namespace thunky::sim::internal {
 
@@ -105,6 +106,9 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
     const size_t npairs = c.rare().pairs ? c.rare().pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
     const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.rare().groups;
     const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
+    // On a hierarchical axis a pair in two groups (nodes) goes through the
+    // sender's NIC and the receiver's, one each per GPU.
+    const int64_t group = first.topology == AxisLinks::Topology::hierarchical ? std::max<int64_t>(1, first.group_size) : 0;
     for (size_t k = 0; k < npairs; ++k) {
       const int64_t s = c.rare().pairs ? (*c.rare().pairs)[k].first : fold_ ? part.position : static_cast<int64_t>(k);
       const int64_t t = c.rare().pairs ? (*c.rare().pairs)[k].second : shift_target(c, s, n);
@@ -112,8 +116,12 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
       const int f = new_flow(a, bytes);
       std::pmr::vector<int>& links = flows_[f].links;
       const int64_t from = part.ranks[s], to = part.ranks[t];
+      const bool across = group > 0 && s / group != t / group;
       int64_t hops = 1;
-      if (ring) {
+      if (across) {
+        links.push_back(link(LinkKey::make(LinkKey::nic_out, from, 0), first.nic_bandwidth));
+        links.push_back(link(LinkKey::make(LinkKey::nic_in, 0, to), first.nic_bandwidth));
+      } else if (ring) {
         const int64_t cw = floor_mod(t - s, n), ccw = floor_mod(s - t, n);
         // Shortest way round (ties clockwise); a line has only the direct way.
         const int dir = first.wraparound ? (cw <= ccw ? 1 : -1) : (t > s ? 1 : -1);
@@ -128,7 +136,18 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
         links.push_back(link(LinkKey::make(LinkKey::egress, from, 0), egress));
         links.push_back(link(LinkKey::make(LinkKey::ingress, 0, to), egress));
       }
-      latency = std::max(latency, permute_seconds(first, hops, 0, false));
+      if (first.nccl) {
+        // As NCCL sends: its latency, and the Simple protocol's rate, the
+        // flow sized so that alone it takes that time at its links' rate.
+        const NcclChoice p = nccl_p2p(first, across, bytes);
+        double cap = std::numeric_limits<double>::infinity();
+        for (int l : links) cap = std::min(cap, capacity_[l]);
+        flows_[f].remaining = p.transfer_s * cap;
+        latency = std::max(latency, p.latency_s);
+        algorithm_of(mi) = {p.latency_s, p.transfer_s, true, p.algo, p.proto};
+      } else {
+        latency = std::max(latency, across ? first.nic_latency_s : permute_seconds(first, hops, 0, false));
+      }
       act.flows.push_back(f);
     }
     return bytes;

@@ -39,7 +39,7 @@ uint64_t Engine::link_class(uint64_t key) const {
 uint64_t Engine::link_at(uint64_t key, int64_t rank) const {
   const auto kind = static_cast<LinkKey::Kind>(key >> 60);
   if (kind == LinkKey::ring) return LinkKey::make(kind, rank, translate(static_cast<int64_t>(key & 0x3fffffff), rank, 1));
-  if (kind == LinkKey::ingress) return LinkKey::make(kind, 0, rank);
+  if (kind == LinkKey::ingress || kind == LinkKey::nic_in) return LinkKey::make(kind, 0, rank);
   return LinkKey::make(kind, rank, 0);
 }
 

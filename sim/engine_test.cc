@@ -7,6 +7,7 @@
 #include "core/accounting.h"
 #include "core/load.h"
 #include "core/mesh.h"
+#include "sim/nccl_model.h"
 #include "sim/symmetry.h"
 #include "tests/test_util.h"
 #include "tools/gen.h"
@@ -194,6 +195,49 @@ INSTANTIATE_TEST_SUITE_P(Topologies, EveryCollective,
                                            CollectiveCase{"switch", "all_reduce", 1.5e-3}, CollectiveCase{"switch", "all_to_all", 0.75e-3},
                                            CollectiveCase{"hierarchical", "all_gather", 3e-3}, CollectiveCase{"hierarchical", "reduce_scatter", 3e-3},
                                            CollectiveCase{"hierarchical", "all_reduce", 6e-3}, CollectiveCase{"hierarchical", "all_to_all", 3e-3}));
+
+TEST(SimLinks, PermutesAcrossNodesGoThroughTheNics) {
+  // Groups of 2 on a 1e9 B/s switch, a 1e8 B/s NIC per GPU, no latency; a
+  // shift by 1 of 1 MB on 4 ranks: 0>1 and 2>3 stay in their node (1e6 /
+  // 1e9 = 1 ms), 1>2 and 3>0 cross through the sender's NIC and the
+  // receiver's (1e6 / 1e8 = 10 ms).
+  const Machine h = topology_machine("hierarchical");
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}])"), h), 10e-3, 1e-9);
+  // Rank 1 sending to both ranks of the other node at once (two permutes
+  // in one group): its NIC carries both, 2 MB / 1e8 = 20 ms.
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_group", "body": [
+      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "pairs": [[1, 2]]},
+      {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "pairs": [[1, 3]]}]}])"), h), 20e-3, 1e-9);
+}
+
+TEST(SimLinks, PermutesOnNcclAxesAreNcclSends) {
+  // 64 MiB shifted by 1, as ncclSend/ncclRecv run it (Simple over one
+  // link). h100-8gpu: 1.92 + 8.4 + 8.04 = 18.36 us of latency, plus 2^26 /
+  // (0.82 x 450 GB/s) = 181.87 us.
+  const std::string models = std::string(THUNKY_SOURCE_DIR) + "/models";
+  auto sched = [](int n) {
+    return R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [)" + std::to_string(n) + R"(]},
+      "buffers": {"a": {"shape": [16777216], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}}, "b": {"shape": [16777216], "dtype": "f32"}},
+      "program": [{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}]})";
+  };
+  const double v = 67108864.0;
+  const Program p8 = load_ok(sched(8));
+  auto node = simulate(p8, load_machine("h100-8gpu", models).value(), nullptr);
+  ASSERT_TRUE(node);
+  EXPECT_NEAR(node->report.makespan_s, 18.36e-6 + v / (0.82 * 4.5e11), 1e-9);
+  ASSERT_EQ(node->collectives.size(), 1u);
+  EXPECT_EQ(node->collectives[0].algorithm, "p2p/Simple");
+  // Up to 16 KiB NCCL sends with LL: 4 KiB in 1.92 + 6.6 + 1.75 = 10.27 us
+  // plus 4096 / (0.147 x 450 GB/s) = 0.06 us.
+  const AxisLinks& x = *load_machine("h100-8gpu", models).value().axis("x");
+  const NcclChoice small = nccl_p2p(x, false, 4096);
+  EXPECT_EQ(small.proto, NcclProto::ll);
+  EXPECT_NEAR(small.seconds(), 10.27e-6 + 4096 / (0.147 * 4.5e11), 1e-9);
+  // h100-cluster, 16 ranks: 7>8 and 15>0 cross nodes through their NICs,
+  // at the network's Simple figures: 1.92 + 8.4 + 28 = 38.32 us, plus 2^26
+  // / (0.92 x 50 GB/s) = 1,458.9 us.
+  EXPECT_NEAR(makespan(sched(16), load_machine("h100-cluster", models).value()), 38.32e-6 + v / (0.92 * 5e10), 1e-9);
+}
 
 TEST(SimLinks, AxisIndexGroupsRunAsSmallerRings) {
   // all_reduce of 1e6 bytes with groups {0,1} and {2,3} of a 4-ring: each
@@ -462,10 +506,14 @@ TEST_P(FoldedRing, PredictsWhatEveryRankPredicts) {
   const Machine m = model(GetParam().machine);
   gen::RingMatmulOptions o;
   o.ranks = GetParam().ranks;
-  for (const auto& doc : {gen::ring_matmul(o), gen::bidirectional_ring_matmul(o), gen::blocking_matmul(o)}) {
+  // The generated matmuls are SPMD on a closed ring, a switch or a
+  // hierarchy; but past one node of a hierarchy a shift crosses to the
+  // next node at some ranks only (through their NICs), and is not folded.
+  const AxisLinks& x = *m.axis("x");
+  const bool crosses = x.topology == AxisLinks::Topology::hierarchical && GetParam().ranks > x.group_size;
+  for (const auto& [doc, shifts] : {std::pair{gen::ring_matmul(o), true}, {gen::bidirectional_ring_matmul(o), true}, {gen::blocking_matmul(o), false}}) {
     Program p = load_ok(doc.dump());
-    // The generated matmuls are SPMD on a closed ring, a switch or a hierarchy.
-    EXPECT_TRUE(ranks_symmetric(p, m, nullptr));
+    EXPECT_EQ(ranks_symmetric(p, m, nullptr), !(shifts && crosses));
     expect_same_prediction(p, m);
   }
 }

@@ -120,7 +120,7 @@ AxisLinks parse_axis(Value j, const std::string& ptr) {
 }  // namespace
 
 std::string_view nccl_algo_name(NcclAlgo a) {
-  constexpr std::string_view kNames[] = {"ring", "tree", "nvls", "nvls_tree"};
+  constexpr std::string_view kNames[] = {"ring", "tree", "nvls", "nvls_tree", "p2p"};
   return kNames[static_cast<int>(a)];
 }
 std::string_view nccl_proto_name(NcclProto p) {

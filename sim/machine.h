@@ -15,11 +15,13 @@
 
 namespace thunky::sim {
 
-// NCCL's algorithms and protocols, as its tuning model prices them.
-enum class NcclAlgo : uint8_t { ring, tree, nvls, nvls_tree };
+// NCCL's algorithms and protocols, as its tuning model prices them; the
+// first kNcclAlgos are the collectives' ("algorithms" on an axis picks
+// among them), p2p is a collective_permute's send/receive.
+enum class NcclAlgo : uint8_t { ring, tree, nvls, nvls_tree, p2p };
 enum class NcclProto : uint8_t { ll, ll128, simple };
 constexpr int kNcclAlgos = 4, kNcclProtos = 3;
-std::string_view nccl_algo_name(NcclAlgo a);    // "ring", "tree", "nvls", "nvls_tree"
+std::string_view nccl_algo_name(NcclAlgo a);    // "ring", "tree", "nvls", "nvls_tree", "p2p"
 std::string_view nccl_proto_name(NcclProto p);  // "LL", "LL128", "Simple"
 
 // One protocol of one algorithm: a latency (base, plus per step of the

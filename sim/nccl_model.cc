@@ -159,6 +159,15 @@ NcclParams tuner_params(const NcclParams& machine, const Shape& s) {
 
 }  // namespace
 
+NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes) {
+  const NcclParams& q = a.nccl_params;
+  const NcclProto proto = bytes <= 16384 ? NcclProto::ll : NcclProto::simple;
+  const int pi = static_cast<int>(proto);
+  const NcclProtocol& hop = across_nodes ? q.network[pi] : q.ring[pi];
+  const double link = across_nodes ? a.nic_bandwidth : a.topology == AxisLinks::Topology::ring ? a.link_bandwidth : a.egress_bandwidth;
+  return {q.overhead_s + q.ring[pi].base_latency_s + hop.step_latency_s, bytes / bandwidth(hop, link), NcclAlgo::p2p, proto};
+}
+
 NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes) {
   if (n <= 1) return {};
   // NCCL picks by its tuning model, and the pick then runs at what the

@@ -30,4 +30,12 @@ struct NcclChoice {
 // The choice does not depend on the machine's fitted figures.
 NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes);
 
+// One send/receive pair of a collective_permute, as ncclSend/ncclRecv run
+// it: one protocol over one link (LL up to 16 KiB, NCCL's p2p LL
+// threshold, Simple above), paying the overhead, the protocol's base
+// latency and one step; within a node over the GPU's NVLink (the ring
+// figures), across nodes through its own NIC (the network figures). Alone
+// on idle links.
+NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes);
+
 }  // namespace thunky::sim

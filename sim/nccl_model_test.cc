@@ -90,6 +90,49 @@ TEST(NcclTests, ABadLineIsNamed) {
   EXPECT_NE(read_error(head + "        1024     0.00    0.00      0    137.0    0.00    0.00      0\n").find("line 4: not a result row"), std::string::npos);
 }
 
+TEST(NcclTests, ReadsAlltoallAndSendrecv) {
+  // alltoall_perf and sendrecv_perf print the same table; the collective
+  // comes from the file name when no "Collective test starting" line says.
+  const std::string head =
+      "# nThread 1 nGpus 8 minBytes 1048576 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n";
+  const auto a2a = read_nccl_tests(head + "     1048576         32768     float    none      -1    40.10   26.15   22.88      0    39.80   26.35   23.05      0\n", "runs/alltoall_perf.txt");
+  ASSERT_EQ(a2a.size(), 1u);
+  EXPECT_EQ(a2a[0].op, Op::all_to_all);
+  EXPECT_EQ(a2a[0].ranks, 8);
+  EXPECT_DOUBLE_EQ(a2a[0].seconds(), 40.10e-6);
+  const auto p2p = read_nccl_tests(head + "     1048576        262144     float     sum      -1    21.50   48.77   48.77      0    21.70   48.32   48.32      0\n", "runs/sendrecv_perf.txt");
+  ASSERT_EQ(p2p.size(), 1u);
+  EXPECT_EQ(p2p[0].op, Op::collective_permute);
+}
+
+TEST(NcclModel, CalibrationOnSendrecvPricesThePermutes) {
+  // sendrecv_perf runs from a node whose sends take 12 us a step and run
+  // at 0.70 of the link (h100-8gpu says 8.04 us and 0.82), 1 KiB to 1 GiB
+  // on 8 ranks: the fit finds both, and thunky-sim's collective_permute
+  // (nccl_p2p) is then priced as that node sends: 64 MiB in 1.92 + 8.4 +
+  // 12 us + 2^26 / (0.70 x 450 GB/s) = 235.4 us.
+  const Machine m = load_machine("h100-8gpu", kModels).value();
+  AxisLinks truth = *m.axis("x");
+  NcclProtocol& simple = truth.nccl_params.ring[static_cast<int>(NcclProto::simple)];
+  simple.step_latency_s = 12e-6;
+  simple.efficiency = 0.70;
+  std::vector<NcclTestRow> rows;
+  for (double v = 1024; v <= 1073741824.0; v *= 4) {
+    NcclTestRow r;
+    r.op = Op::collective_permute;
+    r.ranks = 8;
+    r.bytes = v;
+    r.out_of_place_s = model_seconds(truth, r);
+    rows.push_back(r);
+  }
+  const FitResult fit = fit_nccl(*m.axis("x"), rows);
+  EXPECT_LE(fit.mean_abs_error, 0.01);
+  const double v = 67108864.0;
+  EXPECT_NEAR(nccl_p2p(fit.axis, false, v).seconds(), 1.92e-6 + 8.4e-6 + 12e-6 + v / (0.70 * 4.5e11), 0.01 * 235.4e-6);
+}
+
 TEST(NcclModel, ShippedA100ModelFollowsThePublicCurve) {
   // The a100-8gpu model's figures were fitted to this curve (in sample):
   // from 1 MiB up at most 10% mean error and no point past 50%; from
