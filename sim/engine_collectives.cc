@@ -137,8 +137,8 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
         links.push_back(link(LinkKey::make(LinkKey::ingress, 0, to), egress));
       }
       if (first.nccl) {
-        // As NCCL sends: its latency, and the Simple protocol's rate, the
-        // flow sized so that alone it takes that time at its links' rate.
+        // As NCCL sends: its latency, and its protocol's rate, the flow
+        // sized so that alone it takes that time at its links' rate.
         const NcclChoice p = nccl_p2p(first, across, bytes);
         double cap = std::numeric_limits<double>::infinity();
         for (int l : links) cap = std::min(cap, capacity_[l]);

@@ -229,8 +229,8 @@ TEST(SimLinks, PermutesOnNcclAxesAreNcclSends) {
   EXPECT_EQ(node->collectives[0].algorithm, "p2p/Simple");
   // Up to 16 KiB NCCL sends with LL: 4 KiB in 1.92 + 6.6 + 1.75 = 10.27 us
   // plus 4096 / (0.147 x 450 GB/s) = 0.06 us.
-  const AxisLinks& x = *load_machine("h100-8gpu", models).value().axis("x");
-  const NcclChoice small = nccl_p2p(x, false, 4096);
+  const Machine h100 = load_machine("h100-8gpu", models).value();
+  const NcclChoice small = nccl_p2p(*h100.axis("x"), false, 4096);
   EXPECT_EQ(small.proto, NcclProto::ll);
   EXPECT_NEAR(small.seconds(), 10.27e-6 + 4096 / (0.147 * 4.5e11), 1e-9);
   // h100-cluster, 16 ranks: 7>8 and 15>0 cross nodes through their NICs,
