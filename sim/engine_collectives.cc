@@ -176,8 +176,11 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
     } else {
       links.push_back(link(LinkKey::make(LinkKey::egress, r, 0), first.egress_bandwidth));
       cap = std::min(cap, first.egress_bandwidth);
-      if (first.topology == AxisLinks::Topology::hierarchical && n > first.group_size)
-        links.push_back(link(LinkKey::make(LinkKey::nic, r, 0), first.nic_bandwidth * static_cast<double>(first.group_size)));
+      if (first.topology == AxisLinks::Topology::hierarchical && n > first.group_size) {
+        // Each GPU's own NIC, each way: what a permute across nodes drives too.
+        links.push_back(link(LinkKey::make(LinkKey::nic_out, r, 0), first.nic_bandwidth));
+        links.push_back(link(LinkKey::make(LinkKey::nic_in, 0, r), first.nic_bandwidth));
+      }
     }
   }
   std::sort(links.begin(), links.end());

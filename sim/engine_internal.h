@@ -222,9 +222,10 @@ struct Rendezvous {
 };
 
 struct LinkKey {
-  // nic: a node's NICs as a collective drives them; nic_out and nic_in:
-  // one GPU's own NIC, each way, as a send/receive across nodes uses it.
-  enum Kind : uint64_t { ring = 0, egress = 1, ingress = 2, nic = 3, nic_out = 4, nic_in = 5 };
+  // nic_out and nic_in: one GPU's own NIC, each way (one NIC per GPU, as
+  // on rail-optimised clusters), which collectives and sends across nodes
+  // share.
+  enum Kind : uint64_t { ring = 0, egress = 1, ingress = 2, nic_out = 3, nic_in = 4 };
   static uint64_t make(Kind k, int64_t from, int64_t to) {
     return (static_cast<uint64_t>(k) << 60) | (static_cast<uint64_t>(from) << 30) | static_cast<uint64_t>(to);
   }
@@ -236,8 +237,7 @@ struct LinkKey {
       case egress: return "egress " + from;
       case ingress: return "ingress " + to;
       case nic_out: return "nic out " + from;
-      case nic_in: return "nic in " + to;
-      default: return "nic " + from;
+      default: return "nic in " + to;
     }
   }
 };

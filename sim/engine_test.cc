@@ -208,6 +208,15 @@ TEST(SimLinks, PermutesAcrossNodesGoThroughTheNics) {
   EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_group", "body": [
       {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "pairs": [[1, 2]]},
       {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "pairs": [[1, 3]]}]}])"), h), 20e-3, 1e-9);
+  // A collective across nodes drives the same NICs. An all_gather of 1 MB
+  // (3 ms alone) beside the shift: on the NICs of ranks 1 and 3 (out) and
+  // 2 and 0 (in) each gets 5e7 B/s; the all_gather's 3 ms at 1e8 take 6
+  // ms at half, when 1>2 and 3>0 have sent 3e5 of their 1e6 bytes; the rest
+  // at the full 1e8 takes 7 ms more: 13 ms, not the 10 of separate NICs.
+  const std::string gathered = R"(, "s": {"shape": [62500], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}}, "g": {"shape": [250000], "dtype": "f32"})";
+  EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_group", "body": [
+      {"op": "all_gather", "src": "s", "dst": "g", "axis": "x"},
+      {"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}]}])", gathered), h), 13e-3, 1e-9);
 }
 
 TEST(SimLinks, PermutesOnNcclAxesAreNcclSends) {
