@@ -172,7 +172,9 @@ void Engine::reschedule_comm(int a) {
   for (int f : act.flows) {
     Flow& fl = flows_[f];
     if (fl.done || !fl.active || fl.rate <= 0) continue;
-    end = std::min(end, fl.last + fl.remaining / fl.rate);
+    // A flow too slow to end in a double's range (a link of 1e-300 B/s)
+    // still ends past the simulated-time limit, which names the cause.
+    end = std::min(end, std::min(fl.last + fl.remaining / fl.rate, 2 * kMaxSimulatedSeconds));
   }
   if (end < INFINITY) queue_.push({end}, encode(kComm, a, act.version));
 }

@@ -337,6 +337,16 @@ TEST(HostileInput, TheCpuBackendsLimitsAreCheckedBeforeItStarts) {
   Result s = sim(slow + " --machine h100-8gpu");
   EXPECT_EQ(s.code, 2);
   EXPECT_NE(s.err.find("simulated time passed 10000000 s"), std::string::npos) << s.err;
+  // So does a send over a NIC of 1e-300 B/s, whose end a double cannot
+  // hold (it was reported as a deadlock).
+  const std::string tiny_nic = d.write("tiny_nic.json", R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
+    "axes": {"*": {"topology": "hierarchical", "group_size": 2, "switch": {"egress_bandwidth": 1e9, "latency_s": 0}, "nic_bandwidth": 1e-300, "nic_latency_s": 0}}})");
+  const std::string shift = d.write("shift.json", R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [4]},
+    "buffers": {"a": {"shape": [250000000], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}}, "b": {"shape": [250000000], "dtype": "f32"}},
+    "program": [{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}]})");
+  s = sim(shift + " --machine " + tiny_nic);
+  EXPECT_EQ(s.code, 2);
+  EXPECT_NE(s.err.find("simulated time passed 10000000 s"), std::string::npos) << s.err;
 }
 
 TEST(HostileInput, ReportsWithImpossibleRanksOrOpsAreRefusedByPointer) {
