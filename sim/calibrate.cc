@@ -148,25 +148,25 @@ FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows) 
   AxisLinks& a = out.axis;
   a.nccl = true;
   NcclParams& q = a.nccl_params;
-  std::vector<Knob> knobs;
-  // The overhead is paid once and the step latencies once a step: only
-  // runs of two or more step counts (all_reduce's 2(n-1) beside
-  // all_gather's n-1, or two GPU counts) tell them apart. Runs of one keep
-  // the base's overhead, and the step latencies take the rest.
-  std::set<int64_t> step_counts;
-  for (const auto& r : rows) step_counts.insert(r.op == Op::collective_permute ? 1 : r.op == Op::all_reduce ? 2 * (r.ranks - 1) : r.ranks - 1);
-  if (step_counts.size() > 1) knobs.push_back({&q.overhead_s, 0, 1e-3});
-  for (auto& p : q.ring) {
-    knobs.push_back({&p.step_latency_s, 0, 1e-3});
-    knobs.push_back({&p.efficiency, 1e-3, 1});
-  }
   bool nvls_used = false, multinode = false, copies = false, ring_reductions = false;
+  std::set<int64_t> step_counts;
   for (const auto& r : rows) {
     const bool nvls = r.op == Op::all_reduce && q.nvls_bandwidth > 0 && r.ranks >= q.nvls_min_ranks;
     nvls_used |= nvls;
     copies |= r.op == Op::all_gather || r.op == Op::all_to_all;
     ring_reductions |= r.op == Op::reduce_scatter || (r.op == Op::all_reduce && !nvls);
     multinode |= base.topology == AxisLinks::Topology::hierarchical && r.ranks > base.group_size;
+    step_counts.insert(r.op == Op::collective_permute ? 1 : r.op == Op::all_reduce ? 2 * (r.ranks - 1) : r.ranks - 1);
+  }
+  std::vector<Knob> knobs;
+  // The overhead is paid once and the step latencies once a step: only
+  // runs of two or more step counts (all_reduce's 2(n-1) beside
+  // all_gather's n-1, or two GPU counts) tell them apart. Runs of one keep
+  // the base's overhead, and the step latencies take the rest.
+  if (step_counts.size() > 1) knobs.push_back({&q.overhead_s, 0, 1e-3});
+  for (auto& p : q.ring) {
+    knobs.push_back({&p.step_latency_s, 0, 1e-3});
+    knobs.push_back({&p.efficiency, 1e-3, 1});
   }
   if (nvls_used) {
     // NCCL's pick keeps the base model's NVLS figure: the fit finds what
