@@ -74,7 +74,10 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
       if (w.size() > 1 && w[1] == "size") table = true;
       continue;
     }
-    if (line[0] == '#' || !table || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
+    // In the table, a line that starts with a number (signed too) is a row;
+    // any other is log output that other processes wrote into it.
+    const size_t sign = w[0][0] == '-' || w[0][0] == '+' ? 1 : 0;
+    if (line[0] == '#' || !table || w[0].size() <= sign || !std::isdigit(static_cast<unsigned char>(w[0][sign]))) continue;
     // size count type [redop [root]] time algbw busbw #wrong [time algbw busbw #wrong]:
     // counted from the end, the out-of-place time is 8th (4th when there
     // is no in-place half) and the in-place time 4th.
@@ -88,7 +91,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     // line that does not is a fragment (a row cut by log lines that other
     // processes wrote into the table, as NCCL_DEBUG output can be).
     double count = 0, type_as_number = 0;
-    if (!parse_number(w[0], r.bytes) || r.bytes != std::floor(r.bytes)) fail_at(n, "size '" + w[0] + "' is not a whole number of bytes");
+    if (!parse_number(w[0], r.bytes) || r.bytes < 0 || r.bytes != std::floor(r.bytes)) fail_at(n, "size '" + w[0] + "' is not a whole number of bytes");
     if (!parse_number(w[1], count) || count != std::floor(count) || parse_number(w[2], type_as_number))
       fail_at(n, "not a result row (size, count, type, ...): '" + line.substr(0, 60) + "'; is it a fragment cut by other output?");
     // all_gather and reduce_scatter print size-0 rows where the count per

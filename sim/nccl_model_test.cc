@@ -88,6 +88,9 @@ TEST(NcclTests, ABadLineIsNamed) {
   // as a row of 579.3 bytes: it is named.
   EXPECT_NE(read_error(head + "    579.3    0.00    0.00      0    137.0    0.00    0.00      0\n").find("line 4: size '579.3' is not a whole number of bytes"), std::string::npos);
   EXPECT_NE(read_error(head + "        1024     0.00    0.00      0    137.0    0.00    0.00      0\n").find("line 4: not a result row"), std::string::npos);
+  // A negative size is a bad row, not a log line to skip.
+  EXPECT_NE(read_error(head + "       -1024          -256     float    none      -1    12.5    0.08    0.06      0    12.9    0.08    0.06      0\n").find("line 4: size '-1024' is not a whole number of bytes"),
+            std::string::npos);
 }
 
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {
