@@ -42,9 +42,22 @@ bool parse_number(const std::string& s, double& out) {
 
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file) {
   std::optional<Op> op = op_of_test(file.substr(file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/') + 1));
-  int64_t ranks = 0, threads_gpus = 0;
   bool table = false;
   std::vector<NcclTestRow> rows;
+  // A file may hold several runs one after the other (logs put together):
+  // each "Collective test starting" line or "# nThread" header starts one,
+  // and its rows take its own rank count.
+  struct Run {
+    int line = 1;
+    size_t first_row = 0;
+    int64_t ranks = 0, threads_gpus = 0;
+  } run;
+  auto end_run = [&] {
+    const int64_t ranks = run.ranks ? run.ranks : run.threads_gpus;
+    if (rows.size() == run.first_row) return;
+    if (ranks < 2) fail_at(run.line, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
+    for (size_t i = run.first_row; i < rows.size(); ++i) rows[i].ranks = ranks;
+  };
   std::istringstream in(text);
   std::string line;
   int n = 0;
@@ -59,17 +72,21 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     if (w.empty()) continue;
     if (w[0] == "#") {
       if (line.find("Collective test starting:") != std::string::npos) {
+        end_run();
+        run = Run{n, rows.size()};
         op = op_of_test(w.back());
         if (!op) fail_at(n, "unknown collective test '" + w.back() + "'");
       }
-      if (w.size() > 2 && w[1] == "Rank") ++ranks;
+      if (w.size() > 2 && w[1] == "Rank") ++run.ranks;
       if (w.size() > 1 && w[1] == "nThread") {
+        end_run();
+        run = Run{n, rows.size()};
         int64_t t = 0, g = 0;
         for (size_t i = 1; i + 1 < w.size(); ++i) {
           if (w[i] == "nThread") t = std::atoll(w[i + 1].c_str());
           if (w[i] == "nGpus") g = std::atoll(w[i + 1].c_str());
         }
-        threads_gpus = t * g;
+        run.threads_gpus = t * g;
       }
       if (w.size() > 1 && w[1] == "size") table = true;
       continue;
@@ -91,7 +108,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     // line that does not is a fragment (a row cut by log lines that other
     // processes wrote into the table, as NCCL_DEBUG output can be).
     double count = 0, type_as_number = 0;
-    if (!parse_number(w[0], r.bytes) || r.bytes < 0 || r.bytes != std::floor(r.bytes)) fail_at(n, "size '" + w[0] + "' is not a whole number of bytes");
+    if (!parse_number(w[0], r.bytes) || r.bytes != std::floor(r.bytes)) fail_at(n, "size '" + w[0] + "' is not a whole number of bytes");
     if (!parse_number(w[1], count) || count != std::floor(count) || parse_number(w[2], type_as_number))
       fail_at(n, "not a result row (size, count, type, ...): '" + line.substr(0, 60) + "'; is it a fragment cut by other output?");
     // all_gather and reduce_scatter print size-0 rows where the count per
@@ -107,10 +124,8 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     if (r.seconds() <= 0) fail_at(n, "no positive time on this line");
     rows.push_back(r);
   }
-  if (ranks == 0) ranks = threads_gpus;
   if (rows.empty()) fail_at(n, "no result rows (is this the stdout of an nccl-tests program?)");
-  if (ranks < 2) fail_at(1, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
-  for (auto& r : rows) r.ranks = ranks;
+  end_run();
   return rows;
 }
 

@@ -25,10 +25,12 @@ struct NcclTestRow {
   double seconds() const { return out_of_place_s > 0 ? out_of_place_s : in_place_s; }
 };
 
-// Reads one nccl-tests output. The collective comes from a "# Collective
-// test starting: X_perf" line, else from the file name (all_reduce_perf...);
-// the ranks from the "#  Rank k" lines (or nThread x nGpus). Throws
-// ThunkyError whose pointer is "line N" on anything it cannot read.
+// Reads one nccl-tests output, or several put one after the other. The
+// collective comes from a "# Collective test starting: X_perf" line, else
+// from the file name (all_reduce_perf...); the ranks of each run (from its
+// "Collective test starting" line or "# nThread" header on) from its
+// "#  Rank k" lines, or nThread x nGpus.
+// Throws ThunkyError whose pointer is "line N" on anything it cannot read.
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file);
 
 // V of DESIGN.md 4.2 for a row (what the engine prices): the size column

@@ -93,6 +93,31 @@ TEST(NcclTests, ABadLineIsNamed) {
             std::string::npos);
 }
 
+TEST(NcclTests, ReadsLogsPutTogether) {
+  // Two runs in one file, an all_reduce of 4 ranks and an all_gather of 2:
+  // each row takes its own run's collective and rank count (counting the
+  // "# Rank" lines of the whole file, both would read 6 ranks).
+  auto run = [](const std::string& test, int ranks, const std::string& row) {
+    std::string s = "# Collective test starting: " + test + "\n# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor)\n#\n# Using devices\n";
+    for (int r = 0; r < ranks; ++r) s += "#  Rank  " + std::to_string(r) + " Group  0 Pid 1 on host device  " + std::to_string(r) + " NVIDIA H100 80GB HBM3\n";
+    return s + "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n" + row +
+           "# Avg bus bandwidth    : 0.1\n";
+  };
+  const auto rows = read_nccl_tests(run("all_reduce_perf", 4, "        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n") +
+                                        run("all_gather_perf", 2, "        1024           128     float    none      -1    10.0    0.10    0.05      0    10.0    0.10    0.05      0\n"),
+                                    "logs.txt");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].op, Op::all_reduce);
+  EXPECT_EQ(rows[0].ranks, 4);
+  EXPECT_EQ(rows[1].op, Op::all_gather);
+  EXPECT_EQ(rows[1].ranks, 2);
+  // A run that cannot say how many ranks ran is named by its header's line.
+  EXPECT_NE(read_error(run("all_reduce_perf", 4, "        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n") +
+                       "# nThread 1 nGpus 1 minBytes 8\n#       size\n        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n")
+                .find("line 12: cannot tell how many ranks ran"),
+            std::string::npos);
+}
+
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {
   // alltoall_perf and sendrecv_perf print the same table; the collective
   // comes from the file name when no "Collective test starting" line says.
