@@ -64,8 +64,13 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
   while (std::getline(in, line)) {
     ++n;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    // MPI launchers prefix each line ("[1,0]<stdout>:").
+    // Launchers prefix each line: MPI with "[1,0]<stdout>:", srun --label
+    // with the task's number ("0: ").
     if (auto k = line.find("<stdout>:"); k != std::string::npos) line = line.substr(k + 9);
+    if (size_t d = line.find_first_not_of(' '); d != std::string::npos && std::isdigit(static_cast<unsigned char>(line[d]))) {
+      const size_t colon = line.find_first_not_of("0123456789", d);
+      if (colon != std::string::npos && line[colon] == ':') line = line.substr(colon + 1);
+    }
     std::istringstream words(line);
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);

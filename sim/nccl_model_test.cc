@@ -111,6 +111,14 @@ TEST(NcclTests, ReadsLogsPutTogether) {
   EXPECT_EQ(rows[0].ranks, 4);
   EXPECT_EQ(rows[1].op, Op::all_gather);
   EXPECT_EQ(rows[1].ranks, 2);
+  // srun --label puts each task's number before its lines.
+  std::string labelled;
+  std::istringstream lines(run("all_gather_perf", 2, "        1024           128     float    none      -1    10.0    0.10    0.05      0    10.0    0.10    0.05      0\n"));
+  for (std::string l; std::getline(lines, l);) labelled += "0: " + l + "\n";
+  const auto from_srun = read_nccl_tests(labelled, "srun.out");
+  ASSERT_EQ(from_srun.size(), 1u);
+  EXPECT_EQ(from_srun[0].ranks, 2);
+  EXPECT_EQ(from_srun[0].bytes, 1024);
   // A run that cannot say how many ranks ran is named by its header's line.
   EXPECT_NE(read_error(run("all_reduce_perf", 4, "        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n") +
                        "# nThread 1 nGpus 1 minBytes 8\n#       size\n        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n")
