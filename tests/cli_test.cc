@@ -535,6 +535,33 @@ TEST(CalibrateCli, CheckPrintsAModelAgainstRunsAndFitsNothing) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+TEST(CalibrateCli, RunsMadeUnderNcclAlgoArePricedSoAndTheModelKeepsTheBasesChoice) {
+  TempDir d("calibrate_algo");
+  const std::string ar = kSrc + "/tests/nccl/b200_8gpu_all_reduce_perf.txt";
+  // b200-8gpu prices the 16 GiB all_reduce as NVLS, 35.77 ms (measured
+  // 35.67). As a ring (NCCL_ALGO=Ring): 1.92 us of overhead + 8.4 base +
+  // 14 steps x 5 us = 80.3 us, plus 14/8 x 16 GiB / (0.749 x 900 GB/s) =
+  // 44,600 us: 44,680 us, 25.3% over the NVLS run.
+  for (const char* algo : {"Ring", "ring", "^NVLS", "^nvls,tree"}) {
+    Result r = calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --algorithms " + algo);
+    ASSERT_EQ(r.code, 0) << algo << r.err;
+    EXPECT_NE(r.out.find("35667.80     44680.19   +25.3%"), std::string::npos) << algo << r.out;
+  }
+  Result nvls = calibrate("nccl-tests " + ar + " --machine b200-8gpu --check");
+  EXPECT_EQ(nvls.out.find("44680.19"), std::string::npos) << nvls.out;
+  // Fitted so, the model written still lets NCCL choose every algorithm.
+  const std::string out = (d.path / "ring.json").string();
+  Result fit = calibrate("nccl-tests " + ar + " --machine b200-8gpu --algorithms Ring -o " + out);
+  ASSERT_EQ(fit.code, 0) << fit.err;
+  auto m = nlohmann::json::parse(std::ifstream(out));
+  EXPECT_FALSE(m["axes"]["*"].contains("algorithms"));
+  // A name NCCL_ALGO does not know, or a list that leaves none: exit 2.
+  Result bad = calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --algorithms Rings");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("unknown algorithm 'Rings'"), std::string::npos) << bad.err;
+  EXPECT_EQ(calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --algorithms ^ring,tree,nvls,nvls_tree").code, 2);
+}
+
 TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {
   TempDir d("calibrate_exec");
   const std::string out = (d.path / "cpu.json").string();

@@ -5,11 +5,14 @@
 #include "tools/cli.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include "core/files.h"
 #include "sim/calibrate.h"
@@ -63,11 +66,45 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   std::cout << line;
 }
 
-int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out, bool check) {
+// NCCL_ALGO's value as the runs were made with it: a comma-separated list
+// of algorithms (NCCL's spellings too: Ring, NVLSTree), or "^" and the
+// ones left out. Returns the allowed set, or nullopt after naming the bad word.
+std::optional<uint8_t> algorithms_of(const std::string& value) {
+  const bool exclude = !value.empty() && value[0] == '^';
+  uint8_t listed = 0;
+  std::stringstream list(exclude ? value.substr(1) : value);
+  for (std::string word; std::getline(list, word, ',');) {
+    std::string key;
+    for (char c : word)
+      if (c != '_' && c != ' ') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    bool known = false;
+    for (int k = 0; k < thunky::sim::kNcclAlgos; ++k) {
+      std::string name(thunky::sim::nccl_algo_name(static_cast<thunky::sim::NcclAlgo>(k)));
+      name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+      if (key == name) listed |= static_cast<uint8_t>(1u << k), known = true;
+    }
+    if (!known) {
+      std::cerr << "thunky-calibrate nccl-tests: --algorithms: unknown algorithm '" << word << "' (expected ring, tree, nvls or nvls_tree, or ^ and those left out)\n";
+      return std::nullopt;
+    }
+  }
+  const uint8_t all = (1u << thunky::sim::kNcclAlgos) - 1;
+  const uint8_t allowed = exclude ? static_cast<uint8_t>(all & ~listed) : listed;
+  if (!allowed) {
+    std::cerr << "thunky-calibrate nccl-tests: --algorithms '" << value << "' leaves no algorithm\n";
+    return std::nullopt;
+  }
+  return allowed;
+}
+
+int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out, bool check,
+               const std::string& algorithms) {
   if (check == !out.empty()) {
     std::cerr << "thunky-calibrate nccl-tests: give -o OUT.json (fit and write a model) or --check (the model against the runs), one of the two\n";
     return 2;
   }
+  std::optional<uint8_t> run_algorithms;
+  if (!algorithms.empty() && !(run_algorithms = algorithms_of(algorithms))) return 2;
   auto base = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
   if (!base) {
     for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
@@ -93,11 +130,16 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
       return 2;
     }
   }
-  const thunky::sim::AxisLinks* axis = base->axis(axis_name);
-  if (!axis) {
+  const thunky::sim::AxisLinks* base_axis = base->axis(axis_name);
+  if (!base_axis) {
     std::cerr << machine << ":/axes: no axis '" << axis_name << "' (and no \"*\")\n";
     return 2;
   }
+  // The runs are priced, and fitted, under the NCCL_ALGO they were made
+  // with; the model written keeps the base's own choice of algorithms.
+  thunky::sim::AxisLinks as_run = *base_axis;
+  if (run_algorithms) as_run.algorithms = *run_algorithms;
+  const thunky::sim::AxisLinks* axis = &as_run;
   if (axis->topology == thunky::sim::AxisLinks::Topology::ring) {
     std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is for switch and hierarchical axes\n";
     return 2;
@@ -157,6 +199,8 @@ int run_main(int argc, char** argv) {
   nt->add_option("-o", out, "write the calibrated machine model here");
   bool check = false;
   nt->add_flag("--check", check, "fit nothing: print the machine's model against the runs, per size and per collective");
+  std::string algorithms;
+  nt->add_option("--algorithms", algorithms, "NCCL_ALGO as the runs were made with it (Ring, or ring,nvls, or ^NVLS): they are priced and fitted so; the model written keeps the base's choice");
   std::string backend = "cpu", exec_out;
   int ranks = 4;
   CLI::App* ex = app.add_subcommand("exec", "run micro-benchmarks on a backend and fit the machine model of the machine they ran on");
@@ -178,7 +222,7 @@ int run_main(int argc, char** argv) {
     std::cout << m->dump(1) << "\nwrote " << exec_out << "\n";
     return 0;
   }
-  return nccl_tests(files, machine, axis, out, check);
+  return nccl_tests(files, machine, axis, out, check, algorithms);
 }
 
 int main(int argc, char** argv) { return thunky::cli::guarded_main("thunky-calibrate", run_main, argc, argv); }
