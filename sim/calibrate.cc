@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -51,12 +52,20 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     int line = 1;
     size_t first_row = 0;
     int64_t ranks = 0, threads_gpus = 0;
+    std::map<std::string, int64_t> on_host;  // ranks per host, from the "#  Rank k ... on HOST" lines
   } run;
   auto end_run = [&] {
     const int64_t ranks = run.ranks ? run.ranks : run.threads_gpus;
     if (rows.size() == run.first_row) return;
     if (ranks < 2) fail_at(run.line, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
-    for (size_t i = run.first_row; i < rows.size(); ++i) rows[i].ranks = ranks;
+    int64_t per_host = run.on_host.empty() ? 0 : run.on_host.begin()->second;
+    for (const auto& [host, k] : run.on_host)
+      if (k != per_host) per_host = 0;
+    for (size_t i = run.first_row; i < rows.size(); ++i) {
+      rows[i].ranks = ranks;
+      rows[i].hosts = static_cast<int64_t>(run.on_host.size());
+      rows[i].ranks_per_host = per_host;
+    }
   };
   std::istringstream in(text);
   std::string line;
@@ -82,7 +91,14 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         op = op_of_test(w.back());
         if (!op) fail_at(n, "unknown collective test '" + w.back() + "'");
       }
-      if (w.size() > 2 && w[1] == "Rank") ++run.ranks;
+      if (w.size() > 2 && w[1] == "Rank") {
+        ++run.ranks;
+        for (size_t i = 2; i + 1 < w.size(); ++i)
+          if (w[i] == "on") {
+            ++run.on_host[w[i + 1]];
+            break;
+          }
+      }
       if (w.size() > 1 && w[1] == "nThread") {
         end_run();
         run = Run{n, rows.size()};
@@ -135,6 +151,22 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
 }
 
 double model_bytes(const NcclTestRow& r) { return r.bytes; }
+
+std::string machine_mismatch(const AxisLinks& a, const NcclTestRow& r) {
+  if (r.hosts == 0) return "";
+  const std::string ran = "the run's " + std::to_string(r.ranks) + " ranks are on " + std::to_string(r.hosts) + (r.hosts == 1 ? " host" : " hosts");
+  if (r.ranks_per_host == 0) return ran + ", not the same number on each; the model's nodes are all alike";
+  if (a.topology != AxisLinks::Topology::hierarchical) {
+    if (r.hosts == 1) return "";
+    return ran + " (" + std::to_string(r.ranks_per_host) + " each), but the axis is one node (" +
+           (a.topology == AxisLinks::Topology::ring ? "ring" : "switch") + "): start from a hierarchical machine (h100-cluster) with group_size " + std::to_string(r.ranks_per_host);
+  }
+  // A hierarchical axis puts group_size ranks on a node (fewer when the
+  // run has fewer ranks in all).
+  const int64_t node = std::min(a.group_size, r.ranks);
+  if (node == r.ranks_per_host) return "";
+  return ran + " (" + std::to_string(r.ranks_per_host) + " each), but the axis puts " + std::to_string(node) + " on a node (group_size " + std::to_string(a.group_size) + ")";
+}
 
 double model_seconds(const AxisLinks& a, const NcclTestRow& r) {
   // sendrecv: each rank sends to the next, priced as thunky-sim prices a

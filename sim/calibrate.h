@@ -19,6 +19,9 @@ struct NcclTestRow {
   int64_t ranks = 0;
   double bytes = 0;                      // the "size" column
   double out_of_place_s = 0, in_place_s = 0;  // 0 where the column reads N/A
+  // The hosts its "#  Rank" lines name, and the ranks on each (0 where
+  // they differ); 0 and 0 where the run lists no ranks.
+  int64_t hosts = 0, ranks_per_host = 0;
   std::string file;
   int line = 0;
   // The measured time (out-of-place, else in-place).
@@ -37,6 +40,12 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
 // is the gathered result for all_gather, the unreduced input for
 // reduce_scatter and the array for the others, as nccl-tests reports it.
 double model_bytes(const NcclTestRow& r);
+
+// Why axis `a` cannot stand for the machine a row ran on, or "": a run
+// over several hosts on a one-node (switch) axis, a run on one host that
+// the axis would split into nodes, or hosts of another size than the
+// axis' nodes (group_size), or of different sizes.
+std::string machine_mismatch(const AxisLinks& a, const NcclTestRow& r);
 
 // The NCCL model's time for a row on axis `a`.
 double model_seconds(const AxisLinks& a, const NcclTestRow& r);

@@ -126,6 +126,30 @@ TEST(NcclTests, ReadsLogsPutTogether) {
             std::string::npos);
 }
 
+TEST(NcclTests, SaysWhenTheMachineCannotStandForTheHostsOfARun) {
+  // The 2 x 8 H100 run's "#  Rank" lines name two hosts of 8 ranks each.
+  const auto two = fixture("h100_2x8_tcpxo_all_reduce_perf.txt");
+  EXPECT_EQ(two.front().hosts, 2);
+  EXPECT_EQ(two.front().ranks_per_host, 8);
+  const Machine cluster = load_machine("h100-cluster", kModels).value(), node = load_machine("h100-8gpu", kModels).value();
+  EXPECT_EQ(machine_mismatch(*cluster.axis("x"), two.front()), "");  // nodes of 8
+  EXPECT_NE(machine_mismatch(*node.axis("x"), two.front()).find("16 ranks are on 2 hosts (8 each), but the axis is one node (switch)"), std::string::npos);
+  AxisLinks fours = *cluster.axis("x");
+  fours.group_size = 4;
+  EXPECT_NE(machine_mismatch(fours, two.front()).find("the axis puts 4 on a node"), std::string::npos);
+  // One host: a switch stands for it, and so does a hierarchy whose nodes
+  // hold all 8 ranks; one of nodes of 4 would split it.
+  const auto one = fixture("b200_8gpu_all_reduce_perf.txt");
+  EXPECT_EQ(one.front().hosts, 1);
+  EXPECT_EQ(machine_mismatch(*node.axis("x"), one.front()), "");
+  EXPECT_EQ(machine_mismatch(*cluster.axis("x"), one.front()), "");
+  EXPECT_NE(machine_mismatch(fours, one.front()), "");
+  // No "#  Rank" lines (nThread x nGpus): nothing to check against.
+  NcclTestRow unnamed = one.front();
+  unnamed.hosts = unnamed.ranks_per_host = 0;
+  EXPECT_EQ(machine_mismatch(fours, unnamed), "");
+}
+
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {
   // alltoall_perf and sendrecv_perf print the same table; the collective
   // comes from the file name when no "Collective test starting" line says.

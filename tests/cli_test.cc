@@ -562,6 +562,18 @@ TEST(CalibrateCli, RunsMadeUnderNcclAlgoArePricedSoAndTheModelKeepsTheBasesChoic
   EXPECT_EQ(calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --algorithms ^ring,tree,nvls,nvls_tree").code, 2);
 }
 
+TEST(CalibrateCli, WarnsWhenRunsSpanMoreHostsThanTheMachineHasNodes) {
+  // A 2 x 8 run against a one-node model: priced as the model says, and said.
+  const std::string two = kSrc + "/tests/nccl/h200_2x8_all_reduce_perf.txt";
+  Result r = calibrate("nccl-tests " + two + " --machine h200-8gpu --check");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: " + two + ":line"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("16 ranks are on 2 hosts (8 each), but the axis is one node"), std::string::npos) << r.err;
+  Result fine = calibrate("nccl-tests " + two + " --machine h200-cluster --check");
+  EXPECT_EQ(fine.code, 0) << fine.err;
+  EXPECT_EQ(fine.err, "");
+}
+
 TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {
   TempDir d("calibrate_exec");
   const std::string out = (d.path / "cpu.json").string();

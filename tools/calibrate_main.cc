@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "core/files.h"
@@ -144,6 +145,15 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
     std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is for switch and hierarchical axes\n";
     return 2;
   }
+  // A run the axis cannot stand for (two nodes priced as one) is priced
+  // as the axis says, into figures that may describe no machine: said once
+  // per run. Not refused: hosts can be containers of one node, which the
+  // "#  Rank" lines cannot tell from nodes.
+  std::set<std::string> warned;
+  for (const auto& r : rows)
+    if (const std::string why = thunky::sim::machine_mismatch(*axis, r); !why.empty() && warned.insert(r.file + why).second)
+      std::cerr << "thunky-calibrate: warning: " << r.file << ":line " << r.line << ": " << why << " (machine " << machine << ", axis '" << axis_name
+                << "'); priced as the axis says\n";
   if (check) {
     if (!axis->nccl) {
       std::cerr << machine << ":/axes/" << axis_name << ": collectives priced by the ideal formulas; --check compares the NCCL model\n";
