@@ -146,10 +146,14 @@ NcclChoice fastest(Op op, const AxisLinks& a, const Shape& s, const NcclParams& 
 // and the machine's NVLS latency.
 NcclParams tuner_params(const NcclParams& machine, const Shape& s) {
   NcclParams t;
-  // NCCL caps LL's bus bandwidth per architecture, at about 0.31 of the
-  // NVLink egress on one node (Ampere 87.7 GB/s of 300, Hopper 141 of 450,
-  // Blackwell 282 of 900).
-  if (s.nodes == 1) t.ring[static_cast<int>(NcclProto::ll)].max_bandwidth = 0.313 * s.intra_bw;
+  // NCCL caps LL's bus bandwidth: on one node per architecture, at about
+  // 0.31 of the NVLink egress (Ampere 87.7 GB/s of 300, Hopper 141 of 450,
+  // Blackwell 282 of 900); across nodes by the hosts' CPUs, 39 GB/s on two
+  // nodes and 20.4 on more (Intel's, as DGX and HGX nodes have), for the
+  // ring and the tree alike.
+  const int ll = static_cast<int>(NcclProto::ll);
+  if (s.nodes == 1) t.ring[ll].max_bandwidth = 0.313 * s.intra_bw;
+  else t.ring[ll].max_bandwidth = t.tree[ll].max_bandwidth = s.nodes == 2 ? 39e9 : 20.4e9;
   t.nvls_bandwidth = machine.nvls_tuner_bandwidth > 0 ? machine.nvls_tuner_bandwidth : machine.nvls_bandwidth;
   t.nvls_latency_s = machine.nvls_latency_s;
   t.nvls_min_ranks = machine.nvls_min_ranks;

@@ -525,6 +525,26 @@ TEST(NcclModel, NcclsTunerPicksAndTheMachinesFiguresPrice) {
   EXPECT_EQ(nccl_collective(Op::all_reduce, nvls_slow, 8, 1e10).algo, NcclAlgo::ring);
 }
 
+TEST(NcclModel, AcrossNodesNcclsTunerCapsLlByTheHosts) {
+  // NCCL's tuner caps LL at 39 GB/s of bus bandwidth on two nodes (Intel
+  // hosts), not the 141 of one Hopper node. 1 MiB all_reduce on 2 x 8
+  // (h100-cluster), as NCCL's constants price it:
+  // - ring/LL: 6.6 + 28 x 0.6 + 2 x 2.7 = 28.8 us, and 30/16 x 1 MiB at
+  //   39 GB/s = 50.4 us: 79.2 us (at 141 GB/s it was 42.8, the pick);
+  // - tree/LL: 6.8 + 2 x (7 x 0.6 + 2.7) = 20.6 us, and 1 MiB at 39 / 2
+  //   GB/s = 53.8 us: 74.4 us;
+  // - tree/LL128: 14 + 2 x (7 x 1.25 + 4.0) = 39.5 us, and 1 MiB at
+  //   0.92 x 0.8 x 7/9 x 450 / 2 = 128.8 GB/s = 8.1 us: 47.6 us, the pick,
+  //   as at 2 MiB. With ring/LL priced at the machine's slower LL, 1 MiB took
+  //   92 us and 2 MiB 66.
+  const Machine m = load_machine("h100-cluster", kModels).value();
+  const NcclChoice one = nccl_collective(Op::all_reduce, *m.axis("x"), 16, 1 << 20), two = nccl_collective(Op::all_reduce, *m.axis("x"), 16, 2 << 20);
+  EXPECT_EQ(one.algo, NcclAlgo::tree);
+  EXPECT_EQ(one.proto, NcclProto::ll128);
+  EXPECT_EQ(two.algo, NcclAlgo::tree);
+  EXPECT_LT(one.seconds(), two.seconds());
+}
+
 TEST(NcclModel, AcrossNodesTheNicsBoundTheRing) {
   // h100-cluster, 16 ranks = 2 nodes of 8: ring/Simple all_gather of 8 GB is
   // bound by a node's 8 NICs at 0.92 x 50 GB/s = 368 GB/s (the node's
