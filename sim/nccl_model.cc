@@ -1,8 +1,10 @@
 #include "sim/nccl_model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 namespace thunky::sim {
 
@@ -186,6 +188,63 @@ NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes) {
     case NcclAlgo::tree: return tree(a.nccl_params, s, bytes, pick.proto);
     default: return nvls(a.nccl_params, s, n, bytes);
   }
+}
+
+namespace {
+
+std::string lower_without_underscores(const std::string& word) {
+  std::string key;
+  for (char c : word)
+    if (c != '_' && c != ' ') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return key;
+}
+
+// One list of NCCL_ALGO ("Ring,Tree" or "^NVLS") as bits of the modelled algorithms.
+std::optional<uint8_t> algo_list(const std::string& list, std::string& error) {
+  const bool exclude = !list.empty() && list[0] == '^';
+  uint8_t named = 0;
+  std::stringstream words(exclude ? list.substr(1) : list);
+  for (std::string word; std::getline(words, word, ',');) {
+    const std::string key = lower_without_underscores(word);
+    if (key == "collnetdirect" || key == "collnetchain" || key == "pat") continue;  // NCCL's, not modelled
+    bool known = false;
+    for (int k = 0; k < kNcclAlgos; ++k) {
+      std::string name(nccl_algo_name(static_cast<NcclAlgo>(k)));
+      name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+      if (key == name) named |= static_cast<uint8_t>(1u << k), known = true;
+    }
+    if (!known) {
+      error = "unknown algorithm '" + word + "' (NCCL_ALGO names Ring, Tree, NVLS, NVLSTree, CollNetDirect, CollNetChain, PAT)";
+      return std::nullopt;
+    }
+  }
+  const uint8_t all = (1u << kNcclAlgos) - 1;
+  return exclude ? static_cast<uint8_t>(all & ~named) : named;
+}
+
+}  // namespace
+
+std::optional<uint8_t> nccl_algo_setting(const std::string& value, std::string& error) {
+  uint8_t allowed = (1u << kNcclAlgos) - 1;
+  std::stringstream entries(value);
+  bool first = true;
+  for (std::string entry; std::getline(entries, entry, ';'); first = false) {
+    const size_t colon = entry.find(':');
+    if (colon == std::string::npos && !first) {
+      error = "'" + entry + "': every list but the first names its collective (allreduce:ring)";
+      return std::nullopt;
+    }
+    const std::string collective = colon == std::string::npos ? "" : lower_without_underscores(entry.substr(0, colon));
+    auto list = algo_list(colon == std::string::npos ? entry : entry.substr(colon + 1), error);
+    if (!list) return std::nullopt;
+    // Only all_reduce has more than the ring to choose from here.
+    if (collective.empty() || collective == "allreduce") allowed = *list;
+  }
+  if (!allowed) {
+    error = "'" + value + "' leaves all_reduce no algorithm that thunky models (ring, tree, nvls, nvls_tree)";
+    return std::nullopt;
+  }
+  return allowed;
 }
 
 }  // namespace thunky::sim

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "core/schedule.h"
 #include "sim/machine.h"
@@ -37,5 +39,14 @@ NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes);
 // figures), across nodes through its own NIC (the network figures). Alone
 // on idle links.
 NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes);
+
+// The algorithms an NCCL_ALGO value leaves all_reduce (the one collective
+// with a choice here), as bits of AxisLinks::algorithms. NCCL's syntax:
+// "Ring,NVLS", "^NVLS", "ring;allreduce:tree" (a first list for every
+// collective, then lists for named ones); names in any case, NVLSTree
+// and nvls_tree alike; NCCL's algorithms thunky does not model
+// (CollNetDirect, CollNetChain, PAT) are dropped. nullopt, with `error`
+// set, for a word NCCL does not know or a value that leaves none.
+std::optional<uint8_t> nccl_algo_setting(const std::string& value, std::string& error);
 
 }  // namespace thunky::sim

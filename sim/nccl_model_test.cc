@@ -525,6 +525,28 @@ TEST(NcclModel, NcclsTunerPicksAndTheMachinesFiguresPrice) {
   EXPECT_EQ(nccl_collective(Op::all_reduce, nvls_slow, 8, 1e10).algo, NcclAlgo::ring);
 }
 
+TEST(NcclModel, NcclAlgoSettingsReadAsNcclReadsThem) {
+  auto bits = [](std::initializer_list<NcclAlgo> algos) {
+    uint8_t b = 0;
+    for (NcclAlgo a : algos) b |= static_cast<uint8_t>(1u << static_cast<int>(a));
+    return b;
+  };
+  std::string error;
+  EXPECT_EQ(nccl_algo_setting("Ring", error), bits({NcclAlgo::ring}));
+  EXPECT_EQ(nccl_algo_setting("ring,NVLSTree", error), bits({NcclAlgo::ring, NcclAlgo::nvls_tree}));
+  EXPECT_EQ(nccl_algo_setting("^nvls", error), bits({NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::nvls_tree}));
+  // A first list for every collective, then all_reduce's own.
+  EXPECT_EQ(nccl_algo_setting("ring;allreduce:tree,nvls", error), bits({NcclAlgo::tree, NcclAlgo::nvls}));
+  EXPECT_EQ(nccl_algo_setting("nvls;AllGather:ring", error), bits({NcclAlgo::nvls}));
+  // NCCL's algorithms that thunky does not model are dropped.
+  EXPECT_EQ(nccl_algo_setting("Ring,CollNetDirect,PAT", error), bits({NcclAlgo::ring}));
+  EXPECT_FALSE(nccl_algo_setting("Rings", error));
+  EXPECT_NE(error.find("unknown algorithm 'Rings'"), std::string::npos) << error;
+  EXPECT_FALSE(nccl_algo_setting("ring;tree", error));  // a second list without its collective
+  EXPECT_FALSE(nccl_algo_setting("PAT", error));        // nothing modelled left
+  EXPECT_NE(error.find("leaves all_reduce no algorithm"), std::string::npos) << error;
+}
+
 TEST(NcclModel, AcrossNodesNcclsTunerCapsLlByTheHosts) {
   // NCCL's tuner caps LL at 39 GB/s of bus bandwidth on two nodes (Intel
   // hosts), not the 141 of one Hopper node. 1 MiB all_reduce on 2 x 8

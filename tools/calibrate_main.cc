@@ -5,7 +5,6 @@
 #include "tools/cli.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,12 +12,12 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "core/files.h"
 #include "sim/calibrate.h"
 #include "tools/calibrate_exec.h"
 #include "sim/machine.h"
+#include "sim/nccl_model.h"
 #include "traces/report.h"
 
 namespace {
@@ -67,37 +66,6 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   std::cout << line;
 }
 
-// NCCL_ALGO's value as the runs were made with it: a comma-separated list
-// of algorithms (NCCL's spellings too: Ring, NVLSTree), or "^" and the
-// ones left out. Returns the allowed set, or nullopt after naming the bad word.
-std::optional<uint8_t> algorithms_of(const std::string& value) {
-  const bool exclude = !value.empty() && value[0] == '^';
-  uint8_t listed = 0;
-  std::stringstream list(exclude ? value.substr(1) : value);
-  for (std::string word; std::getline(list, word, ',');) {
-    std::string key;
-    for (char c : word)
-      if (c != '_' && c != ' ') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    bool known = false;
-    for (int k = 0; k < thunky::sim::kNcclAlgos; ++k) {
-      std::string name(thunky::sim::nccl_algo_name(static_cast<thunky::sim::NcclAlgo>(k)));
-      name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
-      if (key == name) listed |= static_cast<uint8_t>(1u << k), known = true;
-    }
-    if (!known) {
-      std::cerr << "thunky-calibrate nccl-tests: --algorithms: unknown algorithm '" << word << "' (expected ring, tree, nvls or nvls_tree, or ^ and those left out)\n";
-      return std::nullopt;
-    }
-  }
-  const uint8_t all = (1u << thunky::sim::kNcclAlgos) - 1;
-  const uint8_t allowed = exclude ? static_cast<uint8_t>(all & ~listed) : listed;
-  if (!allowed) {
-    std::cerr << "thunky-calibrate nccl-tests: --algorithms '" << value << "' leaves no algorithm\n";
-    return std::nullopt;
-  }
-  return allowed;
-}
-
 int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out, bool check,
                const std::string& algorithms) {
   if (check == !out.empty()) {
@@ -105,7 +73,13 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
     return 2;
   }
   std::optional<uint8_t> run_algorithms;
-  if (!algorithms.empty() && !(run_algorithms = algorithms_of(algorithms))) return 2;
+  if (!algorithms.empty()) {
+    std::string error;
+    if (!(run_algorithms = thunky::sim::nccl_algo_setting(algorithms, error))) {
+      std::cerr << "thunky-calibrate nccl-tests: --algorithms: " << error << "\n";
+      return 2;
+    }
+  }
   auto base = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
   if (!base) {
     for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
@@ -210,7 +184,7 @@ int run_main(int argc, char** argv) {
   bool check = false;
   nt->add_flag("--check", check, "fit nothing: print the machine's model against the runs, per size and per collective");
   std::string algorithms;
-  nt->add_option("--algorithms", algorithms, "NCCL_ALGO as the runs were made with it (Ring, or ring,nvls, or ^NVLS): they are priced and fitted so; the model written keeps the base's choice");
+  nt->add_option("--algorithms", algorithms, "NCCL_ALGO as the runs were made with it (Ring, ^NVLS, ring;allreduce:tree): they are priced and fitted so; the model written keeps the base's choice");
   std::string backend = "cpu", exec_out;
   int ranks = 4;
   CLI::App* ex = app.add_subcommand("exec", "run micro-benchmarks on a backend and fit the machine model of the machine they ran on");
