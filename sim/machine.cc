@@ -47,26 +47,34 @@ void parse_protocols(Obj& o, std::string_view key, NcclProtocol (&protos)[kNcclP
   po.done();
 }
 
-// The collective model of an axis: "collective_model", "algorithms" and
-// the "nccl" figures (DESIGN.md 4.5).
+// A non-empty list of names ("algorithms", "protocols") as bits: names[k]
+// is bit k; `what` names one ("algorithm").
+uint8_t parse_name_set(Obj& o, const char* key, const char* what, const std::vector<std::string_view>& names, uint8_t all) {
+  std::optional<Value> list = o.get(key);
+  if (!list) return all;
+  std::string expected;
+  for (auto n : names) expected += (expected.empty() ? "" : ", ") + std::string(n);
+  if (!list->is_array() || list->empty()) fail(o.at(key), "expected a non-empty list of " + expected);
+  uint8_t bits = 0;
+  list->each_element([&](size_t i, Value e) {
+    const auto it = e.is_string() ? std::find(names.begin(), names.end(), e.str()) : names.end();
+    if (it == names.end()) fail(child(o.at(key), i), std::string("unknown ") + what + " (expected one of " + expected + ")");
+    bits |= static_cast<uint8_t>(1u << (it - names.begin()));
+  });
+  return bits;
+}
+
+// The collective model of an axis: "collective_model", "algorithms",
+// "protocols" and the "nccl" figures (DESIGN.md 4.5).
 void parse_collective_model(Obj& o, AxisLinks& a) {
   const std::string model = o.str_or("collective_model", a.topology == AxisLinks::Topology::ring ? "ideal" : "nccl");
   if (model != "ideal" && model != "nccl") fail(o.at("collective_model"), "expected ideal or nccl");
   a.nccl = model == "nccl";
-  if (std::optional<Value> algs = o.get("algorithms")) {
-    if (!algs->is_array() || algs->empty()) fail(o.at("algorithms"), "expected a non-empty list of ring, tree, nvls, nvls_tree");
-    a.algorithms = 0;
-    algs->each_element([&](size_t i, Value e) {
-      const std::string at = child(o.at("algorithms"), i);
-      bool known = false;
-      for (int k = 0; k < kNcclAlgos; ++k)
-        if (e.is_string() && e.str() == nccl_algo_name(static_cast<NcclAlgo>(k))) {
-          a.algorithms |= static_cast<uint8_t>(1u << k);
-          known = true;
-        }
-      if (!known) fail(at, "unknown algorithm (expected ring, tree, nvls or nvls_tree)");
-    });
-  }
+  std::vector<std::string_view> algos, protos;
+  for (int k = 0; k < kNcclAlgos; ++k) algos.push_back(nccl_algo_name(static_cast<NcclAlgo>(k)));
+  for (int k = 0; k < kNcclProtos; ++k) protos.push_back(nccl_proto_name(static_cast<NcclProto>(k)));
+  a.algorithms = parse_name_set(o, "algorithms", "algorithm", algos, a.algorithms);
+  a.protocols = parse_name_set(o, "protocols", "protocol", protos, a.protocols);
   std::optional<Value> nv = o.get("nccl");
   if (!nv) return;
   if (!a.nccl) fail(o.at("nccl"), "NCCL figures need \"collective_model\": \"nccl\"");

@@ -74,6 +74,7 @@ struct AxisLinks {
   // NCCL runs them (4.5; the default for switch and hierarchical axes).
   bool nccl = false;
   uint8_t algorithms = 0xf;  // allowed NcclAlgo bits ("algorithms", as NCCL_ALGO)
+  uint8_t protocols = 0x7;   // allowed NcclProto bits ("protocols", as NCCL_PROTO)
   NcclParams nccl_params;
 };
 

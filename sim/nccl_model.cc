@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace thunky::sim {
 
@@ -37,6 +39,7 @@ Shape shape_of(const AxisLinks& a, int64_t n) {
 }
 
 bool allowed(const AxisLinks& a, NcclAlgo algo) { return (a.algorithms >> static_cast<int>(algo)) & 1u; }
+bool allowed(const AxisLinks& a, NcclProto proto) { return (a.protocols >> static_cast<int>(proto)) & 1u; }
 
 // The node's link rate as a collective's ring uses it: copy collectives
 // (all_gather, all_to_all) at copy_factor of it.
@@ -134,10 +137,11 @@ NcclChoice fastest(Op op, const AxisLinks& a, const Shape& s, const NcclParams& 
   const bool reduce_all = op == Op::all_reduce;
   for (int p = 0; p < kNcclProtos; ++p) {
     const auto proto = static_cast<NcclProto>(p);
+    if (!allowed(a, proto)) continue;
     if (allowed(a, NcclAlgo::ring)) consider(ring(op, q, s, n, bytes, proto));
     if (reduce_all && allowed(a, NcclAlgo::tree) && s.nodes > 1) consider(tree(q, s, bytes, proto));
   }
-  const bool nvls_node = a.topology != AxisLinks::Topology::ring && q.nvls_bandwidth > 0 && s.per_node >= q.nvls_min_ranks;
+  const bool nvls_node = a.topology != AxisLinks::Topology::ring && q.nvls_bandwidth > 0 && s.per_node >= q.nvls_min_ranks && allowed(a, NcclProto::simple);
   if (reduce_all && nvls_node && allowed(a, s.nodes > 1 ? NcclAlgo::nvls_tree : NcclAlgo::nvls)) consider(nvls(q, s, n, bytes));
   if (!std::isfinite(best_t)) return ring(op, q, s, n, bytes, NcclProto::simple);
   return best;
@@ -167,7 +171,7 @@ NcclParams tuner_params(const NcclParams& machine, const Shape& s) {
 
 NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes) {
   const NcclParams& q = a.nccl_params;
-  const NcclProto proto = bytes <= 16384 ? NcclProto::ll : NcclProto::simple;
+  const NcclProto proto = bytes <= 16384 && allowed(a, NcclProto::ll) ? NcclProto::ll : NcclProto::simple;
   const int pi = static_cast<int>(proto);
   const NcclProtocol& hop = across_nodes ? q.network[pi] : q.ring[pi];
   const double link = across_nodes ? a.nic_bandwidth : a.topology == AxisLinks::Topology::ring ? a.link_bandwidth : a.egress_bandwidth;
@@ -199,52 +203,88 @@ std::string lower_without_underscores(const std::string& word) {
   return key;
 }
 
-// One list of NCCL_ALGO ("Ring,Tree" or "^NVLS") as bits of the modelled algorithms.
-std::optional<uint8_t> algo_list(const std::string& list, std::string& error) {
+// What NCCL_ALGO and NCCL_PROTO name, in NCCL's spelling (matched in any
+// case, '_' ignored): the modelled names (bit k is names[k]), NCCL's names
+// that thunky does not model (dropped), and the collective whose own list
+// counts ("" where lists by collective are not taken).
+struct NcclEnvNames {
+  const char* variable;
+  std::vector<std::string> names, unmodelled;
+  std::string collective;
+};
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+bool names_word(const std::vector<std::string>& names, const std::string& key, size_t& at) {
+  for (at = 0; at < names.size(); ++at)
+    if (lower_without_underscores(names[at]) == key) return true;
+  return false;
+}
+
+// One list ("Ring,Tree" or "^NVLS") as bits.
+std::optional<uint8_t> name_list(const NcclEnvNames& env, const std::string& list, std::string& error) {
   const bool exclude = !list.empty() && list[0] == '^';
   uint8_t named = 0;
   std::stringstream words(exclude ? list.substr(1) : list);
   for (std::string word; std::getline(words, word, ',');) {
     const std::string key = lower_without_underscores(word);
-    if (key == "collnetdirect" || key == "collnetchain" || key == "pat") continue;  // NCCL's, not modelled
-    bool known = false;
-    for (int k = 0; k < kNcclAlgos; ++k) {
-      std::string name(nccl_algo_name(static_cast<NcclAlgo>(k)));
-      name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
-      if (key == name) named |= static_cast<uint8_t>(1u << k), known = true;
-    }
-    if (!known) {
-      error = "unknown algorithm '" + word + "' (NCCL_ALGO names Ring, Tree, NVLS, NVLSTree, CollNetDirect, CollNetChain, PAT)";
+    size_t at = 0;
+    if (names_word(env.unmodelled, key, at)) continue;
+    if (!names_word(env.names, key, at)) {
+      std::vector<std::string> all = env.names;
+      all.insert(all.end(), env.unmodelled.begin(), env.unmodelled.end());
+      error = "unknown name '" + word + "' (" + env.variable + " names " + joined(all) + ")";
       return std::nullopt;
     }
+    named |= static_cast<uint8_t>(1u << at);
   }
-  const uint8_t all = (1u << kNcclAlgos) - 1;
+  const uint8_t all = static_cast<uint8_t>((1u << env.names.size()) - 1);
   return exclude ? static_cast<uint8_t>(all & ~named) : named;
 }
 
-}  // namespace
-
-std::optional<uint8_t> nccl_algo_setting(const std::string& value, std::string& error) {
-  uint8_t allowed = (1u << kNcclAlgos) - 1;
+// NCCL's syntax: a first list for every collective, then "collective:list"
+// entries, ';' between them.
+std::optional<uint8_t> nccl_env_setting(const NcclEnvNames& env, const std::string& value, std::string& error) {
+  uint8_t allowed = static_cast<uint8_t>((1u << env.names.size()) - 1);
   std::stringstream entries(value);
   bool first = true;
   for (std::string entry; std::getline(entries, entry, ';'); first = false) {
     const size_t colon = entry.find(':');
     if (colon == std::string::npos && !first) {
-      error = "'" + entry + "': every list but the first names its collective (allreduce:ring)";
+      error = "'" + entry + "': every list but the first names its collective (allreduce:...)";
       return std::nullopt;
     }
     const std::string collective = colon == std::string::npos ? "" : lower_without_underscores(entry.substr(0, colon));
-    auto list = algo_list(colon == std::string::npos ? entry : entry.substr(colon + 1), error);
+    const bool counts = collective.empty() || collective == lower_without_underscores(env.collective);
+    if (!collective.empty() && env.collective.empty()) {
+      error = "'" + entry + "': " + env.variable + " lists by collective are not modelled; give one list for all";
+      return std::nullopt;
+    }
+    auto list = name_list(env, colon == std::string::npos ? entry : entry.substr(colon + 1), error);
     if (!list) return std::nullopt;
-    // Only all_reduce has more than the ring to choose from here.
-    if (collective.empty() || collective == "allreduce") allowed = *list;
+    if (counts) allowed = *list;
   }
   if (!allowed) {
-    error = "'" + value + "' leaves all_reduce no algorithm that thunky models (ring, tree, nvls, nvls_tree)";
+    error = "'" + value + "' leaves " + (env.collective.empty() ? std::string("the collectives") : env.collective) + " none of what thunky models (" + joined(env.names) + ")";
     return std::nullopt;
   }
   return allowed;
+}
+
+}  // namespace
+
+std::optional<uint8_t> nccl_algo_setting(const std::string& value, std::string& error) {
+  // In NcclAlgo's order. Only all_reduce has more than the ring to choose from here.
+  return nccl_env_setting({"NCCL_ALGO", {"Ring", "Tree", "NVLS", "NVLSTree"}, {"CollNetDirect", "CollNetChain", "PAT"}, "all_reduce"}, value, error);
+}
+
+std::optional<uint8_t> nccl_proto_setting(const std::string& value, std::string& error) {
+  // In NcclProto's order.
+  return nccl_env_setting({"NCCL_PROTO", {"LL", "LL128", "Simple"}, {}, ""}, value, error);
 }
 
 }  // namespace thunky::sim

@@ -28,13 +28,14 @@ struct NcclChoice {
 // ring axis whose two directions count as its link rate). `bytes` is V of
 // DESIGN.md 4.2: the gathered result (all_gather), the unreduced input
 // (reduce_scatter), the array (all_reduce, all_to_all), per device. Only
-// the algorithms allowed on the axis are considered; none left is ring.
+// the algorithms and protocols allowed on the axis are considered; none
+// left is ring/Simple.
 // The choice does not depend on the machine's fitted figures.
 NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes);
 
 // One send/receive pair of a collective_permute, as ncclSend/ncclRecv run
 // it: one protocol over one link (LL up to 16 KiB, NCCL's p2p LL
-// threshold, Simple above), paying the overhead, the protocol's base
+// threshold, where the axis allows LL; Simple above), paying the overhead, the protocol's base
 // latency and one step; within a node over the GPU's NVLink (the ring
 // figures), across nodes through its own NIC (the network figures). Alone
 // on idle links.
@@ -48,5 +49,10 @@ NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes);
 // (CollNetDirect, CollNetChain, PAT) are dropped. nullopt, with `error`
 // set, for a word NCCL does not know or a value that leaves none.
 std::optional<uint8_t> nccl_algo_setting(const std::string& value, std::string& error);
+
+// The protocols an NCCL_PROTO value leaves (LL, LL128, Simple), as bits
+// of AxisLinks::protocols: one list, or "^" and those left out; lists by
+// collective are an error here, since an axis has one set.
+std::optional<uint8_t> nccl_proto_setting(const std::string& value, std::string& error);
 
 }  // namespace thunky::sim

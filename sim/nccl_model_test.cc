@@ -541,10 +541,10 @@ TEST(NcclModel, NcclAlgoSettingsReadAsNcclReadsThem) {
   // NCCL's algorithms that thunky does not model are dropped.
   EXPECT_EQ(nccl_algo_setting("Ring,CollNetDirect,PAT", error), bits({NcclAlgo::ring}));
   EXPECT_FALSE(nccl_algo_setting("Rings", error));
-  EXPECT_NE(error.find("unknown algorithm 'Rings'"), std::string::npos) << error;
+  EXPECT_NE(error.find("unknown name 'Rings' (NCCL_ALGO names Ring, Tree, NVLS, NVLSTree, CollNetDirect, CollNetChain, PAT)"), std::string::npos) << error;
   EXPECT_FALSE(nccl_algo_setting("ring;tree", error));  // a second list without its collective
   EXPECT_FALSE(nccl_algo_setting("PAT", error));        // nothing modelled left
-  EXPECT_NE(error.find("leaves all_reduce no algorithm"), std::string::npos) << error;
+  EXPECT_NE(error.find("'PAT' leaves all_reduce none of what thunky models (Ring, Tree, NVLS, NVLSTree)"), std::string::npos) << error;
 }
 
 TEST(NcclModel, AcrossNodesNcclsTunerCapsLlByTheHosts) {
@@ -632,6 +632,39 @@ TEST(NcclModel, IdealStaysSelectable) {
   EXPECT_EQ(n.axis("x")->algorithms, 1u);
   EXPECT_THROW(parse_machine_text(R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
     "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "algorithms": ["rings"]}}})"), ThunkyError);
+  // "protocols", as NCCL_PROTO: names as the report writes them.
+  const Machine simple = parse_machine_text(R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
+    "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "protocols": ["LL128", "Simple"]}}})");
+  EXPECT_EQ(simple.axis("x")->protocols, 6u);
+  for (const char* bad : {R"(["simple"])", "[]", R"("Simple")"})
+    EXPECT_THROW(parse_machine_text(std::string(R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
+    "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "protocols": )") + bad + "}}}"), ThunkyError) << bad;
+}
+
+TEST(NcclModel, ProtocolsRestrictedAsNcclProtoDoes) {
+  // h100-8gpu under NCCL_PROTO=Simple: an 8-byte all_reduce takes
+  // ring/Simple, 1.92 + 8.4 + 14 x 8.04 = 122.88 us (LL: 33 us).
+  const Machine m = load_machine("h100-8gpu", kModels).value();
+  AxisLinks simple = *m.axis("x");
+  simple.protocols = 1u << static_cast<int>(NcclProto::simple);
+  const NcclChoice c = nccl_collective(Op::all_reduce, simple, 8, 8);
+  EXPECT_EQ(c.algo, NcclAlgo::ring);
+  EXPECT_EQ(c.proto, NcclProto::simple);
+  EXPECT_NEAR(c.seconds(), 122.88e-6 + 14.0 / 8 * 8 / (0.82 * 4.5e11), 1e-12);
+  // A send of 8 KiB goes as Simple too: 1.92 + 8.4 + 8.04 us.
+  EXPECT_EQ(nccl_p2p(simple, false, 8192).proto, NcclProto::simple);
+  EXPECT_NEAR(nccl_p2p(simple, false, 8192).latency_s, 18.36e-6, 1e-12);
+  // NVLS runs Simple only: without it, a large all_reduce takes the ring.
+  AxisLinks no_simple = *m.axis("x");
+  no_simple.protocols = static_cast<uint8_t>(~(1u << static_cast<int>(NcclProto::simple)) & 7u);
+  EXPECT_EQ(nccl_collective(Op::all_reduce, no_simple, 8, 8589934592.0).algo, NcclAlgo::ring);
+  // NCCL_PROTO's syntax: one list, or ^ and those left out.
+  std::string error;
+  EXPECT_EQ(nccl_proto_setting("Simple", error), 4u);
+  EXPECT_EQ(nccl_proto_setting("^ll", error), 6u);
+  EXPECT_EQ(nccl_proto_setting("LL,LL128", error), 3u);
+  EXPECT_FALSE(nccl_proto_setting("allreduce:LL", error));  // an axis has one set
+  EXPECT_FALSE(nccl_proto_setting("^LL,LL128,Simple", error));
 }
 
 }  // namespace

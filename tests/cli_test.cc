@@ -558,8 +558,14 @@ TEST(CalibrateCli, RunsMadeUnderNcclAlgoArePricedSoAndTheModelKeepsTheBasesChoic
   // A name NCCL_ALGO does not know, or a list that leaves none: exit 2.
   Result bad = calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --algorithms Rings");
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("unknown algorithm 'Rings'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("unknown name 'Rings'"), std::string::npos) << bad.err;
   EXPECT_EQ(calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --algorithms ^ring,tree,nvls,nvls_tree").code, 2);
+  // NCCL_PROTO=Simple: the 16-byte row costs ring/Simple's latency on
+  // b200-8gpu, 1.92 + 8.4 + 14 x 5 us = 80.32 us (measured 18.89).
+  Result simple = calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --protocols Simple");
+  ASSERT_EQ(simple.code, 0) << simple.err;
+  EXPECT_NE(simple.out.find("18.89        80.32  +325.2%"), std::string::npos) << simple.out;
+  EXPECT_EQ(calibrate("nccl-tests " + ar + " --machine b200-8gpu --check --protocols Simpel").code, 2);
 }
 
 TEST(CalibrateCli, WarnsWhenRunsSpanMoreHostsThanTheMachineHasNodes) {

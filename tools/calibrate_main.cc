@@ -66,20 +66,23 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   std::cout << line;
 }
 
+// What NCCL_ALGO and NCCL_PROTO the runs were made with ("" = NCCL's choice).
+struct RunSettings {
+  std::string algorithms, protocols;
+};
+
 int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out, bool check,
-               const std::string& algorithms) {
+               const RunSettings& settings) {
   if (check == !out.empty()) {
     std::cerr << "thunky-calibrate nccl-tests: give -o OUT.json (fit and write a model) or --check (the model against the runs), one of the two\n";
     return 2;
   }
-  std::optional<uint8_t> run_algorithms;
-  if (!algorithms.empty()) {
-    std::string error;
-    if (!(run_algorithms = thunky::sim::nccl_algo_setting(algorithms, error))) {
-      std::cerr << "thunky-calibrate nccl-tests: --algorithms: " << error << "\n";
-      return 2;
-    }
-  }
+  std::optional<uint8_t> run_algorithms, run_protocols;
+  std::string setting_error;
+  if (!settings.algorithms.empty() && !(run_algorithms = thunky::sim::nccl_algo_setting(settings.algorithms, setting_error)))
+    return std::cerr << "thunky-calibrate nccl-tests: --algorithms: " << setting_error << "\n", 2;
+  if (!settings.protocols.empty() && !(run_protocols = thunky::sim::nccl_proto_setting(settings.protocols, setting_error)))
+    return std::cerr << "thunky-calibrate nccl-tests: --protocols: " << setting_error << "\n", 2;
   auto base = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
   if (!base) {
     for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
@@ -110,10 +113,11 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
     std::cerr << machine << ":/axes: no axis '" << axis_name << "' (and no \"*\")\n";
     return 2;
   }
-  // The runs are priced, and fitted, under the NCCL_ALGO they were made
-  // with; the model written keeps the base's own choice of algorithms.
+  // The runs are priced, and fitted, under the NCCL_ALGO and NCCL_PROTO
+  // they were made with; the model written keeps the base's own choice.
   thunky::sim::AxisLinks as_run = *base_axis;
   if (run_algorithms) as_run.algorithms = *run_algorithms;
+  if (run_protocols) as_run.protocols = *run_protocols;
   const thunky::sim::AxisLinks* axis = &as_run;
   if (axis->topology == thunky::sim::AxisLinks::Topology::ring) {
     std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is for switch and hierarchical axes\n";
@@ -183,8 +187,9 @@ int run_main(int argc, char** argv) {
   nt->add_option("-o", out, "write the calibrated machine model here");
   bool check = false;
   nt->add_flag("--check", check, "fit nothing: print the machine's model against the runs, per size and per collective");
-  std::string algorithms;
-  nt->add_option("--algorithms", algorithms, "NCCL_ALGO as the runs were made with it (Ring, ^NVLS, ring;allreduce:tree): they are priced and fitted so; the model written keeps the base's choice");
+  RunSettings settings;
+  nt->add_option("--algorithms", settings.algorithms, "NCCL_ALGO as the runs were made with it (Ring, ^NVLS, ring;allreduce:tree): they are priced and fitted so; the model written keeps the base's choice");
+  nt->add_option("--protocols", settings.protocols, "NCCL_PROTO as the runs were made with it (Simple, ^LL): likewise");
   std::string backend = "cpu", exec_out;
   int ranks = 4;
   CLI::App* ex = app.add_subcommand("exec", "run micro-benchmarks on a backend and fit the machine model of the machine they ran on");
@@ -206,7 +211,7 @@ int run_main(int argc, char** argv) {
     std::cout << m->dump(1) << "\nwrote " << exec_out << "\n";
     return 0;
   }
-  return nccl_tests(files, machine, axis, out, check, algorithms);
+  return nccl_tests(files, machine, axis, out, check, settings);
 }
 
 int main(int argc, char** argv) { return thunky::cli::guarded_main("thunky-calibrate", run_main, argc, argv); }
