@@ -219,7 +219,8 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
-bool names_word(const std::vector<std::string>& names, const std::string& key, size_t& at) {
+// Whether `names` holds `key` (lower case, no '_'), and where.
+bool find_name(const std::vector<std::string>& names, const std::string& key, size_t& at) {
   for (at = 0; at < names.size(); ++at)
     if (lower_without_underscores(names[at]) == key) return true;
   return false;
@@ -233,8 +234,8 @@ std::optional<uint8_t> name_list(const NcclEnvNames& env, const std::string& lis
   for (std::string word; std::getline(words, word, ',');) {
     const std::string key = lower_without_underscores(word);
     size_t at = 0;
-    if (names_word(env.unmodelled, key, at)) continue;
-    if (!names_word(env.names, key, at)) {
+    if (find_name(env.unmodelled, key, at)) continue;
+    if (!find_name(env.names, key, at)) {
       std::vector<std::string> all = env.names;
       all.insert(all.end(), env.unmodelled.begin(), env.unmodelled.end());
       error = "unknown name '" + word + "' (" + env.variable + " names " + joined(all) + ")";
@@ -259,14 +260,14 @@ std::optional<uint8_t> nccl_env_setting(const NcclEnvNames& env, const std::stri
       return std::nullopt;
     }
     const std::string collective = colon == std::string::npos ? "" : lower_without_underscores(entry.substr(0, colon));
-    const bool counts = collective.empty() || collective == lower_without_underscores(env.collective);
     if (!collective.empty() && env.collective.empty()) {
       error = "'" + entry + "': " + env.variable + " lists by collective are not modelled; give one list for all";
       return std::nullopt;
     }
     auto list = name_list(env, colon == std::string::npos ? entry : entry.substr(colon + 1), error);
     if (!list) return std::nullopt;
-    if (counts) allowed = *list;
+    // The first list, then the modelled collective's own.
+    if (collective.empty() || collective == lower_without_underscores(env.collective)) allowed = *list;
   }
   if (!allowed) {
     error = "'" + value + "' leaves " + (env.collective.empty() ? std::string("the collectives") : env.collective) + " none of what thunky models (" + joined(env.names) + ")";

@@ -71,83 +71,61 @@ struct RunSettings {
   std::string algorithms, protocols;
 };
 
-int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out, bool check,
-               const RunSettings& settings) {
-  if (check == !out.empty()) {
-    std::cerr << "thunky-calibrate nccl-tests: give -o OUT.json (fit and write a model) or --check (the model against the runs), one of the two\n";
-    return 2;
-  }
-  std::optional<uint8_t> run_algorithms, run_protocols;
-  std::string setting_error;
-  if (!settings.algorithms.empty() && !(run_algorithms = thunky::sim::nccl_algo_setting(settings.algorithms, setting_error)))
-    return std::cerr << "thunky-calibrate nccl-tests: --algorithms: " << setting_error << "\n", 2;
-  if (!settings.protocols.empty() && !(run_protocols = thunky::sim::nccl_proto_setting(settings.protocols, setting_error)))
-    return std::cerr << "thunky-calibrate nccl-tests: --protocols: " << setting_error << "\n", 2;
-  auto base = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
-  if (!base) {
-    for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
-    return 2;
-  }
-  std::vector<std::string> inputs = files;
-  inputs.push_back(machine);
-  if (!check)
-    if (auto code = thunky::cli::refuse_overwrite("thunky-calibrate", {{"-o", out}}, inputs)) return *code;
+// Every file's rows, or nullopt after naming the file and line it cannot read.
+std::optional<std::vector<thunky::sim::NcclTestRow>> read_runs(const std::vector<std::string>& files) {
   std::vector<thunky::sim::NcclTestRow> rows;
   for (const auto& f : files) {
     std::string error;
     const std::string text = thunky::read_input_file(f, error);
     if (!error.empty()) {
       std::cerr << f << ": the nccl-tests output " << error << "\n";
-      return 2;
+      return std::nullopt;
     }
     try {
       auto got = thunky::sim::read_nccl_tests(text, f);
       rows.insert(rows.end(), got.begin(), got.end());
     } catch (const thunky::ThunkyError& e) {
       std::cerr << f << ":" << e.pointer() << ": " << e.what() << "\n";
-      return 2;
+      return std::nullopt;
     }
   }
-  const thunky::sim::AxisLinks* base_axis = base->axis(axis_name);
-  if (!base_axis) {
-    std::cerr << machine << ":/axes: no axis '" << axis_name << "' (and no \"*\")\n";
-    return 2;
+  return rows;
+}
+
+// The axis as the runs ran on it: restricted to the NCCL_ALGO and
+// NCCL_PROTO they were made with (the model written keeps the base's own
+// choice). nullopt after naming a setting it cannot read.
+std::optional<thunky::sim::AxisLinks> axis_as_run(const thunky::sim::AxisLinks& base, const RunSettings& settings) {
+  thunky::sim::AxisLinks axis = base;
+  std::string error;
+  if (!settings.algorithms.empty()) {
+    auto bits = thunky::sim::nccl_algo_setting(settings.algorithms, error);
+    if (!bits) return std::cerr << "thunky-calibrate nccl-tests: --algorithms: " << error << "\n", std::nullopt;
+    axis.algorithms = *bits;
   }
-  // The runs are priced, and fitted, under the NCCL_ALGO and NCCL_PROTO
-  // they were made with; the model written keeps the base's own choice.
-  thunky::sim::AxisLinks as_run = *base_axis;
-  if (run_algorithms) as_run.algorithms = *run_algorithms;
-  if (run_protocols) as_run.protocols = *run_protocols;
-  const thunky::sim::AxisLinks* axis = &as_run;
-  if (axis->topology == thunky::sim::AxisLinks::Topology::ring) {
-    std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is for switch and hierarchical axes\n";
-    return 2;
+  if (!settings.protocols.empty()) {
+    auto bits = thunky::sim::nccl_proto_setting(settings.protocols, error);
+    if (!bits) return std::cerr << "thunky-calibrate nccl-tests: --protocols: " << error << "\n", std::nullopt;
+    axis.protocols = *bits;
   }
-  // A run the axis cannot stand for (two nodes priced as one) is priced
-  // as the axis says, into figures that may describe no machine: said once
-  // per run. Not refused: hosts can be containers of one node, which the
-  // "#  Rank" lines cannot tell from nodes.
+  return axis;
+}
+
+// A run the axis cannot stand for (two nodes priced as one) is priced as
+// the axis says, into figures that may describe no machine: said once per
+// run. Not refused: hosts can be containers of one node, which the
+// "#  Rank" lines cannot tell from nodes.
+void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const std::string& machine, const std::string& axis_name) {
   std::set<std::string> warned;
   for (const auto& r : rows)
-    if (const std::string why = thunky::sim::machine_mismatch(*axis, r); !why.empty() && warned.insert(r.file + why).second)
+    if (const std::string why = thunky::sim::machine_mismatch(axis, r); !why.empty() && warned.insert(r.file + why).second)
       std::cerr << "thunky-calibrate: warning: " << r.file << ":line " << r.line << ": " << why << " (machine " << machine << ", axis '" << axis_name
                 << "'); priced as the axis says\n";
-  if (check) {
-    if (!axis->nccl) {
-      std::cerr << machine << ":/axes/" << axis_name << ": collectives priced by the ideal formulas; --check compares the NCCL model\n";
-      return 2;
-    }
-    print_errors(*axis, rows, "model_us", "model over");
-    return 0;
-  }
-  if (rows.size() > thunky::sim::kMaxFittedRows) {
-    std::cerr << files.front() << ": " << rows.size() << " result rows in all; a fit takes at most " << thunky::sim::kMaxFittedRows
-              << " (--check takes any number)\n";
-    return 2;
-  }
-  const thunky::sim::FitResult fit = thunky::sim::fit_nccl(*axis, rows);
-  print_errors(fit.axis, rows, "fitted_us", "fit over");
-  // The base model with the axis' NCCL figures replaced.
+}
+
+// The base model's file with the axis' NCCL figures replaced by the fit's, written to `out`.
+int write_calibrated(const std::string& machine, const std::string& axis_name, const thunky::sim::FitResult& fit, const std::vector<std::string>& files,
+                     const std::string& out) {
   std::string error;
   ojson doc = ojson::parse(thunky::read_input_file(std::filesystem::exists(machine) ? machine : std::string(THUNKY_MODELS_DIR) + "/" + machine +
                                                                                           (machine.size() > 5 && machine.substr(machine.size() - 5) == ".json" ? "" : ".json"),
@@ -171,6 +149,53 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   if (!err.empty()) return std::cerr << out << ": " << err << "\n", 2;
   std::cout << "wrote " << out << "\n";
   return 0;
+}
+
+int nccl_tests(const std::vector<std::string>& files, const std::string& machine, const std::string& axis_name, const std::string& out, bool check,
+               const RunSettings& settings) {
+  if (check == !out.empty()) {
+    std::cerr << "thunky-calibrate nccl-tests: give -o OUT.json (fit and write a model) or --check (the model against the runs), one of the two\n";
+    return 2;
+  }
+  auto base = thunky::sim::load_machine(machine, THUNKY_MODELS_DIR);
+  if (!base) {
+    for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
+    return 2;
+  }
+  std::vector<std::string> inputs = files;
+  inputs.push_back(machine);
+  if (!check)
+    if (auto code = thunky::cli::refuse_overwrite("thunky-calibrate", {{"-o", out}}, inputs)) return *code;
+  const auto rows = read_runs(files);
+  if (!rows) return 2;
+  const thunky::sim::AxisLinks* base_axis = base->axis(axis_name);
+  if (!base_axis) {
+    std::cerr << machine << ":/axes: no axis '" << axis_name << "' (and no \"*\")\n";
+    return 2;
+  }
+  if (base_axis->topology == thunky::sim::AxisLinks::Topology::ring) {
+    std::cerr << machine << ":/axes/" << axis_name << ": a ring axis; the NCCL model is for switch and hierarchical axes\n";
+    return 2;
+  }
+  const auto axis = axis_as_run(*base_axis, settings);
+  if (!axis) return 2;
+  warn_of_hosts(*axis, *rows, machine, axis_name);
+  if (check) {
+    if (!axis->nccl) {
+      std::cerr << machine << ":/axes/" << axis_name << ": collectives priced by the ideal formulas; --check compares the NCCL model\n";
+      return 2;
+    }
+    print_errors(*axis, *rows, "model_us", "model over");
+    return 0;
+  }
+  if (rows->size() > thunky::sim::kMaxFittedRows) {
+    std::cerr << files.front() << ": " << rows->size() << " result rows in all; a fit takes at most " << thunky::sim::kMaxFittedRows
+              << " (--check takes any number)\n";
+    return 2;
+  }
+  const thunky::sim::FitResult fit = thunky::sim::fit_nccl(*axis, *rows);
+  print_errors(fit.axis, *rows, "fitted_us", "fit over");
+  return write_calibrated(machine, axis_name, fit, files, out);
 }
 
 }  // namespace
