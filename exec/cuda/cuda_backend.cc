@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -65,8 +66,9 @@ struct Scratch {
 
 struct StreamState {
   cudaStream_t stream = nullptr;
-  Scratch temp;       // operands staged aside (overlaps), gemm temporaries
-  Scratch workspace;  // cuBLASLt's
+  Scratch temp;         // operands staged aside (overlaps), gemm temporaries
+  Scratch workspace;    // cuBLASLt's
+  Scratch solver_work;  // cuSOLVER's
 };
 
 // One timed command of an iteration: its events index the rank's pool.
@@ -94,7 +96,6 @@ struct RankState {
   EventPool timing{cudaEventDefault};
   EventPool joins{cudaEventDisableTiming};
   cusolverDnHandle_t solver = nullptr;
-  Scratch solver_work;
   int* host_scalar = nullptr;  // pinned: eager predicates
   std::unordered_map<const Command*, cudaKernel_t> kernels;  // map, reduce and ptx kernels of this rank
   // Per iteration:
@@ -113,6 +114,7 @@ struct RankState {
   int conditional_depth = 0;
   Scratch loop_guards;  // [counter u64, overflow u64] per loop
   std::vector<std::string> loop_ids;
+  std::unique_lock<std::mutex>* turn = nullptr;  // the issuing thread's turn at capture_turn_
 
   // Forgets what one iteration (or one capture) recorded.
   void start_iteration() {
@@ -227,7 +229,7 @@ class CudaBackend final : public Backend {
       // Every generated kernel is compiled now, not while the run is timed.
       for (auto& s : ranks_) compile_block(*s, p.program);
       for (const auto& name : {"thunky_fill", "thunky_touch", "thunky_spin"}) kernels_->get(support_, name);
-      if (shared_) comm_ = make_loopback_communicator(monitor_, static_cast<int>(nranks), *kernels_, devices_state_.begin()->second.sms);
+      if (shared_) comm_ = make_loopback_communicator(monitor_, static_cast<int>(nranks), *kernels_, devices_state_.begin()->second.sms, capture_turn_);
       else connect_nccl();
       measure_timing_overhead();
       // One warm-up run: workspaces, staging and cuBLASLt plans are sized by it.
@@ -512,6 +514,9 @@ class CudaBackend final : public Backend {
       threads.emplace_back([&, i] {
         try {
           RankState& s = *ranks_[i];
+          std::unique_lock<std::mutex> turn(capture_turn_, std::defer_lock);
+          if (capturing_) turn.lock();
+          s.turn = &turn;
           THUNKY_CUDA_CHECK(cudaSetDevice(s.device));
           issue_block(s, p_->program, StreamId{}, false);
           join_streams(s);
@@ -522,6 +527,7 @@ class CudaBackend final : public Backend {
           std::unique_lock<std::mutex> l(monitor_.mutex());
           monitor_.abort(l, e.what(), false);
         }
+        ranks_[i]->turn = nullptr;  // the turn itself ended with the try block
         monitor_.thread_finished();
       });
     for (auto& t : threads) t.join();
@@ -791,7 +797,11 @@ class CudaBackend final : public Backend {
     s.last_collective = c.id();
     const std::vector<int> launch_set = launch_members(p_->mesh, s.rank, members);
     Communicator& comm = shared_ ? *comm_ : static_cast<Communicator&>(*nccl_);
+    // Capturing, the other ranks take their turns while this one waits.
+    const bool turn = s.turn && s.turn->owns_lock();
+    if (turn) s.turn->unlock();
     comm.run(static_cast<int>(s.rank), calls, launch_set, "rank " + std::to_string(s.rank) + " " + cur.str());
+    if (turn) s.turn->lock();
   }
 
   int sms(const RankState& s) const { return devices_state_.at(s.device).sms; }
@@ -990,7 +1000,7 @@ class CudaBackend final : public Backend {
     if (f64) THUNKY_CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(s.solver, uplo, n, reinterpret_cast<double*>(ptr(s, r)), n, &lwork));
     else THUNKY_CUSOLVER_CHECK(cusolverDnSpotrf_bufferSize(s.solver, uplo, n, reinterpret_cast<float*>(ptr(s, r)), n, &lwork));
     const size_t es = f64 ? 8 : 4;
-    uint8_t* work = s.solver_work.get(static_cast<size_t>(std::max(lwork, 1)) * es, "the cuSOLVER workspace", s.device);
+    uint8_t* work = ss.solver_work.get(static_cast<size_t>(std::max(lwork, 1)) * es, "the cuSOLVER workspace", s.device);
     for (int64_t k = 0; k < batch; ++k) {
       uint8_t* m = ptr(s, r) + k * n * n * es;
       int* dev_info = reinterpret_cast<int*>(ptr(s, info)) + k;
@@ -1143,9 +1153,9 @@ class CudaBackend final : public Backend {
       for (auto& [id, st] : s->streams) {
         st.temp.release();
         st.workspace.release();
+        st.solver_work.release();
         if (st.stream) cudaStreamDestroy(st.stream);
       }
-      s->solver_work.release();
       s->loop_guards.release();
       if (s->solver) cusolverDnDestroy(s->solver);
       if (s->host_scalar) cudaFreeHost(s->host_scalar);
@@ -1184,6 +1194,10 @@ class CudaBackend final : public Backend {
   double timing_overhead_s_ = 0;
 
   bool capturing_ = false;
+  // Capturing, the ranks' threads issue into one graph, whose objects CUDA
+  // does not synchronise (conditional nodes are added to it directly): one
+  // thread issues at a time, and lets go only while it waits in a collective.
+  std::mutex capture_turn_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   double graph_launch_s_ = 0;

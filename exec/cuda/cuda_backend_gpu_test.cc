@@ -173,6 +173,34 @@ TEST(CudaBackend, CollectivesOnOneGpuKeepTheirSemanticsAndSayShared) {
   EXPECT_EQ(gpu.report.placement.value_or(""), "shared-device");
 }
 
+TEST(CudaBackend, CollectivesOnTwoStreamsOfARankKeepTheirOwnData) {
+  // Rank 1 holds its communication stream for 50 ms before the all_gather
+  // of a there, so rank 0's members build that gather late; meanwhile rank
+  // 0 gathers b on its computation stream through the same staging buffer.
+  // The second gather must not overwrite what the first has yet to read:
+  // eager and captured, ga is a's 7s and gb b's 9s on both ranks.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [2]}, "buffers": {
+      "slow": {"shape": [], "dtype": "bool", "role": "scratch"},
+      "a": {"shape": [1024], "dtype": "s32", "role": "input", "init": {"kind": "constant", "value": 7}},
+      "b": {"shape": [1024], "dtype": "s32", "role": "input", "init": {"kind": "constant", "value": 9}},
+      "ga": {"shape": [2048], "dtype": "s32", "role": "output"},
+      "gb": {"shape": [2048], "dtype": "s32", "role": "output"}},
+    "program": [
+      {"op": "map", "out": "slow", "expr": "x == 1", "in": {}},
+      {"op": "async_start", "stream": {"kind": "communication", "id": 0}, "token": "t", "body": [
+        {"op": "cond", "pred": "slow", "then": [{"op": "kernel", "name": "hold", "reads": [], "writes": [], "cost": {"seconds": 0.05}}], "else": []},
+        {"op": "all_gather", "src": "a", "dst": "ga", "axis": "x"}]},
+      {"op": "all_gather", "src": "b", "dst": "gb", "axis": "x"},
+      {"op": "async_done", "token": "t"}]})");
+  for (bool graph : {false, true}) {
+    CUDA_OR_SKIP(gpu, p, graph);
+    for (int64_t rank : {0, 1}) {
+      EXPECT_EQ(testing::values(p, gpu, "ga", rank), std::vector<double>(2048, 7)) << "graph " << graph << ", rank " << rank;
+      EXPECT_EQ(testing::values(p, gpu, "gb", rank), std::vector<double>(2048, 9)) << "graph " << graph << ", rank " << rank;
+    }
+  }
+}
+
 TEST(CudaBackend, TheReportIsMeasuredAndComparable) {
   Program p = load_file_ok(testing::example_path("ring_collective_matmul_n4.json"));
   CUDA_OR_SKIP(gpu, p, false, 5);

@@ -19,11 +19,12 @@ size_t bytes_of(const CollectiveCall& c, int64_t count) { return static_cast<siz
 // buffer, all on the members' own streams.
 class Loopback final : public RendezvousCommunicator {
  public:
-  Loopback(Monitor& m, int ranks, KernelCache& kernels, int sms) : RendezvousCommunicator(m), ranks_(static_cast<size_t>(ranks)), kernels_(kernels), sms_(sms) {}
+  Loopback(Monitor& m, int ranks, KernelCache& kernels, int sms, std::mutex& turn)
+      : RendezvousCommunicator(m), ranks_(static_cast<size_t>(ranks)), kernels_(kernels), sms_(sms), turn_(turn) {}
   ~Loopback() override {
     for (auto& r : ranks_) {
       if (r.stage) cudaFree(r.stage);
-      for (auto e : {r.staged, r.done})
+      for (auto e : {r.staged, r.done, r.free})
         if (e) cudaEventDestroy(e);
     }
   }
@@ -32,7 +33,9 @@ class Loopback final : public RendezvousCommunicator {
   // On the issuing rank's thread and stream: copy every source aside, so
   // that in-place collectives read them before any member's dst changes.
   void stage(int rank, std::vector<CollectiveCall>& group) override {
+    std::lock_guard<std::mutex> turn(turn_);
     Rank& r = ranks_[static_cast<size_t>(rank)];
+    cudaStream_t s = stream_of(group.front());
     size_t total = 0;
     r.offsets.clear();
     for (const auto& c : group) {
@@ -46,16 +49,20 @@ class Loopback final : public RendezvousCommunicator {
       r.stage = static_cast<uint8_t*>(device_alloc(total, "the collective staging buffer of rank " + std::to_string(rank), device));
       r.capacity = total;
     }
-    for (auto* e : {&r.staged, &r.done})
+    for (auto* e : {&r.staged, &r.done, &r.free})
       if (!*e) THUNKY_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    // The rank's previous collective may have run on another of its
+    // streams, its members still reading this staging buffer.
+    if (r.free_recorded && r.free_capture == capture_id(s)) THUNKY_CUDA_CHECK(cudaStreamWaitEvent(s, r.free, 0));
     for (size_t i = 0; i < group.size(); ++i) {
       const CollectiveCall& c = group[i];
-      if (c.src_count) THUNKY_CUDA_CHECK(cudaMemcpyAsync(r.stage + r.offsets[i], c.src, bytes_of(c, c.src_count), cudaMemcpyDeviceToDevice, stream_of(c)));
+      if (c.src_count) THUNKY_CUDA_CHECK(cudaMemcpyAsync(r.stage + r.offsets[i], c.src, bytes_of(c, c.src_count), cudaMemcpyDeviceToDevice, s));
     }
-    THUNKY_CUDA_CHECK(cudaEventRecord(r.staged, stream_of(group.front())));
+    THUNKY_CUDA_CHECK(cudaEventRecord(r.staged, s));
   }
 
   void move(const Launch& launch) override {
+    std::lock_guard<std::mutex> turn(turn_);
     for (const auto& [rank, calls] : launch) {
       cudaStream_t s = stream_of(calls->front());
       for (const auto& [q, other] : launch) THUNKY_CUDA_CHECK(cudaStreamWaitEvent(s, ranks_[static_cast<size_t>(q)].staged, 0));
@@ -69,6 +76,11 @@ class Loopback final : public RendezvousCommunicator {
       cudaStream_t s = stream_of(calls->front());
       for (const auto& [q, other] : launch)
         if (q != rank) THUNKY_CUDA_CHECK(cudaStreamWaitEvent(s, ranks_[static_cast<size_t>(q)].done, 0));
+      // Past every member's build: the rank's staging buffer is free again.
+      Rank& r = ranks_[static_cast<size_t>(rank)];
+      THUNKY_CUDA_CHECK(cudaEventRecord(r.free, s));
+      r.free_recorded = true;
+      r.free_capture = capture_id(s);
     }
   }
 
@@ -77,8 +89,21 @@ class Loopback final : public RendezvousCommunicator {
     uint8_t* stage = nullptr;
     size_t capacity = 0;
     std::vector<size_t> offsets;  // of the calls of its current launch
-    cudaEvent_t staged = nullptr, done = nullptr;
+    cudaEvent_t staged = nullptr, done = nullptr, free = nullptr;
+    // `free` was recorded, and in which graph capture (0: none). A capture
+    // cannot wait on an event recorded outside it, nor needs to: nothing
+    // of the graph runs before its start.
+    bool free_recorded = false;
+    unsigned long long free_capture = 0;
   };
+
+  // The id of the graph capture `s` takes part in, 0 when none.
+  static unsigned long long capture_id(cudaStream_t s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    THUNKY_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, &id, nullptr, nullptr, nullptr, nullptr));
+    return status == cudaStreamCaptureStatusActive ? id : 0;
+  }
 
   const uint8_t* staged_src(int rank, size_t call) const {
     const Rank& r = ranks_[static_cast<size_t>(rank)];
@@ -123,6 +148,7 @@ class Loopback final : public RendezvousCommunicator {
   std::vector<Rank> ranks_;
   KernelCache& kernels_;
   int sms_;
+  std::mutex& turn_;
 };
 
 class InProcessIds final : public IdExchange {
@@ -154,8 +180,8 @@ class InProcessIds final : public IdExchange {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms) {
-  return std::make_unique<Loopback>(monitor, ranks, kernels, sms);
+std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms, std::mutex& turn) {
+  return std::make_unique<Loopback>(monitor, ranks, kernels, sms, turn);
 }
 
 std::unique_ptr<IdExchange> make_inprocess_id_exchange() { return std::make_unique<InProcessIds>(); }
@@ -195,8 +221,9 @@ class Nccl final : public NcclTransport {
   ~Nccl() override {
     for (auto& [members, by_rank] : comms_)
       for (auto& [rank, comm] : by_rank) ncclCommDestroy(comm);
-    for (auto& s : scratch_)
-      if (s.ptr) cudaFree(s.ptr);
+    for (auto& by_stream : scratch_)
+      for (auto& [stream, s] : by_stream)
+        if (s.ptr) cudaFree(s.ptr);
   }
 
   void connect(int rank, int device, const std::vector<std::vector<int>>& member_sets) override {
@@ -270,8 +297,9 @@ class Nccl final : public NcclTransport {
     return it->second.at(rank);
   }
 
-  uint8_t* scratch(int rank, size_t bytes) {
-    auto& s = scratch_[static_cast<size_t>(rank)];
+  // A rank's in-place sends stage per stream: two streams may send at once.
+  uint8_t* scratch(int rank, cudaStream_t stream, size_t bytes) {
+    auto& s = scratch_[static_cast<size_t>(rank)][stream];
     if (bytes > s.capacity) {
       if (s.ptr) THUNKY_CUDA_CHECK(cudaFree(s.ptr));
       int device = 0;
@@ -306,7 +334,7 @@ class Nccl final : public NcclTransport {
         const size_t bytes = bytes_of(c, c.src_count);
         const uint8_t* src = c.src;
         if (c.src == c.dst && bytes) {  // in place: send from a copy
-          uint8_t* tmp = scratch(rank, bytes);
+          uint8_t* tmp = scratch(rank, s, bytes);
           THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp, c.src, bytes, cudaMemcpyDeviceToDevice, s));
           src = tmp;
         }
@@ -332,7 +360,7 @@ class Nccl final : public NcclTransport {
     uint8_t* ptr = nullptr;
     size_t capacity = 0;
   };
-  std::vector<Scratch> scratch_;
+  std::vector<std::map<cudaStream_t, Scratch>> scratch_;  // by rank (touched by its thread only), then stream
 };
 
 }  // namespace

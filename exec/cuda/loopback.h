@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,12 +22,11 @@
 
 namespace thunky::cuda {
 
-// Per-rank device resources a loopback collective uses.
-struct LoopbackRank {
-  int device = 0;
-};
-
-std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms);
+// `turn` is held around every CUDA call the communicator makes: while the
+// backend captures a graph, the ranks' threads take turns (CUDA does not
+// synchronise a graph's objects), and a thread lets go of its turn only
+// while it waits in a collective.
+std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms, std::mutex& turn);
 
 // Passes an NCCL unique id from the first member of a communicator to the
 // others. The in-process one hands it over in memory.
