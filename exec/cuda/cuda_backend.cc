@@ -207,9 +207,9 @@ class CudaBackend final : public Backend {
         THUNKY_CUDA_CHECK(cudaStreamCreateWithFlags(&ds.origin, cudaStreamNonBlocking));
         THUNKY_CUDA_CHECK(cudaEventCreate(&ds.base));
         devices_state_[d] = ds;
+        gemms_[d] = std::make_unique<Gemm>();  // a cuBLASLt handle serves the device current at its creation
       }
       kernels_ = std::make_unique<KernelCache>(arch);
-      gemm_ = std::make_unique<Gemm>();
       support_ = support_kernels();
       ranks_.clear();
       for (int64_t r = 0; r < nranks; ++r) {
@@ -964,10 +964,10 @@ class CudaBackend final : public Backend {
       one.batch = 1;
       one.align = g.align;
       for (int64_t i = 0; i < g.batch; ++i)
-        gemm_->run(one, pa + (g.a_batched ? i * ar * ac * es : 0), pb + (g.b_batched ? i * br * bc * es : 0), pc + i * cr * cc * es, c.alpha,
+        gemms_.at(s.device)->run(one, pa + (g.a_batched ? i * ar * ac * es : 0), pb + (g.b_batched ? i * br * bc * es : 0), pc + i * cr * cc * es, c.alpha,
                    c.beta, work, Gemm::kWorkspace, ss.stream);
     } else {
-      gemm_->run(g, pa, pb, pc, c.alpha, c.beta, work, Gemm::kWorkspace, ss.stream);
+      gemms_.at(s.device)->run(g, pa, pb, pc, c.alpha, c.beta, work, Gemm::kWorkspace, ss.stream);
     }
     if (c_temp) {
       if (direct) THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, cv), pc, bytes(cv), cudaMemcpyDeviceToDevice, ss.stream));
@@ -1161,10 +1161,10 @@ class CudaBackend final : public Backend {
       if (s->host_scalar) cudaFreeHost(s->host_scalar);
     }
     ranks_.clear();
-    gemm_.reset();
     kernels_.reset();
     for (auto& [d, ds] : devices_state_) {
       cudaSetDevice(d);
+      gemms_.erase(d);
       if (ds.base) cudaEventDestroy(ds.base);
       if (ds.origin) cudaStreamDestroy(ds.origin);
     }
@@ -1184,7 +1184,7 @@ class CudaBackend final : public Backend {
 
   std::map<int, DeviceState> devices_state_;
   std::unique_ptr<KernelCache> kernels_;
-  std::unique_ptr<Gemm> gemm_;
+  std::map<int, std::unique_ptr<Gemm>> gemms_;  // by device
   KernelSource support_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   Monitor monitor_;
