@@ -35,6 +35,8 @@ struct ExecResult {
   // 0 else; switch: the clamped index) or the trip count (while). The
   // simulator resolves data-dependent control flow from these.
   std::vector<std::map<std::string, std::vector<int64_t>>> decisions;
+  // cuda: the multiprocessors of the (first) GPU it ran on; 0 elsewhere.
+  int64_t sm_count = 0;
 };
 
 // A backend runs a schedule in three stages, as DESIGN.md section 6 fixes:

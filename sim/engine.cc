@@ -7,13 +7,21 @@ namespace {
 // The dtype whose peak rate bounds a command's flops: a GEMM's operands', f32 otherwise.
 DType flop_dtype(const Program& p, const Command& c) { return c.op == Op::gemm ? p.buffers[c.a->buffer].dtype : DType::f32; }
 
-// The flops a GEMM costs as the GPU runs it: whole tiles in whole waves,
-// each tile's K rounded up and paying its overhead (Machine::sm_count).
-// Small problems fill the GPU better with smaller tiles, which cuBLAS's
-// heuristics pick at a lower rate per tile: the machine's tile, half as
-// wide (at 0.9 of its rate) and half in both (at 0.75) are priced, and the
-// cheapest taken. Its own flops where the machine prices GEMMs by
-// efficiency alone.
+// compute_seconds with the machine's peak for a dtype given by `peak`.
+template <typename Peak>
+double seconds_with(const Program& p, const Machine& m, const Command& c, const Work& w, Peak peak) {
+  if (c.cost && c.cost->seconds) return *c.cost->seconds;
+  double flops_time = 0;
+  if (w.flops > 0) {
+    const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
+    const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel;
+    if (flop_bound) flops_time = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
+  }
+  return std::max(flops_time, static_cast<double>(w.bytes) / m.hbm_bandwidth) + m.launch_overhead_s;
+}
+
+}  // namespace
+
 double gemm_flops_by_shape(const Machine& m, const Work& w) {
   if (m.sm_count <= 0 || w.gemm_m <= 0 || w.gemm_n <= 0 || w.gemm_k <= 0) return w.flops;
   auto up = [](int64_t x, int64_t q) { return (x + q - 1) / q; };
@@ -33,21 +41,6 @@ double gemm_flops_by_shape(const Machine& m, const Work& w) {
   }
   return best;
 }
-
-// compute_seconds with the machine's peak for a dtype given by `peak`.
-template <typename Peak>
-double seconds_with(const Program& p, const Machine& m, const Command& c, const Work& w, Peak peak) {
-  if (c.cost && c.cost->seconds) return *c.cost->seconds;
-  double flops_time = 0;
-  if (w.flops > 0) {
-    const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
-    const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel;
-    if (flop_bound) flops_time = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
-  }
-  return std::max(flops_time, static_cast<double>(w.bytes) / m.hbm_bandwidth) + m.launch_overhead_s;
-}
-
-}  // namespace
 
 double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w) {
   return seconds_with(p, m, c, w, [&](DType t) { return m.peak(t); });

@@ -65,4 +65,13 @@ Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const 
 // the rank it runs on.
 double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w);
 
+// The flops a GEMM costs as the GPU runs it: whole tiles in whole waves,
+// each tile's K rounded up and paying its overhead (Machine::sm_count).
+// Small problems fill the GPU better with smaller tiles, which cuBLAS's
+// heuristics pick at a lower rate per tile: the machine's tile, half as
+// wide (at 0.9 of its rate) and half in both (at 0.75) are priced, and the
+// cheapest taken. Its own flops where the machine prices GEMMs by
+// efficiency alone.
+double gemm_flops_by_shape(const Machine& m, const Work& w);
+
 }  // namespace thunky::sim

@@ -11,6 +11,7 @@
 #include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
+#include "sim/gemm_fit.h"
 
 namespace thunky::calibrate {
 
@@ -58,14 +59,18 @@ class Runner {
       for (const auto& op : r->report.ranks.front().ops)
         if (op.name == name) t += op.end_s - op.start_s;
       times.push_back(t);
+      sm_count_ = r->sm_count;
     }
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   }
 
+  // The GPU's multiprocessors, as the last run reported them (0 on the cpu).
+  int64_t sm_count() const { return sm_count_; }
 
  private:
   std::string backend_;
+  int64_t sm_count_ = 0;
 };
 
 std::string gemm_label(const std::string& dtype, int64_t m, int64_t n, int64_t k) {
@@ -80,10 +85,12 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
   std::string notes;
   char buf[256];
   // GEMMs: each dtype's best rate over a few shapes is its peak (the model
-  // then runs GEMMs at gemm_efficiency 1 of it).
+  // then runs GEMMs at gemm_efficiency 1 of it). On a GPU, GEMMs are then
+  // priced by shape: the tile and K overhead are fitted to every GEMM timed.
   ojson peaks = ojson::object();
+  std::vector<sim::GemmRow> gemms;
   const std::vector<std::string> dtypes = gpu ? std::vector<std::string>{"bf16", "f16", "f32", "f64"} : std::vector<std::string>{"f32", "f64", "bf16"};
-  std::vector<std::array<int64_t, 3>> shapes = gpu ? std::vector<std::array<int64_t, 3>>{{4096, 4096, 4096}, {8192, 8192, 8192}, {8192, 8192, 2048}}
+  std::vector<std::array<int64_t, 3>> shapes = gpu ? sim::gemm_calibration_shapes()
                                                    : std::vector<std::array<int64_t, 3>>{{128, 128, 128}, {256, 256, 256}, {512, 512, 512}, {64, 1024, 256}};
   if (quick) shapes = {{64, 64, 64}, {128, 128, 128}, {96, 64, 128}};
   for (const auto& dt : dtypes) {
@@ -97,6 +104,7 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
                               "g");
       if (!t) return t.errors();
       if (*t > 0) best = std::max(best, 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / *t);
+      gemms.push_back({*parse_dtype(dt), m, n, k, *t});
     }
     peaks[dt] = best;
   }
@@ -182,6 +190,22 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
     std::snprintf(buf, sizeof buf, "; %u cores shared by %d ranks: each rank's peak and bandwidth are %.2f of the host's", cores, ranks, share);
     notes += buf;
   }
+  ojson chip = {{"peak_flops", peaks}, {"hbm_bandwidth", hbm * share}, {"launch_overhead_s", *tiny}, {"gemm_efficiency", 1.0}};
+  std::string gemm_source = "each dtype's peak is its best GEMM rate";
+  if (gpu && run.sm_count() > 0) {
+    const sim::GemmFit fit = sim::fit_gemm_shapes(gemms, run.sm_count(), hbm, *tiny);
+    chip["peak_flops"] = fit.peak_flops;
+    chip["sm_count"] = run.sm_count();
+    chip["gemm_tile"] = {fit.tile_m, fit.tile_n, fit.tile_k};
+    chip["gemm_k_overhead"] = fit.k_overhead;
+    char fitted[512];
+    std::snprintf(fitted, sizeof fitted,
+                  "GEMMs priced by shape: %lld SMs taking %lldx%lld tiles, K rounded to %lld plus %lld, and each dtype's peak within tiles, fitted to "
+                  "%zu GEMMs (mean error %.1f%%, largest %.1f%%)",
+                  static_cast<long long>(run.sm_count()), static_cast<long long>(fit.tile_m), static_cast<long long>(fit.tile_n), static_cast<long long>(fit.tile_k),
+                  static_cast<long long>(fit.k_overhead), gemms.size(), 100 * fit.mean_abs_error, 100 * fit.max_abs_error);
+    gemm_source = fitted;
+  }
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
   const std::time_t now = std::time(nullptr);
@@ -190,13 +214,9 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
   ojson m;
   m["format"] = "thunky.machine/1";
   m["name"] = backend + "-" + host;
-  m["chip"] = {{"peak_flops", peaks},
-               {"hbm_bandwidth", hbm * share},
-               {"launch_overhead_s", *tiny},
-               {"gemm_efficiency", 1.0},
-               {"source", "measured by thunky-calibrate exec --backend " + backend + " on " + host + ", " + date +
-                              ": each dtype's peak is its best GEMM rate, hbm_bandwidth the bytes read and written per second of the largest copy, "
-                              "launch_overhead_s a 4-byte memset's time" + notes}};
+  chip["source"] = "measured by thunky-calibrate exec --backend " + backend + " on " + host + ", " + date + ": " + gemm_source +
+                   ", hbm_bandwidth the bytes read and written per second of the largest copy, launch_overhead_s a 4-byte memset's time" + notes;
+  m["chip"] = std::move(chip);
   m["latency_model"] = "additive";
   m["axes"] = {{"*", {{"topology", "switch"}, {"egress_bandwidth", egress}, {"latency_s", latency}, {"collective_model", "ideal"}}}};
   return m;

@@ -267,6 +267,7 @@ class CudaBackend final : public Backend {
     r.axis_names = p_->mesh.axis_names;
     r.mesh_shape = p_->mesh.shape;
     r.placement = shared_ ? "shared-device" : "device-per-rank";
+    result.sm_count = devices_state_.begin()->second.sms;
     r.timing_overhead_s = timing_overhead_s_;
     if (graph_exec_) r.graph_launch_s = graph_launch_s_;
     else if (!dispatch.empty()) {
