@@ -8,6 +8,7 @@
 #     another order), with report and Chrome trace;
 #  4. the predicted-versus-measured table of the ring collective matmul;
 #  5. the overlap benchmarks (bench/overlap_bench);
+#  6. thunky-calibrate exec --backend cuda (a model of this GPU);
 # and writes summary.md (pass or fail per schedule, the figures) and the
 # logs to $OUT (default ./gpu-check-out). Exit 0 when everything passed.
 #
@@ -139,6 +140,19 @@ timeout 300 "$bin/bench/overlap_bench" --benchmark_format=console --benchmark_ou
   grep -E '^BM_' "$work/bench.txt" | sed -E 's/ +/ /g'
   echo '```'
 } >> "$summary"
+
+echo "== calibrate exec"
+# A model of this GPU from micro-benchmarks, its GEMMs priced by shape.
+if timeout 150 "$bin/thunky-calibrate" exec --backend cuda --ranks 1 -o "$OUT/calibrated-gpu.json" > "$OUT/calibrate.log" 2>&1; then
+  {
+    echo
+    echo "## thunky-calibrate exec --backend cuda (calibrated-gpu.json)"
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["chip"]; print("- " + c["source"]); print("- peak_flops: " + ", ".join("%s %.0f TFLOP/s" % (k, v / 1e12) for k, v in c["peak_flops"].items()))' "$OUT/calibrated-gpu.json"
+  } >> "$summary"
+else
+  echo "- calibrate exec: **failed** (calibrate.log)" >> "$summary"
+  status=1
+fi
 
 tar -czf "$OUT/reports.tar.gz" -C "$work" reports
 echo >> "$summary"
