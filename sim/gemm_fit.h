@@ -39,7 +39,8 @@ struct GemmFit {
 
 // The tile (among those cuBLAS takes on Ampere and Hopper), the K overhead
 // and each dtype's peak that make thunky-sim's GEMM times meet the rows
-// with the least mean relative error, on a GPU of `sm_count`
+// with the least mean relative error (the tile and K overhead on the 16-
+// and 8-bit float rows where there are any: the tensor-core kernels'), on a GPU of `sm_count`
 // multiprocessors whose memory moves `hbm_bandwidth` bytes/s and whose
 // commands cost `launch_s` more. Each dtype of the rows gets its peak.
 GemmFit fit_gemm_shapes(const std::vector<GemmRow>& rows, int64_t sm_count, double hbm_bandwidth, double launch_s);

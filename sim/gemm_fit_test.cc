@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "sim/engine.h"
 
 namespace thunky::sim {
@@ -68,6 +70,50 @@ TEST(GemmFit, OnNoisyTimesKeepsTheShapeAndSaysHowClose) {
   EXPECT_EQ(fit.tile_n, 256);
   EXPECT_NEAR(fit.mean_abs_error, 0.03, 0.005);
   EXPECT_NEAR(fit.peak_flops.at("bf16"), 0.84 * 9.89e14, 0.05 * 0.84 * 9.89e14);
+}
+
+TEST(GemmFit, TheTileComesFromTheTensorCoreGemms) {
+  // bf16 GEMMs timed as h200-8gpu prices them, f32 ones as a GPU whose f32
+  // kernels take 128x128x32 tiles with no K overhead at 60 TFLOP/s: the
+  // tile and K overhead are bf16's (128x256x64, 128).
+  Machine h200 = load_machine("h200-8gpu", std::string(THUNKY_SOURCE_DIR) + "/models").value();
+  Machine f32_kernels = h200;
+  f32_kernels.gemm_tile_m = 128, f32_kernels.gemm_tile_n = 128, f32_kernels.gemm_tile_k = 32, f32_kernels.gemm_k_overhead = 0;
+  f32_kernels.peak_flops["f32"] = 6e13;
+  f32_kernels.gemm_efficiency = 1;
+  std::vector<GemmRow> rows = shapes_timed_on(h200, DType::bf16);
+  for (const GemmRow& r : shapes_timed_on(f32_kernels, DType::f32)) rows.push_back(r);
+  const GemmFit fit = fit_gemm_shapes(rows, 132, h200.hbm_bandwidth, h200.launch_overhead_s);
+  EXPECT_EQ(fit.tile_m, 128);
+  EXPECT_EQ(fit.tile_n, 256);
+  EXPECT_EQ(fit.tile_k, 64);
+  EXPECT_EQ(fit.k_overhead, 128);
+  EXPECT_NEAR(fit.peak_flops.at("bf16"), 0.84 * 9.89e14, 0.002 * 9.89e14);
+  Machine fitted = h200;
+  fitted.gemm_efficiency = 1;
+  fitted.peak_flops["bf16"] = fit.peak_flops.at("bf16");
+  fitted.peak_flops["f32"] = fit.peak_flops.at("f32");
+  // One tile cannot price both kinds exactly: f32's peak is the one whose
+  // prices meet its rows with the least mean relative error (2% either way
+  // is worse), and a small f32 GEMM cut into bf16's tiles comes out slow.
+  auto f32_error = [&](double scale) {
+    Machine m = fitted;
+    m.peak_flops["f32"] *= scale;
+    double sum = 0;
+    const auto f32_rows = shapes_timed_on(f32_kernels, DType::f32);
+    for (const GemmRow& r : f32_rows) sum += std::abs(gemm_row_seconds(m, r) / r.seconds - 1);
+    return sum / static_cast<double>(f32_rows.size());
+  };
+  EXPECT_LT(f32_error(1.0), f32_error(0.98));
+  EXPECT_LT(f32_error(1.0), f32_error(1.02));
+  // 640x640x8192 in f32's own 64x64 half tiles: 100 tiles in one wave of
+  // 132, 2 x 132 x 4096 x 8192 / 0.75 flops at 60 TFLOP/s, plus 3 us of
+  // launch = 199.8 us. Priced with bf16's 64x128 half tiles (50, one
+  // wave) and K 8192 + 128: 2 x 132 x 8192 x 8320 / 0.75 flops at the
+  // fitted f32 peak (about 73 TFLOP/s), plus 3 us: about 331 us, 66% slow.
+  GemmRow small{DType::f32, 640, 640, 8192, 0};
+  EXPECT_NEAR(gemm_row_seconds(f32_kernels, small), 2.0 * 132 * 4096 * 8192 / 0.75 / 6e13 + 3e-6, 1e-9);
+  EXPECT_NEAR(gemm_row_seconds(fitted, small), 2.0 * 132 * 8192 * 8320 / 0.75 / fit.peak_flops.at("f32") + 3e-6, 1e-9);
 }
 
 }  // namespace
