@@ -67,6 +67,13 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
       rows[i].ranks_per_host = per_host;
     }
   };
+  // A "Collective test starting" line or an "# nThread" header starts a run.
+  auto start_run = [&](int line) {
+    end_run();
+    run = Run{};
+    run.line = line;
+    run.first_row = rows.size();
+  };
   std::istringstream in(text);
   std::string line;
   int n = 0;
@@ -86,8 +93,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     if (w.empty()) continue;
     if (w[0] == "#") {
       if (line.find("Collective test starting:") != std::string::npos) {
-        end_run();
-        run = Run{n, rows.size()};
+        start_run(n);
         op = op_of_test(w.back());
         if (!op) fail_at(n, "unknown collective test '" + w.back() + "'");
       }
@@ -100,8 +106,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
           }
       }
       if (w.size() > 1 && w[1] == "nThread") {
-        end_run();
-        run = Run{n, rows.size()};
+        start_run(n);
         int64_t t = 0, g = 0;
         for (size_t i = 1; i + 1 < w.size(); ++i) {
           if (w[i] == "nThread") t = std::atoll(w[i + 1].c_str());
