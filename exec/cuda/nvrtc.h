@@ -9,7 +9,8 @@
 namespace thunky::cuda {
 
 // Compiles `src` for compute capability `arch` (90 for Hopper) and returns
-// the PTX text. Throws DeviceError with NVRTC's log on a compile error.
+// the PTX text, compiled once per process for each source and arch.
+// Throws DeviceError with NVRTC's log on a compile error. Thread-safe.
 std::string compile_ptx(const KernelSource& src, int arch);
 
 }  // namespace thunky::cuda
