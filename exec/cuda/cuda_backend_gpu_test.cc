@@ -201,6 +201,21 @@ TEST(CudaBackend, CollectivesOnTwoStreamsOfARankKeepTheirOwnData) {
   }
 }
 
+TEST(CudaBackend, ABufferLargerThanTheGpuIsNamedWithItsBytes) {
+  // 2^38 bytes (256 GiB) is more than any GPU holds: exit 2, the buffer,
+  // its rank and the bytes asked named, never a crash.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "huge": {"shape": [274877906944], "dtype": "u8", "role": "scratch"}},
+    "program": [{"op": "memzero", "dst": "huge"}]})");
+  auto r = try_cuda(p);
+  if (!r) GTEST_SKIP() << "no CUDA device";
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->exit_code(), 2);
+  const std::string m = r->errors().front().message;
+  EXPECT_NE(m.find("out of device memory"), std::string::npos) << m;
+  EXPECT_NE(m.find("buffer 'huge' of rank 0 needs 274877906944 bytes"), std::string::npos) << m;
+}
+
 TEST(CudaBackend, TheReportIsMeasuredAndComparable) {
   Program p = load_file_ok(testing::example_path("ring_collective_matmul_n4.json"));
   CUDA_OR_SKIP(gpu, p, false, 5);
