@@ -143,7 +143,11 @@ timeout 300 "$bin/bench/overlap_bench" --benchmark_format=console --benchmark_ou
 
 echo "== calibrate exec"
 # A model of this GPU from micro-benchmarks, its GEMMs priced by shape.
-if timeout 150 "$bin/thunky-calibrate" exec --backend cuda --ranks 1 -o "$OUT/calibrated-gpu.json" > "$OUT/calibrate.log" 2>&1; then
+timeout 150 "$bin/thunky-calibrate" exec --backend cuda --ranks 1 -o "$OUT/calibrated-gpu.json" > "$OUT/calibrate.log" 2>&1
+rc=$?
+if [ $rc -eq 124 ]; then
+  echo "- calibrate exec: did not finish within 150 s (calibrate.log)" >> "$summary"
+elif [ $rc -eq 0 ]; then
   {
     echo
     echo "## thunky-calibrate exec --backend cuda (calibrated-gpu.json)"
