@@ -91,8 +91,9 @@ struct Report {
   // exec, cuda backend: "shared-device" (every rank on one GPU, so the
   // timings are not those of N GPUs) or "device-per-rank"; the device time
   // one pair of timing events adds to every measured command; the host
-  // time to issue one command eagerly (median over iterations), or the
-  // host time of one CUDA graph launch (--graph).
+  // time to issue one compute command eagerly, over every rank's thread
+  // (median over iterations), or the host time of one CUDA graph launch
+  // (--graph).
   std::optional<std::string> placement;
   std::optional<double> timing_overhead_s, dispatch_s_per_command, graph_launch_s;
   std::vector<LinkSeries> links;              // sim: one counter track per link in the trace

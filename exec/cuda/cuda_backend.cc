@@ -104,6 +104,11 @@ struct RankState {
   std::unordered_map<const Command*, int64_t> instances;
   std::map<std::string, std::vector<int64_t>> decisions;
   int64_t commands = 0;
+  // Host time spent issuing the compute commands (kernels, copies, fills,
+  // GEMMs) and how many: the eager dispatch cost, without the waits of
+  // collectives and predicates.
+  double issue_s = 0;
+  int64_t issued = 0;
   std::string last_collective;
   // Tokens of the current iteration: the event to wait on, and the stream
   // and timing event of the body's end (for the flow arrow).
@@ -127,6 +132,8 @@ struct RankState {
     tokens.clear();
     token_end.clear();
     commands = 0;
+    issue_s = 0;
+    issued = 0;
   }
 };
 
@@ -233,7 +240,7 @@ class CudaBackend final : public Backend {
       else connect_nccl();
       measure_timing_overhead();
       // One warm-up run: workspaces, staging and cuBLASLt plans are sized by it.
-      run_iteration(false);
+      run_iteration();
       if (opts_->graph && graph_obstacle_.empty()) capture();
     });
   }
@@ -245,12 +252,13 @@ class CudaBackend final : public Backend {
     const int total = std::max(0, opts_->warmup) + std::max(1, opts_->iters);
     auto errors = guarded([&] {
       for (int it = 0; it < total; ++it) {
-        double host_s = run_iteration(true);
+        run_iteration();
         if (it >= std::max(0, opts_->warmup)) {
           timelines.push_back(read_timeline());
-          int64_t commands = 0;
-          for (auto& s : ranks_) commands += s->commands;
-          if (commands) dispatch.push_back(host_s / static_cast<double>(commands));
+          double issue_s = 0;
+          int64_t issued = 0;
+          for (auto& s : ranks_) issue_s += s->issue_s, issued += s->issued;
+          if (issued) dispatch.push_back(issue_s / static_cast<double>(issued));
         }
         if (it == total - 1) {
           for (auto& s : ranks_) result.decisions.push_back(s->decisions);
@@ -486,11 +494,14 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // One run of the schedule; returns the host time spent issuing it.
-  double run_iteration(bool timed) {
+  // One run of the schedule.
+  void run_iteration() {
     set_inputs();
     for (auto& s : ranks_) s->start_iteration();
-    if (graph_exec_) return launch_graph();
+    if (graph_exec_) {
+      launch_graph();
+      return;
+    }
     // No stream of a GPU starts before its base event.
     for (auto& [d, ds] : devices_state_) {
       THUNKY_CUDA_CHECK(cudaSetDevice(d));
@@ -498,11 +509,8 @@ class CudaBackend final : public Backend {
     }
     for (auto& s : ranks_)
       for (auto& [id, st] : s->streams) THUNKY_CUDA_CHECK(cudaStreamWaitEvent(st.stream, devices_state_.at(s->device).base, 0));
-    const auto t0 = Clock::now();
     issue_all_ranks();
-    const double host_s = std::chrono::duration<double>(Clock::now() - t0).count();
     for (auto& s : ranks_) wait_rank(*s, "the end of the iteration");
-    return host_s;
   }
 
   // Every rank's thread issues its program; the monitor turns a host
@@ -775,6 +783,7 @@ class CudaBackend final : public Backend {
       compute(s, c, cur);
       return;
     }
+    const auto t0 = Clock::now();
     const size_t start = timestamp(s, cur);
     std::vector<const Command*> members;
     if (c.op == Op::collective_group)
@@ -784,6 +793,10 @@ class CudaBackend final : public Backend {
     if (!members.empty()) collective(s, c, members, cur);
     else compute(s, c, cur);
     const size_t end = timestamp(s, cur);
+    if (members.empty()) {
+      s.issue_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      ++s.issued;
+    }
     ++s.commands;
     if (members.empty()) members.push_back(&c);
     for (const Command* m : members) s.timed.push_back({m, in_loop ? s.instances[m]++ : -1, cur, start, end});
@@ -1075,7 +1088,8 @@ class CudaBackend final : public Backend {
     for (auto& s : ranks_) captured_.push_back({s->timed, s->flows, s->commands});
   }
 
-  double launch_graph() {
+  // One launch of the captured graph; graph_launch_s_ is its host time.
+  void launch_graph() {
     DeviceState& ds = devices_state_.begin()->second;
     THUNKY_CUDA_CHECK(cudaSetDevice(ds.device));
     for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -1098,7 +1112,6 @@ class CudaBackend final : public Backend {
         if (guards[2 * i + 1])
           throw ThunkyError("", "rank " + std::to_string(s->rank) + ": the while loop at " + s->loop_ids[i] + " ran more than " + std::to_string(opts_->max_trip_count) + " iterations", ErrorKind::schedule);
     }
-    return graph_launch_s_;
   }
 
   Report read_timeline() {

@@ -225,6 +225,11 @@ TEST(CudaBackend, TheReportIsMeasuredAndComparable) {
   ASSERT_TRUE(r.timing_overhead_s.has_value());
   EXPECT_GT(*r.timing_overhead_s, 0);
   EXPECT_LT(*r.timing_overhead_s, 1e-4);  // a pair of events costs microseconds at most
+  // Issuing a GEMM with its two events takes microseconds of host time,
+  // not the 100 us and more a rank's thread may wait in a collective.
+  ASSERT_TRUE(r.dispatch_s_per_command.has_value());
+  EXPECT_GT(*r.dispatch_s_per_command, 0);
+  EXPECT_LT(*r.dispatch_s_per_command, 1e-4);
   ASSERT_EQ(r.ranks.size(), 4u);
   for (const auto& rank : r.ranks) {
     EXPECT_FALSE(rank.ops.empty());
