@@ -60,6 +60,7 @@ class Runner {
         if (op.name == name) t += op.end_s - op.start_s;
       times.push_back(t);
       sm_count_ = r->sm_count;
+      placement_ = r->report.placement.value_or("");
     }
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
@@ -67,10 +68,13 @@ class Runner {
 
   // The GPU's multiprocessors, as the last run reported them (0 on the cpu).
   int64_t sm_count() const { return sm_count_; }
+  // The cuda backend's placement in the last run ("shared-device": every rank on one GPU).
+  const std::string& placement() const { return placement_; }
 
  private:
   std::string backend_;
   int64_t sm_count_ = 0;
+  std::string placement_;
 };
 
 std::string gemm_label(const std::string& dtype, int64_t m, int64_t n, int64_t k) {
@@ -178,6 +182,10 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
     latency = *small / 2;
     const double frac = 2.0 * (ranks - 1) / ranks;
     if (*large > *small) egress = frac * static_cast<double>(big) / (*large - *small);
+    if (run.placement() == "shared-device") {
+      notes += "; the all_reduce ran with every rank on one GPU (shared-device), so the axis prices device copies between the ranks' buffers, not links between GPUs";
+      progress("note: every rank ran on one GPU; the axis written prices device copies, not links between GPUs");
+    }
   }
   // On the cpu backend every rank is threads of one host: with more ranks
   // than cores the ranks' compute shares them, so each rank's figures are
