@@ -42,10 +42,10 @@ Scored score(const Machine& m, const std::vector<GemmRow>& rows) {
   return s;
 }
 
-// The peak of one dtype's rows that meets them best, the other figures
-// held: a scan in log steps around the rate of its fastest row, then a
-// finer one around the best.
-double fit_peak(Machine& m, const std::string& dtype, const std::vector<GemmRow>& rows) {
+// Sets the peak of one dtype to the one that meets its rows best, the
+// other figures held: a scan in log steps around the highest rate a row
+// implies, then finer ones around the best.
+void fit_peak(Machine& m, const std::string& dtype, const std::vector<GemmRow>& rows) {
   double guess = 0;
   for (const auto& r : rows) guess = std::max(guess, gemm_flops_by_shape(m, work_of(r)) / std::max(r.seconds - m.launch_overhead_s, 1e-12));
   double best = guess, best_err = std::numeric_limits<double>::infinity();
@@ -59,7 +59,6 @@ double fit_peak(Machine& m, const std::string& dtype, const std::vector<GemmRow>
     }
   }
   m.peak_flops[dtype] = best;
-  return best;
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Collectives of the cuda backend. Both placements issue a collective from
 // the issuing rank's host thread, asynchronously on its stream:
 //  - shared-device (every rank on one GPU): a loopback communicator on the
-//    in-process rendezvous; the last rank to arrive enqueues, on every
-//    member's stream, a staging copy of its source, a wait for every
-//    member's staging, the device copies (or a reduction kernel) that
-//    build its dst, and a wait for every member's completion: the same
-//    semantics as NCCL's, through device memory;
+//    in-process rendezvous. Each member enqueues on its stream a staging
+//    copy of its source (once its previous collective's readers are done
+//    with the staging buffer); the last rank to arrive enqueues, on every
+//    member's stream, a wait for every member's staging, the device
+//    copies (or a reduction kernel) that build its dst, and a wait for
+//    every member's completion: the same semantics as NCCL's, through
+//    device memory;
 //  - one GPU per rank: NCCL, one communicator per distinct set of members,
 //    created at initialise in one global order, its unique id passed
 //    between the ranks' threads by an IdExchange (in-process today; a
