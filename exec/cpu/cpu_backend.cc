@@ -21,6 +21,7 @@
 #include "exec/communicator.h"
 #include "exec/cpu/kernels.h"
 #include "exec/monitor.h"
+#include "exec/workers.h"
 
 namespace thunky {
 
@@ -58,8 +59,8 @@ struct RankState {
 
 class Run {
  public:
-  Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory)
-      : p_(p), opts_(o), comm_(make_inprocess_communicator(monitor_, static_cast<int>(p.mesh.size()))) {
+  Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory, Workers& workers)
+      : p_(p), opts_(o), workers_(workers), comm_(make_inprocess_communicator(monitor_, static_cast<int>(p.mesh.size()))) {
     ranks_.resize(static_cast<size_t>(p.mesh.size()));
     for (size_t r = 0; r < ranks_.size(); ++r) {
       auto& s = ranks_[r];
@@ -73,16 +74,16 @@ class Run {
 
   // Returns "" or the reason the run was aborted; sets deadlock.
   std::string execute(bool& deadlock) {
-    std::vector<std::thread> threads;
+    std::vector<Workers::Worker*> threads;
     // Count every rank before any starts: a rank that waits early must not
     // look like the last one running.
     for (size_t i = 0; i < ranks_.size(); ++i) monitor_.thread_started();
     start_.expect(static_cast<int64_t>(ranks_.size()));
     for (auto& rs : ranks_) {
-      threads.emplace_back([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false, &start_); }); });
+      threads.push_back(workers_.start([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false, &start_); }); }));
     }
     start_.open_when_all_arrived(t0_);
-    for (auto& t : threads) t.join();
+    for (auto* t : threads) workers_.wait(t);
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
   }
@@ -200,7 +201,7 @@ class Run {
     std::map<std::string, EventPtr> tokens;
     q[main];
     struct Sub {
-      std::thread thread;
+      Workers::Worker* thread = nullptr;
       std::atomic<bool> finished{false};
     };
     std::vector<std::unique_ptr<Sub>> subs;
@@ -219,7 +220,7 @@ class Run {
         std::vector<Task>* queue = &tasks;  // a structured binding cannot be captured (C++17)
         if (start) start->expect(1);
         monitor_.thread_started();
-        sub->thread = std::thread([this, &s, stream = stream, queue, in_loop, raw, start] {
+        sub->thread = workers_.start([this, &s, stream = stream, queue, in_loop, raw, start] {
           if (start) start->arrive_and_wait();
           thread_main([&] { run_queue(s, *queue, stream, in_loop); }, [raw] { raw->finished = true; });
         });
@@ -233,7 +234,7 @@ class Run {
         std::unique_lock<std::mutex> l(monitor_.mutex());
         monitor_.abort(l, e.what(), false);
       }
-      for (auto& sub : subs) sub->thread.join();
+      for (auto& sub : subs) workers_.wait(sub->thread);
       throw;
     }
     arrive();
@@ -246,7 +247,7 @@ class Run {
     } catch (...) {
       failure = std::current_exception();
     }
-    for (auto& sub : subs) sub->thread.join();
+    for (auto& sub : subs) workers_.wait(sub->thread);
     if (failure) std::rethrow_exception(failure);
   }
 
@@ -425,6 +426,7 @@ class Run {
 
   const Program& p_;
   const ExecOptions& opts_;
+  Workers& workers_;
   Monitor monitor_;
   std::unique_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<RankState>> ranks_;
@@ -495,7 +497,7 @@ class CpuBackend final : public Backend {
     const int total = std::max(0, opts.warmup) + std::max(1, opts.iters);
     for (int it = 0; it < total; ++it) {
       set_inputs();
-      Run run(p, opts, memory_);
+      Run run(p, opts, memory_, workers_);
       // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
@@ -569,6 +571,7 @@ class CpuBackend final : public Backend {
   const ExecOptions* opts_ = nullptr;
   std::map<std::string, NpyArray> npy_;
   std::vector<std::vector<std::vector<uint8_t>>> memory_;
+  Workers workers_;  // every rank's and stream's thread, kept between iterations
 };
 
 }  // namespace
