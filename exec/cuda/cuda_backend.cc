@@ -32,6 +32,7 @@
 #include "exec/cuda/kernel_source.h"
 #include "exec/cuda/loopback.h"
 #include "exec/monitor.h"
+#include "exec/workers.h"
 
 namespace thunky {
 
@@ -516,11 +517,11 @@ class CudaBackend final : public Backend {
   // Every rank's thread issues its program; the monitor turns a host
   // deadlock (ranks waiting in different collectives) into an error.
   void issue_all_ranks() {
-    std::vector<std::thread> threads;
+    std::vector<Workers::Worker*> threads;
     std::vector<std::exception_ptr> failures(ranks_.size());
     for (size_t i = 0; i < ranks_.size(); ++i) monitor_.thread_started();
     for (size_t i = 0; i < ranks_.size(); ++i)
-      threads.emplace_back([&, i] {
+      threads.push_back(workers_.start([&, i] {
         try {
           RankState& s = *ranks_[i];
           std::unique_lock<std::mutex> turn(capture_turn_, std::defer_lock);
@@ -538,8 +539,8 @@ class CudaBackend final : public Backend {
         }
         ranks_[i]->turn = nullptr;  // the turn itself ended with the try block
         monitor_.thread_finished();
-      });
-    for (auto& t : threads) t.join();
+      }));
+    for (auto* t : threads) workers_.wait(t);
     // The first real failure, not the aborts it caused.
     for (auto& f : failures) {
       if (!f) continue;
@@ -1202,6 +1203,9 @@ class CudaBackend final : public Backend {
   KernelSource support_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   Monitor monitor_;
+  // The ranks' issuing threads, kept between iterations: the base event is
+  // recorded before they issue, so starting new ones fell on the timeline.
+  Workers workers_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<IdExchange> ids_;
   std::unique_ptr<NcclTransport> nccl_;
