@@ -378,7 +378,7 @@ void Engine::solve_compute(int64_t rank) {
 }
 
 uint64_t Engine::encode(uint64_t kind, int activity, uint32_t version) {
-  return (kind << 62) | (static_cast<uint64_t>(activity) << 32) | version;
+  return (kind << 61) | (static_cast<uint64_t>(activity) << 32) | version;
 }
 
 bool Engine::flows_done(const Comm& act) const {
@@ -388,11 +388,16 @@ bool Engine::flows_done(const Comm& act) const {
 }
 
 void Engine::handle(uint64_t payload) {
-  const uint64_t kind = payload >> 62;
-  const int a = static_cast<int>((payload >> 32) & 0x3fffffff);
+  const uint64_t kind = payload >> 61;
+  const int a = static_cast<int>((payload >> 32) & 0x1fffffff);
   const uint32_t version = static_cast<uint32_t>(payload & 0xffffffffu);
   if (kind == kCompute) {
     if (compute_[a].version == version && compute_[a].stream >= 0) finish_compute(a);
+    return;
+  }
+  if (kind == kWake) {
+    streams_[version].state = Stream::State::ready;
+    ready_.push_back(static_cast<int>(version));
     return;
   }
   Comm& act = comms_[a];
@@ -519,6 +524,7 @@ void Engine::step(int si) {
       Event& e = events_[t.event];
       e.done = true;
       e.t = now_;
+      e.ready = now_ + m_.event_latency_s;
       e.stream = si;
       if (e.waiter >= 0) {
         streams_[e.waiter].state = Stream::State::ready;
@@ -531,6 +537,12 @@ void Engine::step(int si) {
       if (!e.done) {
         s.state = Stream::State::waiting_event;
         e.waiter = si;
+        return;
+      }
+      if (e.ready > now_) {
+        // The hand-off's latency: the stream goes on when it has passed.
+        s.state = Stream::State::waiting_event;
+        queue_.push({e.ready}, encode(kWake, 0, static_cast<uint32_t>(si)));
         return;
       }
       if (keep_ == Keep::records) edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});

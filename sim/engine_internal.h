@@ -160,6 +160,7 @@ struct Stream {
 
 struct Event {
   double t = 0;
+  double ready = 0;     // when a stream waiting for it goes on: t plus the chip's event_latency_s
   int32_t stream = -1;  // the stream that recorded it
   int32_t waiter = -1;  // the stream waiting for it
   bool done = false;
@@ -419,7 +420,9 @@ class Engine {
   // change only on the rank where a kernel starts or ends.
   void solve_compute(int64_t rank);
 
-  static constexpr uint64_t kCompute = 0, kComm = 1, kLatency = 2, kFlowStart = 3;
+  // kWake carries a stream (in the version bits) that goes on after an
+  // event's latency.
+  static constexpr uint64_t kCompute = 0, kComm = 1, kLatency = 2, kFlowStart = 3, kWake = 4;
   static uint64_t encode(uint64_t kind, int activity, uint32_t version = 0);
 
   bool flows_done(const Comm& act) const;

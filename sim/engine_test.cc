@@ -377,6 +377,40 @@ TEST(SimCompute, KernelBesideACollectiveTakesTheMax) {
               1.5e-3, 1e-9);
 }
 
+TEST(SimCompute, AForkAndAJoinEachWaitTheEventLatency) {
+  // With chip.event_latency_s = 20 us, a 1 ms shift on communication:0
+  // (1e6 bytes at 1e9 B/s) starts 20 us after its fork is recorded (t = 0)
+  // on every rank and ends at 1.020 ms; the main stream's 0.5 ms kernel
+  // has long finished, so the join lets the last 0.5 ms kernel start at
+  // 1.020 + 0.020 = 1.040 ms: it ends at 1.540 ms. Without the latency:
+  // 1 + 0.5 = 1.5 ms.
+  const std::string sched = mesh4(R"([{"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0},
+      "body": [{"op": "collective_permute", "name": "far", "src": "a", "dst": "b", "axis": "x", "shift": 1}]},
+      {"op": "kernel", "writes": ["o1"], "cost": {"seconds": 0.0005}}, {"op": "async_done", "token": "t"},
+      {"op": "kernel", "name": "after", "writes": ["o1"], "cost": {"seconds": 0.0005}}])");
+  Machine m = ring_machine();
+  EXPECT_NEAR(makespan(sched, m), 1.5e-3, 1e-9);
+  m.event_latency_s = 20e-6;
+  Program p = load_ok(sched);
+  auto r = simulate(p, m, nullptr);
+  ASSERT_TRUE(r) << r.errors()[0].str();
+  EXPECT_NEAR(r->report.makespan_s, 1.54e-3, 1e-9);
+  for (const auto& op : r->report.ranks[0].ops) {
+    if (op.name == "far") EXPECT_NEAR(op.start_s, 20e-6, 1e-12);
+    if (op.name == "after") EXPECT_NEAR(op.start_s, 1.04e-3, 1e-9);
+  }
+  // The trace's flows run from the record to the waiting stream's next
+  // command: the join's from 1.020 ms to 1.040 ms.
+  bool joined = false;
+  for (const auto& f : r->report.ranks[0].flows)
+    if (f.join) {
+      joined = true;
+      EXPECT_NEAR(f.from_s, 1.02e-3, 1e-9);
+      EXPECT_NEAR(f.to_s, 1.04e-3, 1e-9);
+    }
+  EXPECT_TRUE(joined);
+}
+
 TEST(SimPipeline, RingMatmulMatchesItsClosedForm) {
   // N = 4, m_block 64, k 128 (f32): a shift moves 64 * 128 * 4 = 32768 B,
   // 32.768 us at 1e9 B/s. Every GEMM costs 100 us (override), more than a

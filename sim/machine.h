@@ -84,6 +84,10 @@ struct Machine {
   std::map<std::string, double, std::less<>> peak_flops;  // by dtype name
   double hbm_bandwidth = 0;
   double launch_overhead_s = 0;
+  // From an event's record to the next command of a stream that waits for
+  // it (async_start's fork, async_done's join): a host thread's wake-up on
+  // the cpu backend, the device's cross-stream dependency on a GPU.
+  double event_latency_s = 0;
   double gemm_efficiency = 1;
   // GEMMs priced by shape (all three set) or at gemm_efficiency of peak
   // (none set): the output is cut into tiles of gemm_tile [m, n], which

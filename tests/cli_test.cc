@@ -592,6 +592,11 @@ TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {
   EXPECT_GT(m["chip"]["hbm_bandwidth"].get<double>(), 1e8);
   EXPECT_GT(m["chip"]["launch_overhead_s"].get<double>(), 0);
   EXPECT_GT(m["axes"]["*"]["latency_s"].get<double>(), 0);  // a 2-rank all_reduce takes time
+  // A thread woken by another's event takes time to run: more than 0, and
+  // well under 10 ms (a scheduler tick) on any host that runs this test.
+  EXPECT_GT(m["chip"]["event_latency_s"].get<double>(), 0);
+  EXPECT_LT(m["chip"]["event_latency_s"].get<double>(), 1e-2);
+  EXPECT_NE(r.err.find("hand-offs between streams while 2 ranks compute"), std::string::npos) << r.err;
   EXPECT_NE(m["chip"]["source"].get<std::string>().find("measured by thunky-calibrate exec --backend cpu"), std::string::npos);
   Result s = sim(kSrc + "/examples/ring_collective_matmul_n4.json --machine " + out);
   EXPECT_EQ(s.code, 0) << s.err;

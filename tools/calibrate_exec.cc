@@ -42,6 +42,46 @@ class Runner {
   // The median over `iters` runs of the time rank 0's ops named `name`
   // take (summed within a run); plan and initialise are not timed.
   Expected<double> op_seconds(const ojson& doc, const std::string& name, int iters = 5) {
+    std::vector<double> times;
+    auto ran = each_run(doc, iters, [&](const Report& r) {
+      double t = 0;
+      for (const auto& op : r.ranks.front().ops)
+        if (op.name == name) t += op.end_s - op.start_s;
+      times.push_back(t);
+    });
+    if (!ran) return ran.errors();
+    return median(times);
+  }
+
+  // The median time from a fork's record (async_start) to the first
+  // command of the stream that waits for it, over every rank's forks in
+  // `iters` runs.
+  Expected<double> fork_seconds(const ojson& doc, int iters = 5) {
+    std::vector<double> times;
+    auto ran = each_run(doc, iters, [&](const Report& r) {
+      for (const auto& rank : r.ranks)
+        for (const auto& f : rank.flows)
+          if (!f.join) times.push_back(f.to_s - f.from_s);
+    });
+    if (!ran) return ran.errors();
+    if (times.empty()) return std::vector<Diagnostic>{{ErrorKind::input, doc["name"].get<std::string>(), "", "the benchmark recorded no fork"}};
+    return median(times);
+  }
+
+  // The GPU's multiprocessors, as the last run reported them (0 on the cpu).
+  int64_t sm_count() const { return sm_count_; }
+  // The cuda backend's placement in the last run ("shared-device": every rank on one GPU).
+  const std::string& placement() const { return placement_; }
+
+ private:
+  static double median(std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+
+  // Plans and initialises `doc` (not timed), then runs it `iters` times,
+  // handing each run's timeline to `visit`.
+  Expected<bool> each_run(const ojson& doc, int iters, const std::function<void(const Report&)>& visit) {
     auto p = load_schedule_text(doc.dump(), doc["name"].get<std::string>() + ".json");
     if (!p) return p.errors();
     auto b = make_backend(backend_);
@@ -51,27 +91,16 @@ class Runner {
     o.iters = 1;
     if (auto e = (*b)->plan(*p, o); !e.empty()) return e;
     if (auto e = (*b)->initialise(); !e.empty()) return e;
-    std::vector<double> times;
     for (int i = 0; i < iters; ++i) {
       auto r = (*b)->execute();
       if (!r) return r.errors();
-      double t = 0;
-      for (const auto& op : r->report.ranks.front().ops)
-        if (op.name == name) t += op.end_s - op.start_s;
-      times.push_back(t);
+      visit(r->report);
       sm_count_ = r->sm_count;
       placement_ = r->report.placement.value_or("");
     }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return true;
   }
 
-  // The GPU's multiprocessors, as the last run reported them (0 on the cpu).
-  int64_t sm_count() const { return sm_count_; }
-  // The cuda backend's placement in the last run ("shared-device": every rank on one GPU).
-  const std::string& placement() const { return placement_; }
-
- private:
   std::string backend_;
   int64_t sm_count_ = 0;
   std::string placement_;
@@ -164,6 +193,29 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
     std::snprintf(buf, sizeof buf, "a GEMM beside a copy took %.2fx and the copy %.2fx their times alone", *g / g_alone, *c / c_alone);
     notes += std::string("; ") + buf;
   }
+  // A hand-off between streams while every rank computes: each rank forks
+  // a 4-byte memset onto communication:0 before each of 8 GEMMs, and a
+  // fork's latency is the time from its record to the memset's start. On
+  // the cpu that is the communication thread's wake-up while the ranks'
+  // GEMMs hold the cores; on a GPU, the cross-stream dependency.
+  double event_latency = 0;
+  {
+    const auto [m, n, k] = shapes[gpu ? 1 : 0];
+    const std::string dt = gpu ? "bf16" : "f32";
+    ojson program = ojson::array();
+    for (int i = 0; i < 8; ++i) {
+      const std::string token = "t" + std::to_string(i);
+      program.push_back({{"op", "async_start"}, {"token", token}, {"stream", {{"kind", "communication"}, {"id", 0}}},
+                         {"body", ojson::array({{{"op", "memset"}, {"dst", "flag"}, {"value", 1.0}}})}});
+      program.push_back({{"op", "gemm"}, {"a", "a"}, {"b", "b"}, {"c", "c"}});
+      program.push_back({{"op", "async_done"}, {"token", token}});
+    }
+    progress("hand-offs between streams while " + std::to_string(std::max(1, ranks)) + " ranks compute");
+    auto t = run.fork_seconds(schedule("calibrate_hand_off", std::max(1, ranks),
+                                       {{"a", input({m, k}, dt)}, {"b", input({k, n}, dt)}, {"c", output({m, n}, dt)}, {"flag", output({1}, "f32")}}, program));
+    if (!t) return t.errors();
+    event_latency = std::max(0.0, *t);
+  }
   // A collective among the ranks: latency from a 4-byte all_reduce, bandwidth from a large one
   // (DESIGN.md 4.2's switch: 2 latency + 2 (n-1)/n V / B).
   double latency = 0, egress = hbm;
@@ -198,7 +250,7 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
     std::snprintf(buf, sizeof buf, "; %u cores shared by %d ranks: each rank's peak and bandwidth are %.2f of the host's", cores, ranks, share);
     notes += buf;
   }
-  ojson chip = {{"peak_flops", peaks}, {"hbm_bandwidth", hbm * share}, {"launch_overhead_s", *tiny}, {"gemm_efficiency", 1.0}};
+  ojson chip = {{"peak_flops", peaks}, {"hbm_bandwidth", hbm * share}, {"launch_overhead_s", *tiny}, {"event_latency_s", event_latency}, {"gemm_efficiency", 1.0}};
   std::string gemm_source = "each dtype's peak is its best GEMM rate";
   if (gpu && run.sm_count() > 0) {
     const sim::GemmFit fit = sim::fit_gemm_shapes(gemms, run.sm_count(), hbm, *tiny);
@@ -223,7 +275,7 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
   m["format"] = "thunky.machine/1";
   m["name"] = backend + "-" + host;
   chip["source"] = "measured by thunky-calibrate exec --backend " + backend + " on " + host + ", " + date + ": " + gemm_source +
-                   ", hbm_bandwidth the bytes read and written per second of the largest copy, launch_overhead_s a 4-byte memset's time" + notes;
+                   ", hbm_bandwidth the bytes read and written per second of the largest copy, launch_overhead_s a 4-byte memset's time, event_latency_s the median time from a fork's record to its stream's next command while every rank computes GEMMs" + notes;
   m["chip"] = std::move(chip);
   m["latency_model"] = "additive";
   m["axes"] = {{"*", {{"topology", "switch"}, {"egress_bandwidth", egress}, {"latency_s", latency}, {"collective_model", "ideal"}}}};
