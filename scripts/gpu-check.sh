@@ -151,7 +151,7 @@ elif [ $rc -eq 0 ]; then
   {
     echo
     echo "## thunky-calibrate exec --backend cuda (calibrated-gpu.json)"
-    python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["chip"]; print("- " + c["source"]); print("- peak_flops: " + ", ".join("%s %.0f TFLOP/s" % (k, v / 1e12) for k, v in c["peak_flops"].items()))' "$OUT/calibrated-gpu.json"
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["chip"]; print("- " + c["source"]); print("- peak_flops: " + ", ".join("%s %.0f TFLOP/s" % (k, v / 1e12) for k, v in c["peak_flops"].items())); print("- launch_overhead %.2f us, event_latency %.2f us" % (c["launch_overhead_s"] * 1e6, c.get("event_latency_s", 0) * 1e6))' "$OUT/calibrated-gpu.json"
   } >> "$summary"
 else
   echo "- calibrate exec: **failed** (calibrate.log)" >> "$summary"
