@@ -364,16 +364,31 @@ int Engine::new_event() {
 }
 
 void Engine::solve_compute(int64_t rank) {
+  if (m_.host_cores > 0) {
+    size_t running = 0;
+    for (const auto& live : live_compute_) running += live.size();
+    if (fold_) running *= static_cast<size_t>(p_.mesh.size());  // every rank runs what rank 0 runs
+    const double r = host_rate(running);
+    for (const auto& live : live_compute_)
+      for (int i : live) set_rate(i, r);
+    return;
+  }
   const auto& live = live_compute_[rank];
   const double r = live.empty() ? 0 : 1.0 / static_cast<double>(live.size());
-  for (int i : live) {
-    Compute& a = compute_[i];
-    a.remaining = std::max(0.0, a.remaining - a.rate * (now_ - a.last));
-    a.last = now_;
-    if (r != a.rate) {
-      a.rate = r;
-      queue_.push({now_ + a.remaining / a.rate}, encode(kCompute, i, ++a.version));
-    }
+  for (int i : live) set_rate(i, r);
+}
+
+double Engine::host_rate(size_t running) const {
+  return running == 0 ? 0 : std::min(1.0, static_cast<double>(m_.host_cores) / static_cast<double>(running));
+}
+
+void Engine::set_rate(int i, double r) {
+  Compute& a = compute_[i];
+  a.remaining = std::max(0.0, a.remaining - a.rate * (now_ - a.last));
+  a.last = now_;
+  if (r != a.rate) {
+    a.rate = r;
+    queue_.push({now_ + a.remaining / a.rate}, encode(kCompute, i, ++a.version));
   }
 }
 
@@ -556,10 +571,12 @@ void Engine::step(int si) {
     } else if (ready_.empty() && queue_.empty()) {
       // Alone on the machine (no other stream can move, nothing is in
       // flight, so no kernel runs either): the kernel runs at the full
-      // rate and nothing can happen before it ends, so time jumps to its
-      // end without the queue.
+      // rate (on a shared host, folded: the share of the ranks that all
+      // run it) and nothing can happen before it ends, so time jumps to
+      // its end without the queue.
       const double start = now_;
-      now_ += seconds(t.info, s.rank);
+      const double rate = m_.host_cores > 0 && fold_ ? host_rate(static_cast<size_t>(p_.mesh.size())) : 1.0;
+      now_ += seconds(t.info, s.rank) / rate;
       record(s.rank, {start, now_, t.info, t.instance, si});
       ++s.pc;
     } else {

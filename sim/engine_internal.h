@@ -417,8 +417,15 @@ class Engine {
 
   // ---- compute shares ----
   // Concurrent kernels of a rank share its throughput equally; the shares
-  // change only on the rank where a kernel starts or ends.
+  // change only on the rank where a kernel starts or ends. On a host of
+  // chip.host_cores cores (the cpu backend's ranks are its threads), every
+  // command running on any rank takes a core of its own while there are
+  // enough, and they share the cores equally when there are not.
   void solve_compute(int64_t rank);
+  // A host's share for each of `running` commands: min(1, cores / running).
+  double host_rate(size_t running) const;
+  // Brings compute activity `i` up to now and gives it rate `r`.
+  void set_rate(int i, double r);
 
   // kWake carries a stream (in the version bits) that goes on after an
   // event's latency.

@@ -190,6 +190,10 @@ Machine read_machine(Value j) {
   if (m.hbm_bandwidth <= 0) fail("/chip/hbm_bandwidth", "must be positive");
   m.launch_overhead_s = positive(chip, "launch_overhead_s", false);
   m.event_latency_s = positive(chip, "event_latency_s", false);
+  if (std::optional<Value> cores = chip.get("host_cores")) {
+    m.host_cores = as_int(*cores, "/chip/host_cores");
+    if (m.host_cores < 1) fail("/chip/host_cores", "must be at least 1 (the cores that every rank's threads share)");
+  }
   m.gemm_efficiency = positive(chip, "gemm_efficiency", false, 1.0);
   if (m.gemm_efficiency <= 0 || m.gemm_efficiency > 1) fail("/chip/gemm_efficiency", "must be in (0, 1]");
   if (std::optional<Value> sms = chip.get("sm_count")) {

@@ -92,6 +92,8 @@ TEST(Machine, ZeroPeakAndMisplacedNcclFiguresAreRefused) {
   EXPECT_EQ(refused_at(R"({"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s", "event_latency_s": -1e-6})", sw + "}"),
             "/chip/event_latency_s");  // a hand-off cannot end before it starts
   EXPECT_EQ(refused_at(R"({"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s", "event_latency_s": 2e-5})", sw + "}"), "accepted");
+  EXPECT_EQ(refused_at(R"({"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s", "host_cores": 0})", sw + "}"), "/chip/host_cores");
+  EXPECT_EQ(refused_at(R"({"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e11, "source": "s", "host_cores": 2.5})", sw + "}"), "/chip/host_cores");
   EXPECT_EQ(refused_at(chip, sw + "}"), "accepted");
   // A dtype the model does not rate is an error when priced, not another dtype's peak.
   const Machine m = parse_machine_text(R"({"format": "thunky.machine/1", "name": "m", "chip": )" + chip + R"(, "axes": {"*": )" + sw + "}}}");

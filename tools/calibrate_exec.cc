@@ -239,18 +239,16 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
       progress("note: every rank ran on one GPU; the axis written prices device copies, not links between GPUs");
     }
   }
-  // On the cpu backend every rank is threads of one host: with more ranks
-  // than cores the ranks' compute shares them, so each rank's figures are
-  // the host's share.
-  double share = 1;
+  ojson chip = {{"peak_flops", peaks}, {"hbm_bandwidth", hbm}, {"launch_overhead_s", *tiny}, {"event_latency_s", event_latency}, {"gemm_efficiency", 1.0}};
+  // On the cpu backend every rank's streams are threads of this host: the
+  // figures above are one thread's, and the simulator shares the host's
+  // cores among the commands running on all ranks.
   if (!gpu) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    share = std::min(1.0, static_cast<double>(cores) / std::max(1, ranks));
-    for (auto& [dt, v] : peaks.items()) v = v.get<double>() * share;
-    std::snprintf(buf, sizeof buf, "; %u cores shared by %d ranks: each rank's peak and bandwidth are %.2f of the host's", cores, ranks, share);
+    chip["host_cores"] = cores;
+    std::snprintf(buf, sizeof buf, "; the ranks' threads share this host's %u cores (host_cores), each command one core's figures above", cores);
     notes += buf;
   }
-  ojson chip = {{"peak_flops", peaks}, {"hbm_bandwidth", hbm * share}, {"launch_overhead_s", *tiny}, {"event_latency_s", event_latency}, {"gemm_efficiency", 1.0}};
   std::string gemm_source = "each dtype's peak is its best GEMM rate";
   if (gpu && run.sm_count() > 0) {
     const sim::GemmFit fit = sim::fit_gemm_shapes(gemms, run.sm_count(), hbm, *tiny);
