@@ -52,12 +52,16 @@ std::string list(const std::vector<int>& v) {
 // so an in-place collective reads them before anyone's dst changes.
 class InProcess final : public RendezvousCommunicator {
  public:
-  using RendezvousCommunicator::RendezvousCommunicator;
+  InProcess(Monitor& m, StagingPool& staging) : RendezvousCommunicator(m), pool_(staging) {}
 
  protected:
   void stage(int rank, std::vector<CollectiveCall>& group) override {
     std::vector<std::vector<uint8_t>> staged;
-    for (const auto& c : group) staged.emplace_back(c.src, c.src + c.src_count * dtype_size(c.dtype));
+    for (const auto& c : group) {
+      const size_t bytes = static_cast<size_t>(c.src_count) * dtype_size(c.dtype);
+      staged.push_back(pool_.take(bytes));
+      if (bytes) std::memcpy(staged.back().data(), c.src, bytes);
+    }
     std::lock_guard<std::mutex> l(staged_mu_);
     staged_[&group] = std::move(staged);
   }
@@ -73,10 +77,15 @@ class InProcess final : public RendezvousCommunicator {
         collective_result(mine, src, mine.dst);
       }
     }
-    for (const auto& [r, calls] : launch) staged_.erase(calls);
+    for (const auto& [r, calls] : launch) {
+      auto it = staged_.find(calls);
+      for (auto& buffer : it->second) pool_.give(std::move(buffer));
+      staged_.erase(it);
+    }
   }
 
  private:
+  StagingPool& pool_;
   std::mutex staged_mu_;
   // By the issuing thread's group (a rank's streams are threads of their
   // own, so one rank may be in several launches at once).
@@ -183,8 +192,30 @@ void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*
   }
 }
 
-std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, int ranks) {
-  return std::make_unique<InProcess>(monitor);
+std::vector<uint8_t> StagingPool::take(size_t bytes) {
+  std::vector<uint8_t> buffer;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto best = kept_.end();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+      if (it->capacity() >= bytes && (best == kept_.end() || it->capacity() < best->capacity())) best = it;
+    if (best != kept_.end()) {
+      buffer = std::move(*best);
+      *best = std::move(kept_.back());
+      kept_.pop_back();
+    }
+  }
+  buffer.resize(bytes);
+  return buffer;
+}
+
+void StagingPool::give(std::vector<uint8_t> buffer) {
+  std::lock_guard<std::mutex> l(mu_);
+  kept_.push_back(std::move(buffer));
+}
+
+std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging) {
+  return std::make_unique<InProcess>(monitor, staging);
 }
 
 }  // namespace thunky

@@ -83,8 +83,26 @@ class RendezvousCommunicator : public Communicator {
   std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> pending_;
 };
 
-// Exact in-process collectives for ranks that share one address space.
-std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, int ranks);
+// Host buffers for the in-process collectives' staged sources, kept from
+// one collective (and iteration) to the next: a new buffer is faulted in a
+// page at a time (2.4 us a page on a VM), which took most of a large
+// collective's time.
+class StagingPool {
+ public:
+  // A buffer of `bytes` (its contents undefined): the smallest kept one
+  // that holds them, else a new one.
+  std::vector<uint8_t> take(size_t bytes);
+  // Keeps `buffer` for a later take().
+  void give(std::vector<uint8_t> buffer);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<uint8_t>> kept_;
+};
+
+// Exact in-process collectives for ranks that share one address space,
+// staging through `staging` (which outlives the communicator).
+std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging);
 
 // The element-level semantics of each collective, shared by every
 // transport: given every participant's staged src, produce `dst` of the

@@ -55,5 +55,21 @@ TEST(CollectiveSemantics, MaxOverS32) {
   EXPECT_EQ(out, (std::vector<int32_t>{5, 9}));
 }
 
+TEST(StagingPool, ABufferGivenBackServesTheNextThatFitsIt) {
+  StagingPool pool;
+  std::vector<uint8_t> a = pool.take(1 << 20);
+  EXPECT_EQ(a.size(), size_t{1} << 20);
+  const uint8_t* first = a.data();
+  pool.give(std::move(a));
+  // 512 KiB fits the 1 MiB buffer kept: the same memory, already faulted in.
+  std::vector<uint8_t> b = pool.take(1 << 19);
+  EXPECT_EQ(b.size(), size_t{1} << 19);
+  EXPECT_EQ(b.data(), first);
+  // Taken, it is no longer kept: another take gets other memory.
+  std::vector<uint8_t> c = pool.take(16);
+  EXPECT_NE(c.data(), first);
+  EXPECT_EQ(c.size(), 16u);
+}
+
 }  // namespace
 }  // namespace thunky

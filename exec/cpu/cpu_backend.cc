@@ -59,8 +59,8 @@ struct RankState {
 
 class Run {
  public:
-  Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory, Workers& workers)
-      : p_(p), opts_(o), workers_(workers), comm_(make_inprocess_communicator(monitor_, static_cast<int>(p.mesh.size()))) {
+  Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory, Workers& workers, StagingPool& staging)
+      : p_(p), opts_(o), workers_(workers), comm_(make_inprocess_communicator(monitor_, staging)) {
     ranks_.resize(static_cast<size_t>(p.mesh.size()));
     for (size_t r = 0; r < ranks_.size(); ++r) {
       auto& s = ranks_[r];
@@ -497,7 +497,7 @@ class CpuBackend final : public Backend {
     const int total = std::max(0, opts.warmup) + std::max(1, opts.iters);
     for (int it = 0; it < total; ++it) {
       set_inputs();
-      Run run(p, opts, memory_, workers_);
+      Run run(p, opts, memory_, workers_, staging_);
       // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
@@ -571,7 +571,8 @@ class CpuBackend final : public Backend {
   const ExecOptions* opts_ = nullptr;
   std::map<std::string, NpyArray> npy_;
   std::vector<std::vector<std::vector<uint8_t>>> memory_;
-  Workers workers_;  // every rank's and stream's thread, kept between iterations
+  Workers workers_;      // every rank's and stream's thread, kept between iterations
+  StagingPool staging_;  // the collectives' staging buffers, the same
 };
 
 }  // namespace
