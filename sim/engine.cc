@@ -58,7 +58,9 @@ Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold
   scopes.emplace_back();
   infos_.reserve(static_cast<size_t>(p.command_count));
   number(p.program, scopes);
-  fold_ = fold && n > 1 && ranks_symmetric(p, m, d);
+  // Ranks that share a host's cores (chip.host_cores) queue for them
+  // together: no rank's timeline stands for the others'.
+  fold_ = fold && n > 1 && m.host_cores == 0 && ranks_symmetric(p, m, d);
   peak_.fill(-1);  // looked up on first use
 }
 
@@ -364,22 +366,20 @@ int Engine::new_event() {
 }
 
 void Engine::solve_compute(int64_t rank) {
-  if (m_.host_cores > 0) {
-    size_t running = 0;
-    for (const auto& live : live_compute_) running += live.size();
-    if (fold_) running *= static_cast<size_t>(p_.mesh.size());  // every rank runs what rank 0 runs
-    const double r = host_rate(running);
-    for (const auto& live : live_compute_)
-      for (int i : live) set_rate(i, r);
-    return;
-  }
+  if (m_.host_cores > 0) return grant_cores();
   const auto& live = live_compute_[rank];
   const double r = live.empty() ? 0 : 1.0 / static_cast<double>(live.size());
   for (int i : live) set_rate(i, r);
 }
 
-double Engine::host_rate(size_t running) const {
-  return running == 0 ? 0 : std::min(1.0, static_cast<double>(m_.host_cores) / static_cast<double>(running));
+void Engine::grant_cores() {
+  while (cores_busy_ < m_.host_cores && !core_queue_.empty()) {
+    const int i = core_queue_.front();
+    core_queue_.pop_front();
+    ++cores_busy_;
+    compute_[i].start = compute_[i].last = now_;  // it runs from here
+    set_rate(i, 1.0);
+  }
 }
 
 void Engine::set_rate(int i, double r) {
@@ -501,6 +501,7 @@ void Engine::finish_compute(int a) {
   live.pop_back();
   act.stream = -1;
   free_compute_.push_back(a);
+  if (m_.host_cores > 0) --cores_busy_;
   release(si);
   solve_compute(st.rank);
 }
@@ -571,12 +572,10 @@ void Engine::step(int si) {
     } else if (ready_.empty() && queue_.empty()) {
       // Alone on the machine (no other stream can move, nothing is in
       // flight, so no kernel runs either): the kernel runs at the full
-      // rate (on a shared host, folded: the share of the ranks that all
-      // run it) and nothing can happen before it ends, so time jumps to
-      // its end without the queue.
+      // rate and nothing can happen before it ends, so time jumps to its
+      // end without the queue.
       const double start = now_;
-      const double rate = m_.host_cores > 0 && fold_ ? host_rate(static_cast<size_t>(p_.mesh.size())) : 1.0;
-      now_ += seconds(t.info, s.rank) / rate;
+      now_ += seconds(t.info, s.rank);
       record(s.rank, {start, now_, t.info, t.instance, si});
       ++s.pc;
     } else {
@@ -596,6 +595,7 @@ void Engine::step(int si) {
       act.start = act.last = now_;
       s.state = Stream::State::running;
       live_compute_[s.rank].push_back(a);
+      if (m_.host_cores > 0) core_queue_.push_back(a);
       solve_compute(s.rank);
       return;
     }

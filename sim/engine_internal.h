@@ -15,6 +15,7 @@
 #include <vector>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <memory_resource>
 #include <string_view>
@@ -418,12 +419,12 @@ class Engine {
   // ---- compute shares ----
   // Concurrent kernels of a rank share its throughput equally; the shares
   // change only on the rank where a kernel starts or ends. On a host of
-  // chip.host_cores cores (the cpu backend's ranks are its threads), every
-  // command running on any rank takes a core of its own while there are
-  // enough, and they share the cores equally when there are not.
+  // chip.host_cores cores (the cpu backend's ranks are its threads), a
+  // command of any rank runs on a core of its own at the full rate, and
+  // waits for one, first come first served, while all are taken.
   void solve_compute(int64_t rank);
-  // A host's share for each of `running` commands: min(1, cores / running).
-  double host_rate(size_t running) const;
+  // Gives free cores to the commands waiting for one.
+  void grant_cores();
   // Brings compute activity `i` up to now and gives it rate `r`.
   void set_rate(int i, double r);
 
@@ -494,6 +495,10 @@ class Engine {
   std::pmr::vector<Compute> compute_{&arena_};
   std::pmr::vector<int> free_compute_{&arena_};
   std::pmr::vector<std::pmr::vector<int>> live_compute_{&arena_};  // per rank
+  // On a shared host (chip.host_cores): the cores running a command, and
+  // the commands waiting for one, in the order they asked.
+  int64_t cores_busy_ = 0;
+  std::deque<int> core_queue_;
   // collectives and links
   std::map<std::vector<int>, int> sets_;
   std::vector<size_t> set_sizes_;

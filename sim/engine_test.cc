@@ -377,34 +377,42 @@ TEST(SimCompute, KernelBesideACollectiveTakesTheMax) {
               1.5e-3, 1e-9);
 }
 
-TEST(SimCompute, OnASharedHostEveryRunningCommandTakesACoreWhileThereAreEnough) {
-  // chip.host_cores = 2: the 4 ranks' commands share 2 cores.
+TEST(SimCompute, OnASharedHostACommandRunsOnACoreOrWaitsForOne) {
+  // chip.host_cores = 2: the 4 ranks' commands run on 2 cores.
   Machine host = ring_machine();
   host.host_cores = 2;
   const std::string k = R"({"op": "kernel", "writes": ["o1"], "cost": {"seconds": 0.001}})";
   const std::string k2 = R"({"op": "kernel", "writes": ["o2"], "cost": {"seconds": 0.001}})";
   const std::string two_streams = mesh4(R"([{"op": "async_start", "token": "t", "stream": {"kind": "computation", "id": 1}, "body": [)" + k +
                                         R"(]}, )" + k2 + R"(, {"op": "async_done", "token": "t"}])");
+  auto starts = [](const SimResult& r) {
+    std::vector<double> s;
+    for (const auto& rank : r.report.ranks)
+      for (const auto& op : rank.ops) s.push_back(op.start_s);
+    std::sort(s.begin(), s.end());
+    return s;
+  };
+  // One 1 ms kernel on each of 4 ranks: two run at once from 0 at the
+  // full rate, the other two when a core frees at 1 ms; all end by 2 ms
+  // (a rank of a GPU machine takes 1 ms). Folding is off: the ranks
+  // share the cores, so no rank's timeline stands for the others'.
   for (bool fold : {true, false}) {
-    SCOPED_TRACE(fold ? "folded" : "every rank");
-    // One 1 ms kernel on each of 4 ranks: 4 commands on 2 cores run at
-    // half rate, 2 ms (as a rank of a GPU machine takes 1 ms).
-    Program one = load_ok(mesh4("[" + k + "]"));
-    auto r = simulate(one, host, nullptr, SimOptions{fold});
+    auto r = simulate(load_ok(mesh4("[" + k + "]")), host, nullptr, SimOptions{fold});
     ASSERT_TRUE(r.ok()) << r.errors()[0].str();
     EXPECT_NEAR(r->report.makespan_s, 2e-3, 1e-9);
-    // Two 1 ms kernels on two streams of each rank: 8 on 2 cores, 4 ms
-    // (2 ms on a GPU machine, where a rank's two kernels share it).
-    Program two = load_ok(two_streams);
-    r = simulate(two, host, nullptr, SimOptions{fold});
-    ASSERT_TRUE(r.ok()) << r.errors()[0].str();
-    EXPECT_NEAR(r->report.makespan_s, 4e-3, 1e-9);
+    EXPECT_EQ(starts(*r), (std::vector<double>{0, 0, 1e-3, 1e-3}));
   }
+  // Two 1 ms kernels on two streams of each rank: 8 on 2 cores, four
+  // rounds, 4 ms (2 ms on a GPU machine, where a rank's two share it).
+  auto r = simulate(load_ok(two_streams), host, nullptr);
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_NEAR(r->report.makespan_s, 4e-3, 1e-9);
+  EXPECT_EQ(starts(*r), (std::vector<double>{0, 0, 1e-3, 1e-3, 2e-3, 2e-3, 3e-3, 3e-3}));
   // On a 1-rank mesh the two streams' kernels take a core each: 1 ms, not
   // the 2 ms of one device shared.
   std::string one_rank = two_streams;
   one_rank.replace(one_rank.find(R"("shape": [4])"), 12, R"("shape": [1])");
-  auto r = simulate(load_ok(one_rank), host, nullptr);
+  r = simulate(load_ok(one_rank), host, nullptr);
   ASSERT_TRUE(r.ok()) << r.errors()[0].str();
   EXPECT_NEAR(r->report.makespan_s, 1e-3, 1e-9);
   r = simulate(load_ok(one_rank), ring_machine(), nullptr);
