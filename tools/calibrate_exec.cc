@@ -210,8 +210,9 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
       program.push_back({{"op", "gemm"}, {"a", "a"}, {"b", "b"}, {"c", "c"}});
       program.push_back({{"op", "async_done"}, {"token", token}});
     }
-    progress("hand-offs between streams while " + std::to_string(std::max(1, ranks)) + " ranks compute");
-    auto t = run.fork_seconds(schedule("calibrate_hand_off", std::max(1, ranks),
+    const int computing = std::max(1, ranks);
+    progress("hand-offs between streams while " + std::to_string(computing) + " ranks compute");
+    auto t = run.fork_seconds(schedule("calibrate_hand_off", computing,
                                        {{"a", input({m, k}, dt)}, {"b", input({k, n}, dt)}, {"c", output({m, n}, dt)}, {"flag", output({1}, "f32")}}, program));
     if (!t) return t.errors();
     event_latency = std::max(0.0, *t);
