@@ -439,8 +439,12 @@ TEST(SimCompute, AForkAndAJoinEachWaitTheEventLatency) {
   ASSERT_TRUE(r) << r.errors()[0].str();
   EXPECT_NEAR(r->report.makespan_s, 1.54e-3, 1e-9);
   for (const auto& op : r->report.ranks[0].ops) {
-    if (op.name == "far") EXPECT_NEAR(op.start_s, 20e-6, 1e-12);
-    if (op.name == "after") EXPECT_NEAR(op.start_s, 1.04e-3, 1e-9);
+    if (op.name == "far") {
+      EXPECT_NEAR(op.start_s, 20e-6, 1e-12);
+    }
+    if (op.name == "after") {
+      EXPECT_NEAR(op.start_s, 1.04e-3, 1e-9);
+    }
   }
   // The trace's flows run from the record to the waiting stream's next
   // command: the join's from 1.020 ms to 1.040 ms.
