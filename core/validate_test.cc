@@ -471,7 +471,7 @@ TEST(Races, ExclusiveBranchesAndJoinedWorkDoNotRace) {
                 start("u", w, "computation") + "," + done("u") + R"(]}, {"op": "copy", "src": "b", "dst": "a"}])", 2));
 }
 
-// The guide's ring collective matmul: every single async_done removed
+// The ring collective matmuls: every single async_done removed
 // leaves a GEMM reading a ring buffer that a shift still writes.
 class RingRaces : public ::testing::TestWithParam<int64_t> {};
 
@@ -499,9 +499,9 @@ TEST_P(RingRaces, RemovingAnyAsyncDoneIsReportedAsARace) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks2To8, RingRaces, ::testing::Range<int64_t>(2, 9));
 
-TEST(Races, GuidesLiteralBidirectionalScheduleRacesAtFourRanks) {
-  // With N = 4 the guide sizes its workspace as min(2, num_pairs) = 1 pair
-  // buffer. The middle shift (step 2, launched in the prologue) writes
+TEST(Races, LiteralBidirectionalScheduleRacesAtFourRanks) {
+  // With N = 4 the literal sizing gives a workspace of min(2, num_pairs) = 1
+  // pair buffer. The middle shift (step 2, launched in the prologue) writes
   // pair0[:m] while GEMM 1 reads pair0: bytes [0, 2 * 4 * 4) of pair0 for
   // m_block = 2, k = 4, f32. A real race.
   gen::RingMatmulOptions o{4, 2, 4, 2, "f32", true};

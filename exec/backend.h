@@ -39,7 +39,8 @@ struct ExecResult {
   int64_t sm_count = 0;
 };
 
-// A backend runs a schedule in three stages, as DESIGN.md section 6 fixes:
+// A backend runs a schedule in three stages (docs/decisions.md, "Backends
+// and their stages"):
 //  - plan: everything the backend cannot run is refused, and what it needs
 //    is worked out (files read, kernels to build, views per rank), before
 //    any memory or device is touched;

@@ -36,7 +36,7 @@ struct NcclTestRow {
 // Throws ThunkyError whose pointer is "line N" on anything it cannot read.
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file);
 
-// V of DESIGN.md 4.2 for a row (what the engine prices): the size column
+// V of the ideal formulas (docs/machines.md) for a row (what the engine prices): the size column
 // is the gathered result for all_gather, the unreduced input for
 // reduce_scatter and the array for the others, as nccl-tests reports it.
 double model_bytes(const NcclTestRow& r);

@@ -1,4 +1,4 @@
-// Closed-form collective times (DESIGN.md 4.2): ring axes with and without
+// Closed-form collective times (docs/machines.md, "The cost model"): ring axes with and without
 // wraparound, several axes at once, NVLink switches and hierarchical
 // clusters, under the floor or the additive latency model; and the
 // algorithm / bus bandwidths nccl-tests reports.
@@ -21,7 +21,7 @@ struct AxisSpan {
 };
 
 // Seconds for one collective alone on an idle machine. `bytes` is V of
-// DESIGN.md 4.2: the gathered result (all_gather), the unreduced input
+// the ideal formulas: the gathered result (all_gather), the unreduced input
 // (reduce_scatter), the array (all_reduce, all_to_all) per device.
 double collective_seconds(Op op, const std::vector<AxisSpan>& axes, double bytes, bool additive);
 

@@ -61,8 +61,8 @@ struct SimSummary {
 };
 Expected<SimSummary> simulate_summary(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options = {});
 
-// Standalone seconds of a compute command (DESIGN.md 4.4), from its work on
-// the rank it runs on.
+// Standalone seconds of a compute command (docs/machines.md, "Compute"),
+// from its work on the rank it runs on.
 double compute_seconds(const Program& p, const Machine& m, const Command& c, const Work& w);
 
 // The flops a GEMM costs as the GPU runs it: whole tiles in whole waves,

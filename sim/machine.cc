@@ -65,7 +65,7 @@ uint8_t parse_name_set(Obj& o, const char* key, const char* what, const std::vec
 }
 
 // The collective model of an axis: "collective_model", "algorithms",
-// "protocols" and the "nccl" figures (DESIGN.md 4.5).
+// "protocols" and the "nccl" figures (docs/machines.md).
 void parse_collective_model(Obj& o, AxisLinks& a) {
   const std::string model = o.str_or("collective_model", a.topology == AxisLinks::Topology::ring ? "ideal" : "nccl");
   if (model != "ideal" && model != "nccl") fail(o.at("collective_model"), "expected ideal or nccl");

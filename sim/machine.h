@@ -33,9 +33,10 @@ struct NcclProtocol {
   double max_bandwidth = 0;  // bytes/s; 0 = no cap
 };
 
-// The NCCL cost model of an axis (DESIGN.md 4.5). Defaults are NCCL's own
-// tuning figures (src/graph/tuning.cc) for NVLink and InfiniBand; machine
-// files calibrate them from nccl-tests runs (thunky-calibrate).
+// The NCCL cost model of an axis (docs/decisions.md, "Collectives as NCCL
+// runs them"). Defaults are NCCL's own tuning figures (src/graph/tuning.cc)
+// for NVLink and InfiniBand; machine files calibrate them from nccl-tests
+// runs (thunky-calibrate).
 struct NcclParams {
   double overhead_s = 0;  // per collective: launch and synchronisation the tuning tables leave out
   NcclProtocol ring[kNcclProtos], tree[kNcclProtos];
@@ -70,8 +71,8 @@ struct AxisLinks {
   int64_t group_size = 1;
   double nic_bandwidth = 0;
   double nic_latency_s = 0;
-  // How collectives are priced: the ideal formulas (DESIGN.md 4.2), or as
-  // NCCL runs them (4.5; the default for switch and hierarchical axes).
+  // How collectives are priced: the ideal formulas (docs/machines.md), or as
+  // NCCL runs them (the default for switch and hierarchical axes).
   bool nccl = false;
   uint8_t algorithms = 0xf;  // allowed NcclAlgo bits ("algorithms", as NCCL_ALGO)
   uint8_t protocols = 0x7;   // allowed NcclProto bits ("protocols", as NCCL_PROTO)

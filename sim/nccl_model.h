@@ -1,4 +1,4 @@
-// Collectives priced as NCCL prices and picks them (DESIGN.md 4.5): for
+// Collectives priced as NCCL prices and picks them (docs/decisions.md): for
 // every algorithm (ring, tree, NVLS, NVLS-tree) and protocol (LL, LL128,
 // Simple) that applies, a latency (overhead, base, and a latency per step
 // of the algorithm, steps across nodes at the network's) plus the bytes
@@ -26,7 +26,7 @@ struct NcclChoice {
 
 // One collective over `n` ranks of axis `a` (switch, hierarchical, or a
 // ring axis whose two directions count as its link rate). `bytes` is V of
-// DESIGN.md 4.2: the gathered result (all_gather), the unreduced input
+// the ideal formulas: the gathered result (all_gather), the unreduced input
 // (reduce_scatter), the array (all_reduce, all_to_all), per device. Only
 // the algorithms and protocols allowed on the axis are considered; none
 // left is ring/Simple.

@@ -622,7 +622,7 @@ TEST(NcclModel, AcrossNodesAllToAllLeavesThroughEachGpusOwnNic) {
 }
 
 TEST(NcclModel, IdealStaysSelectable) {
-  // "collective_model": "ideal" on a switch keeps DESIGN.md 4.2's formula.
+  // "collective_model": "ideal" on a switch keeps the ideal formula.
   const Machine m = parse_machine_text(R"({"format": "thunky.machine/1", "name": "t", "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "t"},
     "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "latency_s": 0, "collective_model": "ideal"}}})");
   EXPECT_FALSE(m.axis("x")->nccl);

@@ -1,5 +1,5 @@
-// Every example of the user guide, run on the CPU backend, against the
-// values the guide prints (or that follow from it by hand).
+// Every bundled example, run on the CPU backend, against the values its
+// description gives (or that follow from it by hand).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,28 +23,28 @@ std::vector<double> run_example(const std::string& file, const std::string& buff
   return values(p, r, buffer, rank);
 }
 
-TEST(GuideExamples, InitAndCopyPrintsTheGuidesArray) {
+TEST(BundledExamples, InitAndCopyGivesItsDescribedArray) {
   // memzero, copy src[:4] = [0 1 2 3], memset dst[4:] = 1.
   EXPECT_EQ(run_example("init_and_copy.json", "dst"), (std::vector<double>{0, 1, 2, 3, 1, 1, 1, 1}));
 }
 
-TEST(GuideExamples, SwapHalvesThroughScratch) {
+TEST(BundledExamples, SwapHalvesThroughScratch) {
   EXPECT_EQ(run_example("swap_halves.json", "buf"), (std::vector<double>{4, 5, 6, 7, 0, 1, 2, 3}));
 }
 
-TEST(GuideExamples, CallJaxScaleAndAdd) {
+TEST(BundledExamples, CallJaxScaleAndAdd) {
   auto out = run_example("pipeline_call_jax.json", "out");
   ASSERT_EQ(out.size(), 8u);
   // out[i] = sin(i) * 2 + 1, rounded once to f32.
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(out[i], static_cast<float>(std::sin(i) * 2.0 + 1.0)) << i;
 }
 
-TEST(GuideExamples, MatmulAndBias) {
+TEST(BundledExamples, MatmulAndBias) {
   // a @ b = [[1+3, 2+3], [4+6, 5+6]] = [[4, 5], [10, 11]]; + 5.
   EXPECT_EQ(run_example("matmul_and_bias.json", "out"), (std::vector<double>{9, 10, 15, 16}));
 }
 
-TEST(GuideExamples, NestedFunctionsHoistScratch) {
+TEST(BundledExamples, NestedFunctionsHoistScratch) {
   Program p = load_file_ok(example_path("nested_functions.json"));
   // Two call instances, each with its own hoisted (4,) scratch.
   int hoisted = 0;
@@ -54,7 +54,7 @@ TEST(GuideExamples, NestedFunctionsHoistScratch) {
   EXPECT_EQ(values(p, r, "x"), (std::vector<double>{0, 2, 4, 6, 8, 10, 12, 14}));
 }
 
-TEST(GuideExamples, TiledGemmMatchesOneGemm) {
+TEST(BundledExamples, TiledGemmMatchesOneGemm) {
   Program p = load_file_ok(example_path("tiled_gemm.json"));
   ExecResult r = run_cpu(p);
   auto a = values(p, r, "a"), b = values(p, r, "b"), out = values(p, r, "out");
@@ -66,20 +66,20 @@ TEST(GuideExamples, TiledGemmMatchesOneGemm) {
     }
 }
 
-TEST(GuideExamples, CopySlices) {
+TEST(BundledExamples, CopySlices) {
   EXPECT_EQ(run_example("copy_slices.json", "dst"), (std::vector<double>{4, 5, 6, 7, 0, 0, 0, 0}));
 }
 
-TEST(GuideExamples, CondNegatesWhenPredIsTrue) {
+TEST(BundledExamples, CondNegatesWhenPredIsTrue) {
   EXPECT_EQ(run_example("maybe_negate.json", "data"), (std::vector<double>{-1, 2, -3, 4}));
 }
 
-TEST(GuideExamples, SwitchClampsOutOfRangeIndex) {
+TEST(BundledExamples, SwitchClampsOutOfRangeIndex) {
   // index 7 with 3 branches clamps to branch 2, which fills 20.
   EXPECT_EQ(run_example("switch_select.json", "out"), (std::vector<double>{20, 20}));
 }
 
-TEST(GuideExamples, PowerOfTwoLoop) {
+TEST(BundledExamples, PowerOfTwoLoop) {
   Program p = load_file_ok(example_path("power_of_two_loop.json"));
   ExecResult r = run_cpu(p);
   // Five trips: 1.5 * 2^5 = 48, iters counts down to 0.
@@ -96,7 +96,7 @@ TEST(GuideExamples, PowerOfTwoLoop) {
   EXPECT_EQ(checks, 6);
 }
 
-TEST(GuideExamples, CollatzOf27Takes111Steps) {
+TEST(BundledExamples, CollatzOf27Takes111Steps) {
   Program p = load_file_ok(example_path("collatz.json"));
   ExecResult r = run_cpu(p);
   EXPECT_EQ(values(p, r, "steps_out"), (std::vector<double>{111}));
@@ -111,7 +111,7 @@ TEST(GuideExamples, CollatzOf27Takes111Steps) {
   EXPECT_EQ(std::count(conds.begin(), conds.end(), 1), 70);
 }
 
-TEST(GuideExamples, ConcurrentBranches) {
+TEST(BundledExamples, ConcurrentBranches) {
   Program p = load_file_ok(example_path("concurrent_branches.json"));
   ExecResult r = run_cpu(p);
   auto a = values(p, r, "a"), b = values(p, r, "b"), oa = values(p, r, "out_a"), ob = values(p, r, "out_b");
@@ -124,29 +124,29 @@ TEST(GuideExamples, ConcurrentBranches) {
   EXPECT_EQ(streams, (std::set<std::string>{"computation:0", "computation:1"}));
 }
 
-TEST(GuideExamples, PtxKernelRunsItsCpuFallback) {
+TEST(BundledExamples, PtxKernelRunsItsCpuFallback) {
   EXPECT_EQ(run_example("ptx_add_one.json", "out"), (std::vector<double>{1, 2, 3, 4}));
 }
 
-TEST(GuideExamples, PallasPipeline) {
+TEST(BundledExamples, PallasPipeline) {
   auto out = run_example("pallas_and_jax_pipeline.json", "out");
   ASSERT_EQ(out.size(), 128u * 128u);
   for (size_t i = 0; i < out.size(); i += 997) EXPECT_EQ(out[i], 3.0 * static_cast<double>(i) + 1.0) << i;
 }
 
-TEST(GuideExamples, CholeskyFactor) {
+TEST(BundledExamples, CholeskyFactor) {
   auto a = run_example("cholesky.json", "a");
-  // tril(a) is the guide's factor; the strict upper triangle keeps A's values.
+  // tril(a) is the expected factor; the strict upper triangle keeps A's values.
   EXPECT_EQ(a, (std::vector<double>{2, 12, -16, 6, 1, -43, -8, 5, 3}));
 }
 
-TEST(GuideExamples, AllReduceAcrossTwoDevices) {
+TEST(BundledExamples, AllReduceAcrossTwoDevices) {
   // rank 0 holds [0 1 2 3], rank 1 [4 5 6 7]: the sum is [4 6 8 10] on both.
   EXPECT_EQ(run_example("sum_across_gpus.json", "out", 0), (std::vector<double>{4, 6, 8, 10}));
   EXPECT_EQ(run_example("sum_across_gpus.json", "out", 1), (std::vector<double>{4, 6, 8, 10}));
 }
 
-TEST(GuideExamples, GroupedExchangeAndReduce) {
+TEST(BundledExamples, GroupedExchangeAndReduce) {
   Program p = load_file_ok(example_path("grouped_exchange_and_reduce.json"));
   ExecResult r = run_cpu(p);
   // a = axis index: 0 + 1 = 1 everywhere; b is swapped between the two ranks.
@@ -155,7 +155,7 @@ TEST(GuideExamples, GroupedExchangeAndReduce) {
   EXPECT_EQ(values(p, r, "out_b", 1), (std::vector<double>{0, 1, 2, 3}));
 }
 
-TEST(GuideExamples, SplicedPsum) {
+TEST(BundledExamples, SplicedPsum) {
   EXPECT_EQ(run_example("splice_jax_collective.json", "out", 1), (std::vector<double>{8, 12, 16, 20}));
 }
 

@@ -218,7 +218,7 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
     event_latency = std::max(0.0, *t);
   }
   // A collective among the ranks: latency from a 4-byte all_reduce, bandwidth from a large one
-  // (DESIGN.md 4.2's switch: 2 latency + 2 (n-1)/n V / B).
+  // (the ideal formula of a switch: 2 latency + 2 (n-1)/n V / B).
   double latency = 0, egress = hbm;
   if (ranks > 1) {
     const int64_t big = quick ? (1 << 16) : gpu ? (1 << 28) : (1 << 22);

@@ -99,7 +99,7 @@ ojson one_device_matmul(const RingMatmulOptions& o, const std::string& name, int
 ojson ring_matmul(const RingMatmulOptions& o) {
   const int64_t n = o.ranks;
   ojson s = common(o, "ring_collective_matmul_n" + std::to_string(n));
-  s["description"] = "Unidirectional ring collective matmul (user guide, step 1): C = AllGather(A) x B, shifting A chunks clockwise on communication:0 while computation:0 multiplies the chunk it holds.";
+  s["description"] = "Unidirectional ring collective matmul: C = AllGather(A) x B, shifting A chunks clockwise on communication:0 while computation:0 multiplies the chunk it holds.";
   const int64_t bufs = std::min<int64_t>(2, n - 1);
   for (int64_t i = 0; i < bufs; ++i) s["buffers"]["ring" + std::to_string(i)] = scratch(o.m_block, o.k, o.dtype);
   auto ring = [&](int64_t i) { return "ring" + std::to_string(i % bufs); };
@@ -126,8 +126,8 @@ ojson bidirectional_ring_matmul(const RingMatmulOptions& o) {
   const int64_t steps = pairs + (has_mid ? 1 : 0);
   ojson s = common(o, std::string("bidirectional_ring_collective_matmul_n") + std::to_string(n) + (o.literal ? "_literal" : ""));
   s["description"] = o.literal
-      ? "Bidirectional ring collective matmul transcribed literally from the user guide (step 2). At N = 4 its workspace of min(2, num_pairs) = 1 pair buffer is too small: the middle shift overwrites pair0 while GEMM 1 still reads it (a real race, reported by validation)."
-      : "Bidirectional ring collective matmul (user guide, step 2): grouped clockwise and counter-clockwise shifts on communication:0, one fused GEMM per pair. The workspace has min(2, total steps) pair buffers so that the middle step of even N never overwrites a buffer a GEMM still reads.";
+      ? "Bidirectional ring collective matmul with its original workspace sizing. At N = 4 its workspace of min(2, num_pairs) = 1 pair buffer is too small: the middle shift overwrites pair0 while GEMM 1 still reads it (a real race, reported by validation)."
+      : "Bidirectional ring collective matmul: grouped clockwise and counter-clockwise shifts on communication:0, one fused GEMM per pair. The workspace has min(2, total steps) pair buffers so that the middle step of even N never overwrites a buffer a GEMM still reads.";
   int64_t bufs;
   if (pairs > 0) bufs = o.literal ? std::min<int64_t>(2, pairs) : std::min<int64_t>(2, steps);
   else bufs = 1;

@@ -1,5 +1,4 @@
-// Schedule generators: the collective matmuls of the user guide for any
-// number of ranks, sizes and dtype (AllGather + matmul as a unidirectional or
+// Schedule generators: the collective matmuls for any number of ranks, sizes and dtype (AllGather + matmul as a unidirectional or
 // bidirectional ring, and the matmul whose output is reduce-scattered), with
 // the two baselines overlap is measured against: `blocking` (the collective,
 // then one GEMM) and `unsharded` (one device's GEMM with no communication).
@@ -18,7 +17,7 @@ struct RingMatmulOptions {
   int64_t k = 128;
   int64_t n_block = 64;
   std::string dtype = "f32";
-  // Bidirectional only: reproduce the guide's literal workspace sizing
+  // Bidirectional only: reproduce the original, literal workspace sizing
   // (min(2, num_pairs) buffers), which races at N = 4.
   bool literal = false;
 };

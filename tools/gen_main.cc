@@ -137,9 +137,9 @@ int run_main(int argc, char** argv) {
   };
   CLI::App* ring = sized("ring_matmul", "the collective matmul as a ring of shifts overlapped with GEMMs");
   ring->add_option("--direction", direction, "uni or bi (bidirectional: half the steps, shifts both ways)")->check(CLI::IsMember({"uni", "bi"}));
-  ring->add_flag("--literal", o.literal, "bidirectional: the guide's literal workspace sizing (races at N = 4)");
+  ring->add_flag("--literal", o.literal, "bidirectional: the original workspace sizing, min(2, pairs) pair buffers (races at N = 4)");
   CLI::App* bidi = sized("bidirectional_ring_matmul", "ring_matmul --direction bi");
-  bidi->add_flag("--literal", o.literal, "the guide's literal workspace sizing (races at N = 4)");
+  bidi->add_flag("--literal", o.literal, "the original workspace sizing, min(2, pairs) pair buffers (races at N = 4)");
   CLI::App* blocking = sized("blocking_matmul", "baseline: the collective, then one GEMM");
   CLI::App* unsharded = sized("unsharded_matmul", "baseline: one device's GEMM with no communication");
 

@@ -77,7 +77,7 @@ TEST(Reduce, OverListedAxes) {
 
 TEST(Cholesky, UpperFlagGivesRowMajorUpperFactor) {
   // lower=true (column-major lower) is the row-major upper U = L^T of the
-  // guide's matrix: [[2 6 -8], [0 1 5], [0 0 3]]; the strict lower keeps A.
+  // cholesky example's matrix: [[2 6 -8], [0 1 5], [0 0 3]]; the strict lower keeps A.
   std::vector<float> a{4, 12, -16, 12, 37, -43, -16, -43, 98};
   std::vector<int32_t> info(1, 99);
   Tensor ti{reinterpret_cast<uint8_t*>(info.data()), DType::s32, {}};

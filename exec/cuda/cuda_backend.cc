@@ -1,5 +1,5 @@
 // The cuda backend: the schedule on NVIDIA GPUs, measured command by
-// command (DESIGN.md section 6).
+// command (docs/decisions.md, "CUDA backend").
 //
 // Every rank has a host thread that issues its program in order, as a CUDA
 // program would: commands go asynchronously onto the rank's CUDA streams,

@@ -110,7 +110,7 @@ TEST(CudaBackend, EveryExampleAndTestScheduleMatchesTheCpuBackendEagerAndCapture
   EXPECT_GE(ran, 40);
 }
 
-TEST(CudaBackend, GuidesPtxAddOneGivesElevenTwentyOneThirtyOneFortyOne) {
+TEST(CudaBackend, PtxAddOneGivesElevenTwentyOneThirtyOneFortyOne) {
   Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
       "in": {"shape": [4], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [10, 20, 30, 40]}},
       "out": {"shape": [4], "dtype": "f32", "role": "output"}},
