@@ -15,11 +15,18 @@
 //    of a captured CUDA graph (cuda).
 //
 // Every benchmark's time is the measured makespan (manual time); counters
-// give thunky-sim's prediction for the machine model (THUNKY_BENCH_MACHINE,
-// default h200-8gpu), the overlap fraction and the exposed communication.
+// give thunky-sim's prediction, the overlap fraction and the exposed
+// communication. The prediction is for THUNKY_BENCH_MACHINE (a machine file
+// or a name under models/) when it is set; else for h200-8gpu on the cuda
+// backend, and on the cpu backend for a model of this host that the
+// benchmark calibrates once, as `thunky-calibrate exec --backend cpu
+// --quick` does (about a second; its small copies rate the memory faster
+// than a large copy runs). THUNKY_BENCH_MACHINE=build/main/cpu-model.json
+// takes the main job's full calibration instead.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -30,6 +37,7 @@
 #include "exec/backend.h"
 #include "sim/engine.h"
 #include "sim/machine.h"
+#include "tools/calibrate_exec.h"
 #include "tools/gen.h"
 
 namespace {
@@ -59,18 +67,24 @@ Program load(const ojson& doc, const std::string& name) {
   return std::move(p.value());
 }
 
-const thunky::sim::Machine& machine() {
-  static const thunky::sim::Machine m = [] {
-    const char* env = std::getenv("THUNKY_BENCH_MACHINE");
-    auto r = thunky::sim::load_machine(env ? env : "h200-8gpu", THUNKY_MODELS_DIR);
-    if (!r) throw std::runtime_error("machine model: " + r.errors().front().str());
-    return r.value();
-  }();
-  return m;
+// The machine model the predictions of backend `be` are for (see above).
+const thunky::sim::Machine& machine(const std::string& be) {
+  static std::map<std::string, thunky::sim::Machine> models;
+  if (auto it = models.find(be); it != models.end()) return it->second;
+  const char* env = std::getenv("THUNKY_BENCH_MACHINE");
+  if (!env && be == "cpu") {
+    std::fprintf(stderr, "calibrating a model of this host for the cpu predictions (thunky-calibrate exec --backend cpu --quick)\n");
+    auto m = thunky::calibrate::calibrate_backend("cpu", 4, true, [](const std::string&) {});
+    if (!m) throw std::runtime_error("calibrating this host: " + m.errors().front().str());
+    return models[be] = thunky::sim::parse_machine(*m);
+  }
+  auto r = thunky::sim::load_machine(env ? env : "h200-8gpu", THUNKY_MODELS_DIR);
+  if (!r) throw std::runtime_error("machine model: " + r.errors().front().str());
+  return models[be] = r.value();
 }
 
-double predicted(const Program& p) {
-  auto r = thunky::sim::simulate(p, machine(), nullptr);
+double predicted(const std::string& be, const Program& p) {
+  auto r = thunky::sim::simulate(p, machine(be), nullptr);
   return r ? r->report.makespan_s : -1;
 }
 
@@ -97,7 +111,7 @@ thunky::Report measure(benchmark::State& state, const std::string& be, const Pro
   std::sort(spans.begin(), spans.end());
   if (!spans.empty()) last.makespan_s = spans[spans.size() / 2];
   state.counters["measured_s"] = last.makespan_s;
-  state.counters["predicted_s"] = predicted(p);
+  state.counters["predicted_s"] = predicted(be, p);
   state.counters["overlap_fraction"] = last.summary.overlap_fraction;
   state.counters["exposed_comm_s"] = last.summary.exposed_comm_s;
   if (last.placement) state.SetLabel("placement " + *last.placement);
