@@ -1,7 +1,8 @@
-// Schedule generators: the collective matmuls for any number of ranks, sizes and dtype (AllGather + matmul as a unidirectional or
-// bidirectional ring, and the matmul whose output is reduce-scattered), with
-// the two baselines overlap is measured against: `blocking` (the collective,
-// then one GEMM) and `unsharded` (one device's GEMM with no communication).
+// Schedule generators: the collective matmuls for any number of ranks,
+// sizes and dtype (AllGather + matmul as a unidirectional or bidirectional
+// ring, and the matmul whose output is reduce-scattered), with the two
+// baselines overlap is measured against: `blocking` (the collective, then
+// one GEMM) and `unsharded` (one device's GEMM with no communication).
 #pragma once
 
 #include <cstdint>
