@@ -90,9 +90,9 @@ struct Machine {
   // the cpu backend, the device's cross-stream dependency on a GPU.
   double event_latency_s = 0;
   // The ranks are threads of one host of this many cores (the cpu
-  // backend): a command running on any rank takes a core, and more
-  // commands than cores share them equally. 0: every rank is a device of
-  // its own, whose concurrent kernels share it.
+  // backend): a command of any rank runs on a free core at the full rate,
+  // or waits for one, first come first served. 0: every rank is a device
+  // of its own, whose concurrent kernels share it.
   int64_t host_cores = 0;
   double gemm_efficiency = 1;
   // GEMMs priced by shape (all three set) or at gemm_efficiency of peak
