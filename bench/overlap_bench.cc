@@ -83,9 +83,17 @@ const thunky::sim::Machine& machine(const std::string& be) {
   return models[be] = r.value();
 }
 
-double predicted(const std::string& be, const Program& p) {
-  auto r = thunky::sim::simulate(p, machine(be), nullptr);
-  return r ? r->report.makespan_s : -1;
+// thunky-sim's makespan of `p`, or -1 with the reason in `why` (a model
+// that cannot be read or calibrated, a schedule it cannot price).
+double predicted(const std::string& be, const Program& p, std::string& why) {
+  try {
+    auto r = thunky::sim::simulate(p, machine(be), nullptr);
+    if (r) return r->report.makespan_s;
+    why = r.errors().front().str();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  return -1;
 }
 
 // Runs `p` once per benchmark iteration (plan and initialise outside the
@@ -111,7 +119,9 @@ thunky::Report measure(benchmark::State& state, const std::string& be, const Pro
   std::sort(spans.begin(), spans.end());
   if (!spans.empty()) last.makespan_s = spans[spans.size() / 2];
   state.counters["measured_s"] = last.makespan_s;
-  state.counters["predicted_s"] = predicted(be, p);
+  std::string why;
+  state.counters["predicted_s"] = predicted(be, p, why);
+  if (!why.empty()) state.SkipWithError(("predicting: " + why).c_str());
   state.counters["overlap_fraction"] = last.summary.overlap_fraction;
   state.counters["exposed_comm_s"] = last.summary.exposed_comm_s;
   if (last.placement) state.SetLabel("placement " + *last.placement);
