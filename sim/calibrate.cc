@@ -51,7 +51,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
   struct Run {
     int line = 1;
     size_t first_row = 0;
-    int64_t ranks = 0, threads_gpus = 0;
+    int64_t ranks = 0, threads_gpus = 0, gpus = 1;
     std::map<std::string, int64_t> on_host;  // ranks per host, from the "#  Rank k ... on HOST" lines
   } run;
   auto end_run = [&] {
@@ -65,6 +65,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
       rows[i].ranks = ranks;
       rows[i].hosts = static_cast<int64_t>(run.on_host.size());
       rows[i].ranks_per_host = per_host;
+      rows[i].gpus_per_thread = run.gpus;
     }
   };
   // A "Collective test starting" line or an "# nThread" header starts a run.
@@ -113,6 +114,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
           if (w[i] == "nGpus") g = std::atoll(w[i + 1].c_str());
         }
         run.threads_gpus = t * g;
+        run.gpus = std::max<int64_t>(g, 1);
       }
       if (w.size() > 1 && w[1] == "size") table = true;
       continue;
@@ -177,8 +179,9 @@ double model_seconds(const AxisLinks& a, const NcclTestRow& r) {
   // sendrecv: each rank sends to the next, priced as thunky-sim prices a
   // collective_permute's pair; past one node the slowest pairs cross to
   // the next node through their NICs.
-  if (r.op == Op::collective_permute) return nccl_p2p(a, a.topology == AxisLinks::Topology::hierarchical && r.ranks > a.group_size, r.bytes).seconds();
-  return nccl_collective(r.op, a, r.ranks, model_bytes(r)).seconds();
+  if (r.op == Op::collective_permute)
+    return with_host_floor(nccl_p2p(a, a.topology == AxisLinks::Topology::hierarchical && r.ranks > a.group_size, r.bytes), a.nccl_params, r.gpus_per_thread).seconds();
+  return nccl_collective(r.op, a, r.ranks, model_bytes(r), r.gpus_per_thread).seconds();
 }
 
 namespace {
@@ -224,6 +227,16 @@ FitResult fit_nccl(const AxisLinks& base, const std::vector<NcclTestRow>& rows) 
   // all_gather's n-1, or two GPU counts) tell them apart. Runs of one keep
   // the base's overhead, and the step latencies take the rest.
   if (step_counts.size() > 1) knobs.push_back({&q.overhead_s, 0, 1e-3});
+  // Runs in which one thread drives several GPUs (nccl-tests -g k) take
+  // no less per iteration than the host needs to issue each GPU's part;
+  // the host's time per GPU starts where the flattest run would put it.
+  double least_per_gpu = std::numeric_limits<double>::infinity();
+  for (const auto& r : rows)
+    if (r.gpus_per_thread > 1) least_per_gpu = std::min(least_per_gpu, r.seconds() / static_cast<double>(r.gpus_per_thread));
+  if (std::isfinite(least_per_gpu)) {
+    if (q.host_launch_s <= 0) q.host_launch_s = 0.9 * least_per_gpu;
+    knobs.push_back({&q.host_launch_s, 0, 1e-3});
+  }
   for (auto& p : q.ring) {
     knobs.push_back({&p.step_latency_s, 0, 1e-3});
     knobs.push_back({&p.efficiency, 1e-3, 1});

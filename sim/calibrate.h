@@ -22,6 +22,9 @@ struct NcclTestRow {
   // The hosts its "#  Rank" lines name, and the ranks on each (0 where
   // they differ); 0 and 0 where the run lists no ranks.
   int64_t hosts = 0, ranks_per_host = 0;
+  // The GPUs one thread of the run drives (the "# nThread" line's nGpus:
+  // -g k); 1 where no header says.
+  int64_t gpus_per_thread = 1;
   std::string file;
   int line = 0;
   // The measured time (out-of-place, else in-place).
@@ -32,7 +35,8 @@ struct NcclTestRow {
 // collective comes from a "# Collective test starting: X_perf" line, else
 // from the file name (all_reduce_perf...); the ranks of each run (from its
 // "Collective test starting" line or "# nThread" header on) from its
-// "#  Rank k" lines, or nThread x nGpus.
+// "#  Rank k" lines, or nThread x nGpus; the GPUs each thread drives from
+// nGpus.
 // Throws ThunkyError whose pointer is "line N" on anything it cannot read.
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file);
 
@@ -57,7 +61,8 @@ struct FitResult {
 };
 
 // Fits the axis' NCCL figures to the rows (least mean relative error of the
-// times): the overhead, every ring protocol's step latency and efficiency,
+// times): the overhead, the host's launch time where a thread drives
+// several GPUs, every ring protocol's step latency and efficiency,
 // NVLS' bandwidth and latency where the axis has NVLS and the rows hold an
 // all_reduce that uses it, and the network's figures where the rows span
 // nodes. Deterministic.

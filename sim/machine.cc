@@ -91,6 +91,7 @@ void parse_collective_model(Obj& o, AxisLinks& a) {
   q.multinode_simple_factor = positive(n, "multinode_simple_factor", false, q.multinode_simple_factor);
   q.copy_factor = positive(n, "copy_factor", false, q.copy_factor);
   if (q.copy_factor <= 0) fail(n.at("copy_factor"), "must be positive");
+  q.host_launch_s = positive(n, "host_launch_s", false, q.host_launch_s);
   n.done();
 }
 

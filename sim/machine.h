@@ -54,6 +54,12 @@ struct NcclParams {
   // ones (all_reduce, reduce_scatter) run at: NCCL's copy and reduce
   // kernels differ by up to 10% either way, by machine.
   double copy_factor = 1.0;
+  // The host's time to issue one GPU's part of a collective. A thread that
+  // drives k GPUs (nccl-tests -g k, or one process for a node) issues one
+  // collective at most every k x this, and back-to-back collectives take
+  // no less: the GPUs' work hides behind the launches, not after them.
+  // thunky's ranks each have their own thread (k = 1). 0 = no floor.
+  double host_launch_s = 0;
   NcclParams();
 };
 

@@ -178,20 +178,35 @@ NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes) {
   return {q.overhead_s + q.ring[pi].base_latency_s + hop.step_latency_s, bytes / bandwidth(hop, link), NcclAlgo::p2p, proto};
 }
 
-NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes) {
-  if (n <= 1) return {};
-  // NCCL picks by its tuning model, and the pick then runs at what the
-  // machine achieves: where the two disagree (a protocol that NCCL's
-  // constants favour but that runs slower here), measured curves show a
-  // plateau, and so does the model.
+NcclChoice with_host_floor(NcclChoice c, const NcclParams& q, int64_t gpus_per_thread) {
+  const double floor = static_cast<double>(std::max<int64_t>(gpus_per_thread, 1)) * q.host_launch_s;
+  if (c.seconds() < floor) c.latency_s += floor - c.seconds();
+  return c;
+}
+
+namespace {
+
+// NCCL picks by its tuning model, and the pick then runs at what the
+// machine achieves: where the two disagree (a protocol that NCCL's
+// constants favour but that runs slower here), measured curves show a
+// plateau, and so does the model.
+NcclChoice on_the_gpus(Op op, const AxisLinks& a, int64_t n, double bytes) {
   const Shape s = shape_of(a, n);
-  if (op == Op::all_to_all) return all_to_all(a.nccl_params, s, n, bytes);
-  const NcclChoice pick = fastest(op, a, s, tuner_params(a.nccl_params, s), n, bytes);
+  const NcclParams& q = a.nccl_params;
+  if (op == Op::all_to_all) return all_to_all(q, s, n, bytes);
+  const NcclChoice pick = fastest(op, a, s, tuner_params(q, s), n, bytes);
   switch (pick.algo) {
-    case NcclAlgo::ring: return ring(op, a.nccl_params, s, n, bytes, pick.proto);
-    case NcclAlgo::tree: return tree(a.nccl_params, s, bytes, pick.proto);
-    default: return nvls(a.nccl_params, s, n, bytes);
+    case NcclAlgo::ring: return ring(op, q, s, n, bytes, pick.proto);
+    case NcclAlgo::tree: return tree(q, s, bytes, pick.proto);
+    default: return nvls(q, s, n, bytes);
   }
+}
+
+}  // namespace
+
+NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes, int64_t gpus_per_thread) {
+  if (n <= 1) return {};
+  return with_host_floor(on_the_gpus(op, a, n, bytes), a.nccl_params, gpus_per_thread);
 }
 
 namespace {

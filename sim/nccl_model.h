@@ -31,7 +31,15 @@ struct NcclChoice {
 // the algorithms and protocols allowed on the axis are considered; none
 // left is ring/Simple.
 // The choice does not depend on the machine's fitted figures.
-NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes);
+// `gpus_per_thread`: the GPUs that the host thread issuing it drives (one
+// in thunky, where each rank has its own; nccl-tests' nGpus); it takes at
+// least that many times the axis' host_launch_s.
+NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes, int64_t gpus_per_thread = 1);
+
+// `c` lengthened to the host's floor: a thread that drives
+// `gpus_per_thread` GPUs issues a collective at most every
+// gpus_per_thread x q.host_launch_s, so back-to-back ones take no less.
+NcclChoice with_host_floor(NcclChoice c, const NcclParams& q, int64_t gpus_per_thread);
 
 // One send/receive pair of a collective_permute, as ncclSend/ncclRecv run
 // it: one protocol over one link (LL up to 16 KiB, NCCL's p2p LL

@@ -513,6 +513,27 @@ TEST(CalibrateCli, FitsNcclTestsAndWritesAMachineThatThunkySimLoads) {
   EXPECT_NE(s.out.find("ring/LL"), std::string::npos) << s.out;  // a tiny all_reduce takes LL
 }
 
+TEST(CalibrateCli, AThreadDrivingSeveralGpusGetsItsFloorAndTheModelKeepsIt) {
+  // 4 x H100, one thread driving the four (nGpus 4): the fit finds the
+  // thread's floor, 4 x 5.8 = 23.3 us (the all_reduce is flat at 23.2-23.4
+  // us up to 4 KiB; NcclModel.CalibrationSeparatesTheHostsFloorFromTheGpus
+  // derives it), says so, and writes host_launch_s; --check of the written
+  // model on the same run gives the fit's own error back.
+  TempDir d("calibrate_floor");
+  const std::string run = kSrc + "/tests/nccl/h100_4gpu_all_reduce_perf.txt", out = (d.path / "h100x4.json").string();
+  Result r = calibrate("nccl-tests " + run + " --machine h100-8gpu -o " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("host floor: one thread drove up to 4 GPUs (nGpus)"), std::string::npos) << r.out;
+  const double host = nlohmann::json::parse(std::ifstream(out))["axes"]["*"]["nccl"]["host_launch_s"].get<double>();
+  EXPECT_NEAR(4 * host, 23.3e-6, 0.5e-6);
+  const size_t at = r.out.find("fit over 31 sizes: mean |error| ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string summary = r.out.substr(at + 4, r.out.find('\n', at) - at - 4);  // "over 31 sizes: mean |error| ..."
+  Result check = calibrate("nccl-tests " + run + " --machine " + out + " --check");
+  ASSERT_EQ(check.code, 0) << check.err;
+  EXPECT_NE(check.out.find("model " + summary), std::string::npos) << check.out;
+}
+
 TEST(CalibrateCli, CheckPrintsAModelAgainstRunsAndFitsNothing) {
   TempDir d("calibrate_check");
   // h100-8gpu against a public 8x H100 reduce_scatter run it was not fitted

@@ -137,6 +137,7 @@ int write_calibrated(const std::string& machine, const std::string& axis_name, c
   ojson n = {{"overhead_s", q.overhead_s}, {"ring", protocols_json(q.ring)}, {"tree", protocols_json(q.tree)}, {"network", protocols_json(q.network)},
              {"nvls_bandwidth", q.nvls_bandwidth}, {"nvls_tuner_bandwidth", q.nvls_tuner_bandwidth}, {"nvls_latency_s", q.nvls_latency_s}, {"nvls_min_ranks", q.nvls_min_ranks},
              {"multinode_simple_factor", q.multinode_simple_factor}, {"copy_factor", q.copy_factor}};
+  if (q.host_launch_s > 0) n["host_launch_s"] = q.host_launch_s;
   ax["nccl"] = n;
   doc["name"] = doc["name"].get<std::string>() + "-calibrated";
   std::string files_list;
@@ -195,6 +196,15 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   }
   const thunky::sim::FitResult fit = thunky::sim::fit_nccl(*axis, *rows);
   print_errors(fit.axis, *rows, "fitted_us", "fit over");
+  int64_t most_gpus = 1;
+  for (const auto& r : *rows) most_gpus = std::max(most_gpus, r.gpus_per_thread);
+  if (most_gpus > 1) {
+    char line[192];
+    const double host_us = fit.axis.nccl_params.host_launch_s * 1e6;
+    std::snprintf(line, sizeof line, "host floor: one thread drove up to %lld GPUs (nGpus), and issues a collective at most every %lld x %.2f us (host_launch_s) = %.1f us\n",
+                  static_cast<long long>(most_gpus), static_cast<long long>(most_gpus), host_us, static_cast<double>(most_gpus) * host_us);
+    std::cout << line;
+  }
   return write_calibrated(machine, axis_name, fit, files, out);
 }
 
