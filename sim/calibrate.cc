@@ -114,7 +114,12 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
           if (w[i] == "nGpus") g = std::atoll(w[i + 1].c_str());
         }
         run.threads_gpus = t * g;
-        run.gpus = std::max<int64_t>(g, 1);
+        // Under CUDA graphs ("graph: 1", nccl-tests -G) the thread launches
+        // a graph of iterations, not each GPU's part of each: no floor.
+        int64_t graph = 0;
+        for (size_t i = 1; i + 1 < w.size(); ++i)
+          if (w[i] == "graph:") graph = std::atoll(w[i + 1].c_str());
+        run.gpus = graph > 0 ? 0 : std::max<int64_t>(g, 1);
       }
       if (w.size() > 1 && w[1] == "size") table = true;
       continue;

@@ -22,8 +22,9 @@ struct NcclTestRow {
   // The hosts its "#  Rank" lines name, and the ranks on each (0 where
   // they differ); 0 and 0 where the run lists no ranks.
   int64_t hosts = 0, ranks_per_host = 0;
-  // The GPUs one thread of the run drives (the "# nThread" line's nGpus:
-  // -g k); 1 where no header says.
+  // The GPUs whose part of each collective one thread of the run launches
+  // (the "# nThread" line's nGpus, -g k); 1 where no header says, 0 under
+  // CUDA graphs ("graph: 1"), where the thread launches a graph instead.
   int64_t gpus_per_thread = 1;
   std::string file;
   int line = 0;

@@ -179,7 +179,7 @@ NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes) {
 }
 
 NcclChoice with_host_floor(NcclChoice c, const NcclParams& q, int64_t gpus_per_thread) {
-  const double floor = static_cast<double>(std::max<int64_t>(gpus_per_thread, 1)) * q.host_launch_s;
+  const double floor = static_cast<double>(std::max<int64_t>(gpus_per_thread, 0)) * q.host_launch_s;
   if (c.seconds() < floor) c.latency_s += floor - c.seconds();
   return c;
 }

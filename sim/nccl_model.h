@@ -31,9 +31,10 @@ struct NcclChoice {
 // the algorithms and protocols allowed on the axis are considered; none
 // left is ring/Simple.
 // The choice does not depend on the machine's fitted figures.
-// `gpus_per_thread`: the GPUs that the host thread issuing it drives (one
-// in thunky, where each rank has its own; nccl-tests' nGpus); it takes at
-// least that many times the axis' host_launch_s.
+// `gpus_per_thread`: the GPUs whose part the host thread issuing it
+// launches (one in thunky, where each rank has its own; nccl-tests' nGpus;
+// 0 under CUDA graphs); it takes at least that many times the axis'
+// host_launch_s.
 NcclChoice nccl_collective(Op op, const AxisLinks& a, int64_t n, double bytes, int64_t gpus_per_thread = 1);
 
 // `c` lengthened to the host's floor: a thread that drives

@@ -323,6 +323,32 @@ TEST(NcclModel, CalibrationSeparatesTheHostsFloorFromTheGpus) {
   EXPECT_GE(errors(summed.axis, as_mpi, 1 << 20, 1e12, "4x H100 all_reduce, fitted as if one GPU per thread").max, 0.40);
 }
 
+TEST(NcclModel, CudaGraphRunsShowTheGpusOwnLatency) {
+  // The same four GPUs under CUDA graphs (nccl-tests -G 1, "graph: 1";
+  // NCCL 2.29.2): the thread launches a graph of iterations, not each
+  // GPU's part of each, so there is no host floor, and the all_reduce
+  // takes 15.3-17.0 us up to 16 KiB where the eager run's thread holds it
+  // at 23.3. Fitted to the eager run alone, the GPUs' latency hides under
+  // the floor (ring/LL comes out at 8.5 us); fitted to both, the floor
+  // comes from the eager run and the latency from the graph one: 1.92 +
+  // 6.6 + 6 steps of about 1.2 us, 15.9 us, the time thunky-sim gives
+  // four ranks that each issue their own.
+  const auto graph = h100_4gpu("all_reduce_graph");
+  ASSERT_EQ(graph.size(), 22u);  // 8 B to 16 MiB
+  EXPECT_EQ(graph.front().gpus_per_thread, 0);
+  const Machine m = load_machine("h100-8gpu", kModels).value();
+  const FitResult eager = fit_nccl(*m.axis("x"), h100_4gpu("all_reduce"));
+  EXPECT_LT(nccl_collective(Op::all_reduce, eager.axis, 4, 8).seconds(), 0.7 * graph.front().seconds());
+  std::vector<NcclTestRow> both = h100_4gpu("all_reduce");
+  for (const auto& r : graph) both.push_back(r);
+  const FitResult fit = fit_nccl(*m.axis("x"), both);
+  EXPECT_NEAR(4 * fit.axis.nccl_params.host_launch_s, 23.3e-6, 0.5e-6);
+  EXPECT_LE(errors(fit.axis, graph, 0, 16384, "4x H100 all_reduce under CUDA graphs, fitted with the eager run, up to 16 KiB").max, 0.10);
+  EXPECT_LE(errors(fit.axis, graph, 0, 1e12, "4x H100 all_reduce under CUDA graphs, fitted with the eager run").mean, 0.08);
+  EXPECT_LE(errors(fit.axis, h100_4gpu("all_reduce"), 0, 1e12, "4x H100 all_reduce, eager, fitted with the graph run").mean, 0.05);
+  EXPECT_NEAR(nccl_collective(Op::all_reduce, fit.axis, 4, 8).seconds(), 16.08e-6, 0.05 * 16.08e-6);
+}
+
 TEST(NcclModel, H100ModelOnFourGpusOfTheNode) {
   // h100-8gpu was set from 8-GPU figures; on four GPUs of an H100 node at
   // large sizes the ring is what it predicts: ring/Simple at 0.82 x 450 =
