@@ -108,17 +108,18 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
       }
       if (w.size() > 1 && w[1] == "nThread") {
         start_run(n);
-        int64_t t = 0, g = 0;
+        // Counts past 2^24 are no run's; bounded, their product cannot
+        // overflow.
+        auto count = [](const std::string& word) { return std::clamp<int64_t>(std::atoll(word.c_str()), 0, int64_t{1} << 24); };
+        int64_t t = 0, g = 0, graph = 0;
         for (size_t i = 1; i + 1 < w.size(); ++i) {
-          if (w[i] == "nThread") t = std::atoll(w[i + 1].c_str());
-          if (w[i] == "nGpus") g = std::atoll(w[i + 1].c_str());
+          if (w[i] == "nThread") t = count(w[i + 1]);
+          if (w[i] == "nGpus") g = count(w[i + 1]);
+          if (w[i] == "graph:") graph = count(w[i + 1]);
         }
         run.threads_gpus = t * g;
         // Under CUDA graphs ("graph: 1", nccl-tests -G) the thread launches
         // a graph of iterations, not each GPU's part of each: no floor.
-        int64_t graph = 0;
-        for (size_t i = 1; i + 1 < w.size(); ++i)
-          if (w[i] == "graph:") graph = std::atoll(w[i + 1].c_str());
         run.gpus = graph > 0 ? 0 : std::max<int64_t>(g, 1);
       }
       if (w.size() > 1 && w[1] == "size") table = true;

@@ -268,6 +268,16 @@ TEST(NcclTests, ReadsHowManyGpusEachThreadDrives) {
   EXPECT_EQ(fixture("a100_8gpu_all_reduce_perf.txt").front().gpus_per_thread, 8);
   EXPECT_EQ(fixture("h100_2x8_tcpxo_all_reduce_perf.txt").front().gpus_per_thread, 1);
   EXPECT_EQ(b200("all_reduce").front().gpus_per_thread, 1);
+  // Counts no run has are read bounded at 2^24 each, so their product (the
+  // ranks, with no "#  Rank" lines) cannot overflow: 2^48.
+  const auto huge = read_nccl_tests(
+      "# Collective test starting: all_reduce_perf\n# nThread 99999999999999999999 nGpus 99999999999999999999 graph: 0\n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+      "        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n",
+      "huge.txt");
+  ASSERT_EQ(huge.size(), 1u);
+  EXPECT_EQ(huge[0].ranks, int64_t{1} << 48);
+  EXPECT_EQ(huge[0].gpus_per_thread, int64_t{1} << 24);
 }
 
 TEST(NcclModel, AThreadDrivingSeveralGpusIssuesNoFasterThanItsFloor) {
