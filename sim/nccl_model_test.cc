@@ -604,6 +604,44 @@ TEST(NcclModel, H100ModelPredictsAReduceScatterItWasNotFittedOn) {
   EXPECT_NEAR(nccl_collective(Op::reduce_scatter, *m.axis("x"), 8, 134217728.0).seconds(), 66.60e-6 + 0.875 * 134217728.0 / (0.82 * 4.5e11), 1e-9);
 }
 
+TEST(NcclModel, DefaultsAreNcclsOwnTuningTableOnH100) {
+  // NCCL prints its tuning table (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING):
+  // for each collective, algorithm and protocol, latency (us) / algorithm
+  // bandwidth (GB/s). A public log of NCCL 2.29.2 on 2, 4 and 6 H100s of
+  // one NVSwitch node reads, for the ring:
+  //   AllReduce  LL 7.8/141.0, LL128 17.8/331.2, Simple 15.2/360.0 (2 GPUs)
+  //              LL 10.2/94.0, LL128 25.4/220.8, Simple 28.8/240.0 (4)
+  //              LL 12.6/84.6, LL128 33.0/198.7, Simple 42.4/216.0 (6)
+  //   AllGather  LL 7.2/282.0, LL128 15.9/662.4, Simple 11.8/720.0 (2)
+  //              LL 8.4/188.0, LL128 19.7/441.6, Simple 18.6/480.0 (4)
+  //              LL 9.6/169.2, LL128 23.5/397.4, Simple 25.4/432.0 (6)
+  // NcclParams' defaults on 450 GB/s of NVLink egress give each of them:
+  // the time of a collective of S bytes is the latency plus S over the
+  // algorithm bandwidth.
+  AxisLinks a;
+  a.topology = AxisLinks::Topology::switch_;
+  a.egress_bandwidth = 4.5e11;
+  a.nccl = true;
+  a.algorithms = 1u << static_cast<int>(NcclAlgo::ring);
+  struct Row {
+    Op op;
+    int n;
+    double lat_us[3], alg_gbs[3];
+  };
+  const Row table[] = {{Op::all_reduce, 2, {7.8, 17.8, 15.2}, {141.0, 331.2, 360.0}},   {Op::all_reduce, 4, {10.2, 25.4, 28.8}, {94.0, 220.8, 240.0}},
+                       {Op::all_reduce, 6, {12.6, 33.0, 42.4}, {84.6, 198.7, 216.0}},   {Op::all_gather, 2, {7.2, 15.9, 11.8}, {282.0, 662.4, 720.0}},
+                       {Op::all_gather, 4, {8.4, 19.7, 18.6}, {188.0, 441.6, 480.0}},   {Op::all_gather, 6, {9.6, 23.5, 25.4}, {169.2, 397.4, 432.0}}};
+  const double s = 1e9;
+  for (const Row& r : table)
+    for (int p = 0; p < kNcclProtos; ++p) {
+      a.protocols = static_cast<uint8_t>(1u << p);
+      const NcclChoice c = nccl_collective(r.op, a, r.n, s);
+      ASSERT_EQ(c.proto, static_cast<NcclProto>(p));
+      EXPECT_NEAR(c.latency_s * 1e6, r.lat_us[p], 0.05) << op_name(r.op) << " " << r.n << " " << nccl_proto_name(c.proto);
+      EXPECT_NEAR(s / c.transfer_s / 1e9, r.alg_gbs[p], 0.05) << op_name(r.op) << " " << r.n << " " << nccl_proto_name(c.proto);
+    }
+}
+
 TEST(NcclModel, NcclsTunerPicksAndTheMachinesFiguresPrice) {
   Machine m = load_machine("h100-8gpu", kModels).value();
   const AxisLinks& a = *m.axis("x");
