@@ -138,8 +138,9 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
       }
       if (first.nccl) {
         // As NCCL sends: its latency, and its protocol's rate, the flow
-        // sized so that alone it takes that time at its links' rate.
-        const NcclChoice p = nccl_p2p(first, across, bytes);
+        // sized so that alone it takes that time at its links' rate; no
+        // less than one launch of the rank's host thread.
+        const NcclChoice p = with_host_floor(nccl_p2p(first, across, bytes), first.nccl_params, 1);
         double cap = std::numeric_limits<double>::infinity();
         for (int l : links) cap = std::min(cap, capacity_[l]);
         flows_[f].remaining = p.transfer_s * cap;

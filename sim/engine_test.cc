@@ -248,6 +248,25 @@ TEST(SimLinks, PermutesOnNcclAxesAreNcclSends) {
   EXPECT_NEAR(makespan(sched(16), load_machine("h100-cluster", models).value()), 38.32e-6 + v / (0.92 * 5e10), 1e-9);
 }
 
+TEST(SimLinks, ARanksHostFloorHoldsItsSendsAndCollectives) {
+  // h100-8gpu whose host takes 1 ms to issue a GPU's part: a 4-byte shift
+  // (10.27 us on the GPUs, LL) and a 4-byte all_reduce (33 us) each take 1
+  // ms, one launch of the rank's own thread; one after the other, 2 ms.
+  const std::string models = std::string(THUNKY_SOURCE_DIR) + "/models";
+  Machine m = load_machine("h100-8gpu", models).value();
+  m.axes.at("*").nccl_params.host_launch_s = 1e-3;
+  auto sched = [](const std::string& program) {
+    return R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [8]},
+      "buffers": {"a": {"shape": [1], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}}, "b": {"shape": [1], "dtype": "f32"}, "c": {"shape": [1], "dtype": "f32"}},
+      "program": )" + program + "}";
+  };
+  const std::string shift = R"({"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1})";
+  const std::string reduce = R"({"op": "all_reduce", "src": "a", "dst": "c", "axis": "x"})";
+  EXPECT_NEAR(makespan(sched("[" + shift + "]"), m), 1e-3, 1e-12);
+  EXPECT_NEAR(makespan(sched("[" + reduce + "]"), m), 1e-3, 1e-12);
+  EXPECT_NEAR(makespan(sched("[" + shift + ", " + reduce + "]"), m), 2e-3, 1e-12);
+}
+
 TEST(SimLinks, AxisIndexGroupsRunAsSmallerRings) {
   // all_reduce of 1e6 bytes with groups {0,1} and {2,3} of a 4-ring: each
   // group is a 2-rank ring, 2 V / (2 x 1e9) = 1 ms, and the two groups use
