@@ -39,6 +39,57 @@ bool parse_number(const std::string& s, double& out) {
   return end && *end == '\0' && std::isfinite(out) && out >= 0;
 }
 
+// Where an NCCL log message starts in a line ("HOST:PID:TID [DEV] NCCL
+// INFO ...", which NCCL_DEBUG writes to the same stdout), and where its
+// host ends; npos when there is none.
+struct LogAt {
+  size_t start = std::string::npos, host_end = 0;
+};
+
+// nccl-tests prints a row's size columns before it runs the collective and
+// its times after, so a message can start right after a row's text, its
+// host glued to the last column ("-1" then "node7:..." reads "-1node7:..."):
+// a host the run has named is looked for first, else the whole word before
+// ":PID:TID [DEV] NCCL " is taken for the host.
+LogAt nccl_log_at(const std::string& line, const std::set<std::string>& hosts) {
+  auto digits_before = [&](size_t end) {
+    size_t j = end;
+    while (j > 0 && std::isdigit(static_cast<unsigned char>(line[j - 1]))) --j;
+    return j;
+  };
+  for (size_t tag = line.find("] NCCL "); tag != std::string::npos; tag = line.find("] NCCL ", tag + 1)) {
+    const size_t dev = digits_before(tag);
+    if (dev == tag || dev < 2 || line[dev - 1] != '[' || line[dev - 2] != ' ') continue;
+    const size_t tid = digits_before(dev - 2);
+    if (tid == dev - 2 || tid == 0 || line[tid - 1] != ':') continue;
+    const size_t pid = digits_before(tid - 1);
+    if (pid == tid - 1 || pid == 0 || line[pid - 1] != ':') continue;
+    const size_t host_end = pid - 1;
+    size_t best = std::string::npos;
+    for (const auto& h : hosts)
+      if (!h.empty() && h.size() <= host_end && line.compare(host_end - h.size(), h.size(), h) == 0) best = std::min(best, host_end - h.size());
+    if (best == std::string::npos) {
+      best = host_end;
+      while (best > 0 && !std::isspace(static_cast<unsigned char>(line[best - 1]))) --best;
+    }
+    if (best < host_end) return {best, host_end};
+  }
+  return {};
+}
+
+// NCCL's pick in a log message ("AllReduce: 268435456 Bytes -> Algo RING
+// proto SIMPLE ...", NCCL 2.2x), in thunky's names ("ring/Simple"), or "".
+std::string nccl_pick(const std::string& message) {
+  const size_t at = message.find(" Bytes -> Algo ");
+  if (at == std::string::npos) return "";
+  std::istringstream words(message.substr(at + 15));
+  std::string algo, proto_word, proto;
+  if (!(words >> algo >> proto_word >> proto) || proto_word != "proto") return "";
+  std::transform(algo.begin(), algo.end(), algo.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (proto == "SIMPLE") proto = "Simple";
+  return algo + "/" + proto;
+}
+
 }  // namespace
 
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file) {
@@ -75,6 +126,21 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     run.line = line;
     run.first_row = rows.size();
   };
+  // With NCCL_DEBUG=INFO, NCCL's messages run into the table and cut rows:
+  // the hosts that write them, the table's column count (from its "# size"
+  // line), a row begun before a message and waiting for the rest of its
+  // columns, and NCCL's latest pick, which the next row gets.
+  std::set<std::string> hosts;
+  size_t columns = 0;
+  struct Cut {
+    std::vector<std::string> words;
+    int line = 0;
+  };
+  std::optional<Cut> cut_row;
+  std::string pick;
+  auto refuse_cut_row = [&] {
+    if (cut_row) fail_at(cut_row->line, "a row that NCCL's log output cut, and whose times never came (" + std::to_string(cut_row->words.size()) + " of " + std::to_string(columns) + " columns)");
+  };
   std::istringstream in(text);
   std::string line;
   int n = 0;
@@ -88,11 +154,21 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
       const size_t colon = line.find_first_not_of("0123456789", d);
       if (colon != std::string::npos && line[colon] == ':') line = line.substr(colon + 1);
     }
+    // An NCCL message is read for NCCL's pick only; the text before it, if
+    // any, is the row it cut.
+    bool cut = false;
+    if (const LogAt at = nccl_log_at(line, hosts); at.start != std::string::npos) {
+      if (line.find_first_not_of(' ') == at.start) hosts.insert(line.substr(at.start, at.host_end - at.start));
+      if (std::string p = nccl_pick(line.substr(at.start)); !p.empty()) pick = p;
+      line.resize(at.start);
+      cut = true;
+    }
     std::istringstream words(line);
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);
     if (w.empty()) continue;
     if (w[0] == "#") {
+      refuse_cut_row();
       if (line.find("Collective test starting:") != std::string::npos) {
         start_run(n);
         op = op_of_test(w.back());
@@ -103,6 +179,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         for (size_t i = 2; i + 1 < w.size(); ++i)
           if (w[i] == "on") {
             ++run.on_host[w[i + 1]];
+            hosts.insert(w[i + 1]);
             break;
           }
       }
@@ -122,42 +199,65 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         // a graph of iterations, not each GPU's part of each: no floor.
         run.gpus = graph > 0 ? 0 : std::max<int64_t>(g, 1);
       }
-      if (w.size() > 1 && w[1] == "size") table = true;
+      if (w.size() > 1 && w[1] == "size") {
+        table = true;
+        columns = w.size() - 1;
+      }
       continue;
     }
     // In the table, a line that starts with a number (signed too) is a row;
     // any other is log output that other processes wrote into it.
     const size_t sign = w[0][0] == '-' || w[0][0] == '+' ? 1 : 0;
     if (line[0] == '#' || !table || w[0].size() <= sign || !std::isdigit(static_cast<unsigned char>(w[0][sign]))) continue;
+    // A row that NCCL's messages cut: its first part, then the rest of its
+    // columns (numbers only) from the lines between the messages, until the
+    // table's count is reached.
+    int row_line = n;
+    if (cut_row) {
+      double x = 0;
+      if (!std::all_of(w.begin(), w.end(), [&](const std::string& word) { return parse_number(word, x); })) refuse_cut_row();
+      cut_row->words.insert(cut_row->words.end(), w.begin(), w.end());
+      if (cut_row->words.size() < columns) continue;
+      if (cut_row->words.size() > columns) fail_at(cut_row->line, "a row that NCCL's log output cut reads " + std::to_string(cut_row->words.size()) + " columns, not the table's " + std::to_string(columns));
+      w = std::move(cut_row->words);
+      row_line = cut_row->line;
+      cut_row.reset();
+    } else if (cut && w.size() < columns) {
+      cut_row = Cut{w, n};
+      continue;
+    }
     // size count type [redop [root]] time algbw busbw #wrong [time algbw busbw #wrong]:
     // counted from the end, the out-of-place time is 8th (4th when there
     // is no in-place half) and the in-place time 4th.
-    if (!op) fail_at(n, "cannot tell the collective: no '# Collective test starting:' line and the file name names none (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, sendrecv_perf)");
-    if (w.size() < 7) fail_at(n, "expected size, count, type, ..., time, algbw, busbw, #wrong columns, got " + std::to_string(w.size()));
+    if (!op) fail_at(row_line, "cannot tell the collective: no '# Collective test starting:' line and the file name names none (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, sendrecv_perf)");
+    if (w.size() < 7) fail_at(row_line, "expected size, count, type, ..., time, algbw, busbw, #wrong columns, got " + std::to_string(w.size()));
     NcclTestRow r;
     r.op = *op;
     r.file = file;
-    r.line = n;
+    r.line = row_line;
+    r.nccl_pick = std::move(pick);
+    pick.clear();
     // A result row reads size, count (whole numbers) and the type's name; a
     // line that does not is a fragment (a row cut by log lines that other
     // processes wrote into the table, as NCCL_DEBUG output can be).
     double count = 0, type_as_number = 0;
-    if (!parse_number(w[0], r.bytes) || r.bytes != std::floor(r.bytes)) fail_at(n, "size '" + w[0] + "' is not a whole number of bytes");
+    if (!parse_number(w[0], r.bytes) || r.bytes != std::floor(r.bytes)) fail_at(row_line, "size '" + w[0] + "' is not a whole number of bytes");
     if (!parse_number(w[1], count) || count != std::floor(count) || parse_number(w[2], type_as_number))
-      fail_at(n, "not a result row (size, count, type, ...): '" + line.substr(0, 60) + "'; is it a fragment cut by other output?");
+      fail_at(row_line, "not a result row (size, count, type, ...): '" + w[0] + " " + w[1] + " " + w[2] + " ...'; is it a fragment cut by other output?");
     // all_gather and reduce_scatter print size-0 rows where the count per
     // rank rounds to nothing: nothing moved, nothing to fit.
     if (r.bytes == 0) continue;
     const bool both = w.size() >= 11;
     const std::string& oop_text = w[w.size() - (both ? 8 : 4)];
     double oop = 0, ip = 0;
-    if (!parse_number(oop_text, oop)) fail_at(n, "out-of-place time '" + oop_text + "' is not a number of microseconds");
-    if (both && !parse_number(w[w.size() - 4], ip)) fail_at(n, "in-place time '" + w[w.size() - 4] + "' is not a number of microseconds");
+    if (!parse_number(oop_text, oop)) fail_at(row_line, "out-of-place time '" + oop_text + "' is not a number of microseconds");
+    if (both && !parse_number(w[w.size() - 4], ip)) fail_at(row_line, "in-place time '" + w[w.size() - 4] + "' is not a number of microseconds");
     r.out_of_place_s = oop * 1e-6;
     r.in_place_s = ip * 1e-6;
-    if (r.seconds() <= 0) fail_at(n, "no positive time on this line");
+    if (r.seconds() <= 0) fail_at(row_line, "no positive time on this line");
     rows.push_back(r);
   }
+  refuse_cut_row();
   if (rows.empty()) fail_at(n, "no result rows (is this the stdout of an nccl-tests program?)");
   end_run();
   return rows;
@@ -181,14 +281,16 @@ std::string machine_mismatch(const AxisLinks& a, const NcclTestRow& r) {
   return ran + " (" + std::to_string(r.ranks_per_host) + " each), but the axis puts " + std::to_string(node) + " on a node (group_size " + std::to_string(a.group_size) + ")";
 }
 
-double model_seconds(const AxisLinks& a, const NcclTestRow& r) {
+NcclChoice model_choice(const AxisLinks& a, const NcclTestRow& r) {
   // sendrecv: each rank sends to the next, priced as thunky-sim prices a
   // collective_permute's pair; past one node the slowest pairs cross to
   // the next node through their NICs.
   if (r.op == Op::collective_permute)
-    return with_host_floor(nccl_p2p(a, a.topology == AxisLinks::Topology::hierarchical && r.ranks > a.group_size, r.bytes), a.nccl_params, r.gpus_per_thread).seconds();
-  return nccl_collective(r.op, a, r.ranks, model_bytes(r), r.gpus_per_thread).seconds();
+    return with_host_floor(nccl_p2p(a, a.topology == AxisLinks::Topology::hierarchical && r.ranks > a.group_size, r.bytes), a.nccl_params, r.gpus_per_thread);
+  return nccl_collective(r.op, a, r.ranks, model_bytes(r), r.gpus_per_thread);
 }
+
+double model_seconds(const AxisLinks& a, const NcclTestRow& r) { return model_choice(a, r).seconds(); }
 
 namespace {
 

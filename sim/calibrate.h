@@ -10,6 +10,7 @@
 
 #include "core/schedule.h"
 #include "sim/machine.h"
+#include "sim/nccl_model.h"
 
 namespace thunky::sim {
 
@@ -26,6 +27,9 @@ struct NcclTestRow {
   // (the "# nThread" line's nGpus, -g k); 1 where no header says, 0 under
   // CUDA graphs ("graph: 1"), where the thread launches a graph instead.
   int64_t gpus_per_thread = 1;
+  // What NCCL picked for it where its log says ("ring/Simple", from
+  // NCCL_DEBUG=INFO output in the file), else "".
+  std::string nccl_pick;
   std::string file;
   int line = 0;
   // The measured time (out-of-place, else in-place).
@@ -52,8 +56,9 @@ double model_bytes(const NcclTestRow& r);
 // axis' nodes (group_size), or of different sizes.
 std::string machine_mismatch(const AxisLinks& a, const NcclTestRow& r);
 
-// The NCCL model's time for a row on axis `a`.
+// The NCCL model's time for a row on axis `a`, and its pick.
 double model_seconds(const AxisLinks& a, const NcclTestRow& r);
+NcclChoice model_choice(const AxisLinks& a, const NcclTestRow& r);
 
 struct FitResult {
   AxisLinks axis;                // the fitted axis

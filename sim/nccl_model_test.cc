@@ -280,6 +280,43 @@ TEST(NcclTests, ReadsHowManyGpusEachThreadDrives) {
   EXPECT_EQ(huge[0].gpus_per_thread, int64_t{1} << 24);
 }
 
+TEST(NcclTests, ReadsRowsThatNcclsLogCutAndNcclsPicks) {
+  // Run with NCCL_DEBUG=INFO, NCCL's messages go to the same stdout:
+  // nccl-tests prints a row's size columns, runs the collective (NCCL
+  // logs), prints the out-of-place times, runs again, prints the in-place
+  // ones. Each row of this 6-GPU run is cut so (its "-1" glued to the
+  // host "38dcf168f605:1469:1469 [0] NCCL INFO ..."), and the messages say
+  // what NCCL picked: "AllReduce: 268435456 Bytes -> Algo NVLS proto SIMPLE".
+  const auto rows = fixture("h100_6gpu_all_reduce_nccl_debug_perf.txt");
+  ASSERT_EQ(rows.size(), 6u);  // 256 MiB to 8 GiB
+  EXPECT_EQ(rows[0].ranks, 6);
+  EXPECT_EQ(rows[0].bytes, 268435456);
+  EXPECT_DOUBLE_EQ(rows[0].out_of_place_s, 1112.19e-6);
+  EXPECT_DOUBLE_EQ(rows[0].in_place_s, 1112.92e-6);  // 104 lines further down
+  EXPECT_EQ(rows[0].line, 228);                      // where the row begins
+  for (const auto& r : rows) EXPECT_EQ(r.nccl_pick, "nvls/Simple");
+  // h100-8gpu picks as NCCL did (NVLS from 5 GPUs, past its latency), and
+  // prices the 6-GPU NVLS at 480 GB/s of bus bandwidth, 4-7% fast from 512
+  // MiB up against the 413-443 measured.
+  const Machine m = load_machine("h100-8gpu", kModels).value();
+  for (const auto& r : rows) EXPECT_EQ(model_choice(*m.axis("x"), r).algo, NcclAlgo::nvls);
+  EXPECT_LE(errors(*m.axis("x"), rows, 0, 1e12, "6x H100 all_reduce, shipped h100-8gpu").max, 0.08);
+  // The same, small: a host that no "#  Rank" line names, learnt from the
+  // messages that start lines; the LL pick; a row whose times never come.
+  const std::string head = "# nThread 1 nGpus 2 minBytes 1024 maxBytes 1024 step: 2(factor) warmup iters: 1 iters: 1 agg iters: 1 validation: 1 graph: 0\n"
+                           "node-7:12:12 [0] NCCL INFO Init COMPLETE\n"
+                           "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+  const std::string said = "node-7:12:12 [0] NCCL INFO AllReduce: 1024 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}\n";
+  const auto small = read_nccl_tests(head + "        1024           256     float     sum      -1" + said + said + "    20.0    0.05    0.08      0" + said + "    21.0    0.05    0.08      0\n",
+                                     "all_reduce_perf.txt");
+  ASSERT_EQ(small.size(), 1u);
+  EXPECT_DOUBLE_EQ(small[0].out_of_place_s, 20e-6);
+  EXPECT_DOUBLE_EQ(small[0].in_place_s, 21e-6);
+  EXPECT_EQ(small[0].nccl_pick, "ring/LL");
+  EXPECT_NE(read_error(head + "        1024           256     float     sum      -1" + said + "# Out of bounds values : 0 OK\n").find("line 4: a row that NCCL's log output cut, and whose times never came (5 of 13 columns)"),
+            std::string::npos);
+}
+
 TEST(NcclModel, AThreadDrivingSeveralGpusIssuesNoFasterThanItsFloor) {
   // h100-8gpu with a host that takes 5 us to issue one GPU's part. An 8 B
   // all_reduce on 4 GPUs is ring/LL on the GPUs: 1.92 + 6.6 + 6 x 1.75 =

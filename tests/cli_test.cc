@@ -534,6 +534,21 @@ TEST(CalibrateCli, AThreadDrivingSeveralGpusGetsItsFloorAndTheModelKeepsIt) {
   EXPECT_NE(check.out.find("model " + summary), std::string::npos) << check.out;
 }
 
+TEST(CalibrateCli, ARunWithNcclsLogSaysWhetherTheModelPicksAsNcclDid) {
+  // A 6-GPU all_reduce run with NCCL_DEBUG=INFO: NCCL's messages cut every
+  // row, and say it picked NVLS/Simple; h100-8gpu picks the same at all six
+  // sizes (NcclTests.ReadsRowsThatNcclsLogCutAndNcclsPicks).
+  Result r = calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_6gpu_all_reduce_nccl_debug_perf.txt --machine h100-8gpu --check");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("model_pick      nccl_pick"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nvls/Simple     nvls/Simple"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the model picks the same algorithm and protocol at 6 of 6 sizes"), std::string::npos) << r.out;
+  // Runs whose logs say nothing of NCCL's picks get no such columns.
+  Result plain = calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu --check");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("nccl_pick"), std::string::npos) << plain.out;
+}
+
 TEST(CalibrateCli, CheckPrintsAModelAgainstRunsAndFitsNothing) {
   TempDir d("calibrate_check");
   // h100-8gpu against a public 8x H100 reduce_scatter run it was not fitted

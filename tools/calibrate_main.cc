@@ -35,8 +35,13 @@ ojson protocols_json(const thunky::sim::NcclProtocol (&p)[thunky::sim::kNcclProt
 // Measured against the model, per size, then each collective's mean and
 // largest error and the whole's.
 void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const char* model_column, const char* verb) {
-  char line[256];
-  std::snprintf(line, sizeof line, "%-28s %-15s %5s %14s %12s %12s %8s\n", "file:line", "op", "ranks", "size_B", "measured_us", model_column, "error");
+  // Where the runs' logs say what NCCL picked (NCCL_DEBUG=INFO), the
+  // model's pick beside it.
+  const bool picks = std::any_of(rows.begin(), rows.end(), [](const thunky::sim::NcclTestRow& r) { return !r.nccl_pick.empty(); });
+  size_t picked = 0, same = 0;
+  char line[320];
+  std::snprintf(line, sizeof line, "%-28s %-15s %5s %14s %12s %12s %8s%s\n", "file:line", "op", "ranks", "size_B", "measured_us", model_column, "error",
+                picks ? "  model_pick      nccl_pick" : "");
   std::cout << line;
   struct Sum {
     double total = 0, max = 0;
@@ -46,12 +51,22 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   std::map<std::string, Sum> by_op;
   Sum all;
   for (const auto& r : rows) {
-    const double m = thunky::sim::model_seconds(axis, r);
+    const thunky::sim::NcclChoice choice = thunky::sim::model_choice(axis, r);
+    const double m = choice.seconds();
+    std::string pick_columns;
+    if (picks) {
+      const std::string mine = std::string(thunky::sim::nccl_algo_name(choice.algo)) + "/" + std::string(thunky::sim::nccl_proto_name(choice.proto));
+      pick_columns = "  " + mine + std::string(mine.size() < 14 ? 14 - mine.size() : 0, ' ') + "  " + (r.nccl_pick.empty() ? "-" : r.nccl_pick);
+      if (!r.nccl_pick.empty()) {
+        ++picked;
+        same += r.nccl_pick == mine;
+      }
+    }
     std::string where = std::filesystem::path(r.file).filename().string() + ":" + std::to_string(r.line);
     if (where.size() > 28) where = where.substr(where.size() - 28);
     const std::string op(thunky::op_name(r.op));
-    std::snprintf(line, sizeof line, "%-28s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%\n", where.c_str(), op.c_str(), static_cast<long long>(r.ranks), r.bytes,
-                  r.seconds() * 1e6, m * 1e6, 100 * (m - r.seconds()) / r.seconds());
+    std::snprintf(line, sizeof line, "%-28s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%%s\n", where.c_str(), op.c_str(), static_cast<long long>(r.ranks), r.bytes,
+                  r.seconds() * 1e6, m * 1e6, 100 * (m - r.seconds()) / r.seconds(), pick_columns.c_str());
     std::cout << line;
     const double e = std::fabs(m - r.seconds()) / r.seconds();
     by_op[op].add(e);
@@ -64,6 +79,7 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
     }
   std::snprintf(line, sizeof line, "%s %zu sizes: mean |error| %.1f%%, max %.1f%%\n", verb, all.n, 100 * all.total / std::max<size_t>(1, all.n), 100 * all.max);
   std::cout << line;
+  if (picked > 0) std::cout << "NCCL's picks (from its log): the model picks the same algorithm and protocol at " << same << " of " << picked << " sizes\n";
 }
 
 // What NCCL_ALGO and NCCL_PROTO the runs were made with ("" = NCCL's choice).
