@@ -65,14 +65,13 @@ LogAt nccl_log_at(const std::string& line, const std::set<std::string>& hosts) {
     const size_t pid = digits_before(tid - 1);
     if (pid == tid - 1 || pid == 0 || line[pid - 1] != ':') continue;
     const size_t host_end = pid - 1;
-    size_t best = std::string::npos;
-    for (const auto& h : hosts)
-      if (!h.empty() && h.size() <= host_end && line.compare(host_end - h.size(), h.size(), h) == 0) best = std::min(best, host_end - h.size());
-    if (best == std::string::npos) {
-      best = host_end;
-      while (best > 0 && !std::isspace(static_cast<unsigned char>(line[best - 1]))) --best;
-    }
-    if (best < host_end) return {best, host_end};
+    size_t word = host_end;
+    while (word > 0 && !std::isspace(static_cast<unsigned char>(line[word - 1]))) --word;
+    if (word == host_end) continue;
+    // A host name has at most 255 characters.
+    for (size_t from = std::max(word, host_end > 255 ? host_end - 255 : 0); from < host_end; ++from)
+      if (hosts.count(line.substr(from, host_end - from))) return {from, host_end};
+    return {word, host_end};
   }
   return {};
 }
@@ -158,7 +157,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     // any, is the row it cut.
     bool cut = false;
     if (const LogAt at = nccl_log_at(line, hosts); at.start != std::string::npos) {
-      if (line.find_first_not_of(' ') == at.start) hosts.insert(line.substr(at.start, at.host_end - at.start));
+      if (line.find_first_not_of(' ') == at.start && hosts.size() < 4096) hosts.insert(line.substr(at.start, at.host_end - at.start));
       if (std::string p = nccl_pick(line.substr(at.start)); !p.empty()) pick = p;
       line.resize(at.start);
       cut = true;
@@ -179,7 +178,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         for (size_t i = 2; i + 1 < w.size(); ++i)
           if (w[i] == "on") {
             ++run.on_host[w[i + 1]];
-            hosts.insert(w[i + 1]);
+            if (hosts.size() < 4096) hosts.insert(w[i + 1]);
             break;
           }
       }
