@@ -95,7 +95,7 @@ CollectiveCost collective_cost(Op op, const std::vector<AxisSpan>& axes, double 
 
 std::string CollectiveCost::algorithm() const {
   if (!nccl) return "";
-  return std::string(nccl_algo_name(algo)) + "/" + std::string(nccl_proto_name(proto));
+  return nccl_pick_name(algo, proto);
 }
 
 double permute_seconds(const AxisLinks& links, int64_t hops, double bytes, bool additive) {

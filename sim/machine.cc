@@ -136,6 +136,7 @@ std::string_view nccl_proto_name(NcclProto p) {
   constexpr std::string_view kNames[] = {"LL", "LL128", "Simple"};
   return kNames[static_cast<int>(p)];
 }
+std::string nccl_pick_name(NcclAlgo a, NcclProto p) { return std::string(nccl_algo_name(a)) + "/" + std::string(nccl_proto_name(p)); }
 
 // NCCL's tuning figures (src/graph/tuning.cc, NCCL 2.2x): base latency
 // {LL, LL128, Simple} Ring {6.6, 14, 8.4} us, Tree {6.8, 14, 8.4} us;

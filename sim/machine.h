@@ -23,6 +23,7 @@ enum class NcclProto : uint8_t { ll, ll128, simple };
 constexpr int kNcclAlgos = 4, kNcclProtos = 3;
 std::string_view nccl_algo_name(NcclAlgo a);    // "ring", "tree", "nvls", "nvls_tree", "p2p"
 std::string_view nccl_proto_name(NcclProto p);  // "LL", "LL128", "Simple"
+std::string nccl_pick_name(NcclAlgo a, NcclProto p);  // "ring/LL128"
 
 // One protocol of one algorithm: a latency (base, plus per step of the
 // algorithm) and an achievable bus bandwidth, a fraction of the link rate

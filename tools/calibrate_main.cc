@@ -55,8 +55,10 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
     const double m = choice.seconds();
     std::string pick_columns;
     if (picks) {
-      const std::string mine = std::string(thunky::sim::nccl_algo_name(choice.algo)) + "/" + std::string(thunky::sim::nccl_proto_name(choice.proto));
-      pick_columns = "  " + mine + std::string(mine.size() < 14 ? 14 - mine.size() : 0, ' ') + "  " + (r.nccl_pick.empty() ? "-" : r.nccl_pick);
+      const std::string mine = thunky::sim::nccl_pick_name(choice.algo, choice.proto);
+      char cols[96];
+      std::snprintf(cols, sizeof cols, "  %-14s  %s", mine.c_str(), r.nccl_pick.empty() ? "-" : r.nccl_pick.c_str());
+      pick_columns = cols;
       if (!r.nccl_pick.empty()) {
         ++picked;
         same += r.nccl_pick == mine;
