@@ -624,9 +624,12 @@ TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("calibrate [1] gemm f32"), std::string::npos) << r.err;  // the progress lines
   auto m = nlohmann::json::parse(std::ifstream(out));
-  // Any CPU multiplies at 0.1 GFLOP/s or more and copies at 0.1 GB/s or more.
-  EXPECT_GT(m["chip"]["peak_flops"]["f32"].get<double>(), 1e8);
-  EXPECT_GT(m["chip"]["hbm_bandwidth"].get<double>(), 1e8);
+  // Any CPU multiplies at 10 MFLOP/s or more and copies at 10 MB/s or more,
+  // even in the Debug build under ASan and UBSan with another test beside
+  // it (a CI host measured 97 MFLOP/s there). A figure in the wrong unit
+  // (GFLOP/s, GB/s) would be 10^9 times smaller.
+  EXPECT_GT(m["chip"]["peak_flops"]["f32"].get<double>(), 1e7);
+  EXPECT_GT(m["chip"]["hbm_bandwidth"].get<double>(), 1e7);
   EXPECT_GT(m["chip"]["launch_overhead_s"].get<double>(), 0);
   EXPECT_GT(m["axes"]["*"]["latency_s"].get<double>(), 0);  // a 2-rank all_reduce takes time
   // A thread woken by another's event takes time to run: more than 0, and
