@@ -511,6 +511,26 @@ TEST(CalibrateCli, FitsNcclTestsAndWritesAMachineThatThunkySimLoads) {
   Result s = sim(kSrc + "/examples/sum_across_gpus.json --machine " + out);
   EXPECT_EQ(s.code, 0) << s.err;
   EXPECT_NE(s.out.find("ring/LL"), std::string::npos) << s.out;  // a tiny all_reduce takes LL
+  // An all_reduce alone: the other two collectives take its figures, and
+  // all_gather the base's copy_factor (a100-8gpu's 1.10); the fit says so.
+  EXPECT_NE(r.out.find("not measured: all_gather, reduce_scatter, priced with the figures fitted to these runs (copy_factor 1.10, the base's); "
+                       "measured nodes run all_gather and reduce_scatter at 0.88 to 1.10 of all_reduce's bus bandwidth"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(CalibrateCli, AFitSaysWhichCollectivesItsRunsLeftOut) {
+  TempDir d("calibrate_left_out");
+  const std::string nccl = kSrc + "/tests/nccl/h100_4gpu_", out = (d.path / "o.json").string();
+  // all_gather alone: all_reduce and reduce_scatter are not measured; the
+  // copy_factor is fitted (all_gather is a copy), so none is named as kept.
+  Result ag = calibrate("nccl-tests " + nccl + "all_gather_perf.txt --machine h100-8gpu -o " + out);
+  ASSERT_EQ(ag.code, 0) << ag.err;
+  EXPECT_NE(ag.out.find("not measured: all_reduce, reduce_scatter, priced with the figures fitted to these runs; measured nodes"), std::string::npos) << ag.out;
+  // All three: nothing to say.
+  Result all = calibrate("nccl-tests " + nccl + "all_reduce_perf.txt " + nccl + "all_gather_perf.txt " + nccl + "reduce_scatter_perf.txt --machine h100-8gpu -o " + out);
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_EQ(all.out.find("not measured"), std::string::npos) << all.out;
 }
 
 TEST(CalibrateCli, AThreadDrivingSeveralGpusGetsItsFloorAndTheModelKeepsIt) {

@@ -223,6 +223,23 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
                   static_cast<long long>(most_gpus), static_cast<long long>(most_gpus), host_us, static_cast<double>(most_gpus) * host_us);
     std::cout << line;
   }
+  // all_reduce, all_gather and reduce_scatter share the ring's figures, but
+  // measured nodes run them at different rates: say which ones the runs
+  // left out, so that the written model is not taken for a measurement.
+  std::set<thunky::Op> measured;
+  for (const auto& r : *rows) measured.insert(r.op);
+  std::vector<std::string_view> missing;
+  for (thunky::Op op : {thunky::Op::all_reduce, thunky::Op::all_gather, thunky::Op::reduce_scatter})
+    if (!measured.count(op)) missing.push_back(thunky::op_name(op));
+  if (!missing.empty() && missing.size() < 3) {
+    std::string names(missing[0]);
+    if (missing.size() == 2) names += ", " + std::string(missing[1]);
+    char kept[64] = "";
+    if (!measured.count(thunky::Op::all_gather) && !measured.count(thunky::Op::all_to_all))
+      std::snprintf(kept, sizeof kept, " (copy_factor %.2f, the base's)", fit.axis.nccl_params.copy_factor);
+    std::cout << "not measured: " << names << ", priced with the figures fitted to these runs" << kept
+              << "; measured nodes run all_gather and reduce_scatter at 0.88 to 1.10 of all_reduce's bus bandwidth (docs/machines.md): add their runs where you have them\n";
+  }
   return write_calibrated(machine, axis_name, fit, files, out);
 }
 
