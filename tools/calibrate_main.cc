@@ -142,6 +142,26 @@ void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky:
 }
 
 // The base model's file with the axis' NCCL figures replaced by the fit's, written to `out`.
+// all_reduce, all_gather and reduce_scatter share the ring's figures, but
+// measured nodes run them at different rates: after a fit, the ones its
+// runs left out are named, so that the model written is not taken for a
+// measurement of them.
+void say_what_was_not_measured(const std::vector<thunky::sim::NcclTestRow>& rows, const thunky::sim::AxisLinks& fitted) {
+  std::set<thunky::Op> measured;
+  for (const auto& r : rows) measured.insert(r.op);
+  std::vector<std::string_view> missing;
+  for (thunky::Op op : {thunky::Op::all_reduce, thunky::Op::all_gather, thunky::Op::reduce_scatter})
+    if (!measured.count(op)) missing.push_back(thunky::op_name(op));
+  if (missing.empty() || missing.size() == 3) return;
+  std::string names(missing[0]);
+  if (missing.size() == 2) names += ", " + std::string(missing[1]);
+  char kept[64] = "";
+  if (!measured.count(thunky::Op::all_gather) && !measured.count(thunky::Op::all_to_all))
+    std::snprintf(kept, sizeof kept, " (copy_factor %.2f, the base's)", fitted.nccl_params.copy_factor);
+  std::cout << "not measured: " << names << ", priced with the figures fitted to these runs" << kept
+            << "; measured nodes run all_gather and reduce_scatter at 0.88 to 1.10 of all_reduce's bus bandwidth (docs/machines.md): add their runs where you have them\n";
+}
+
 int write_calibrated(const std::string& machine, const std::string& axis_name, const thunky::sim::FitResult& fit, const std::vector<std::string>& files,
                      const std::string& out) {
   std::string error;
@@ -223,23 +243,7 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
                   static_cast<long long>(most_gpus), static_cast<long long>(most_gpus), host_us, static_cast<double>(most_gpus) * host_us);
     std::cout << line;
   }
-  // all_reduce, all_gather and reduce_scatter share the ring's figures, but
-  // measured nodes run them at different rates: say which ones the runs
-  // left out, so that the written model is not taken for a measurement.
-  std::set<thunky::Op> measured;
-  for (const auto& r : *rows) measured.insert(r.op);
-  std::vector<std::string_view> missing;
-  for (thunky::Op op : {thunky::Op::all_reduce, thunky::Op::all_gather, thunky::Op::reduce_scatter})
-    if (!measured.count(op)) missing.push_back(thunky::op_name(op));
-  if (!missing.empty() && missing.size() < 3) {
-    std::string names(missing[0]);
-    if (missing.size() == 2) names += ", " + std::string(missing[1]);
-    char kept[64] = "";
-    if (!measured.count(thunky::Op::all_gather) && !measured.count(thunky::Op::all_to_all))
-      std::snprintf(kept, sizeof kept, " (copy_factor %.2f, the base's)", fit.axis.nccl_params.copy_factor);
-    std::cout << "not measured: " << names << ", priced with the figures fitted to these runs" << kept
-              << "; measured nodes run all_gather and reduce_scatter at 0.88 to 1.10 of all_reduce's bus bandwidth (docs/machines.md): add their runs where you have them\n";
-  }
+  say_what_was_not_measured(*rows, fit.axis);
   return write_calibrated(machine, axis_name, fit, files, out);
 }
 
