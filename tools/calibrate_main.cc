@@ -141,7 +141,6 @@ void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky:
                 << "'); priced as the axis says\n";
 }
 
-// The base model's file with the axis' NCCL figures replaced by the fit's, written to `out`.
 // all_reduce, all_gather and reduce_scatter share the ring's figures, but
 // measured nodes run them at different rates: after a fit, the ones its
 // runs left out are named, so that the model written is not taken for a
@@ -162,6 +161,7 @@ void say_what_was_not_measured(const std::vector<thunky::sim::NcclTestRow>& rows
             << "; measured nodes run all_gather and reduce_scatter at 0.88 to 1.10 of all_reduce's bus bandwidth (docs/machines.md): add their runs where you have them\n";
 }
 
+// The base model's file with the axis' NCCL figures replaced by the fit's, written to `out`.
 int write_calibrated(const std::string& machine, const std::string& axis_name, const thunky::sim::FitResult& fit, const std::vector<std::string>& files,
                      const std::string& out) {
   std::string error;
