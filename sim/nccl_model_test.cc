@@ -641,6 +641,48 @@ TEST(NcclModel, H100ModelPredictsAReduceScatterItWasNotFittedOn) {
   EXPECT_NEAR(nccl_collective(Op::reduce_scatter, *m.axis("x"), 8, 134217728.0).seconds(), 66.60e-6 + 0.875 * 134217728.0 / (0.82 * 4.5e11), 1e-9);
 }
 
+TEST(NcclModel, H100ModelAgainstXlasTableOfAnotherNode) {
+  // XLA's published collective table for H100 (sm_90): the 8 GPUs of one
+  // node in one group, all_reduce, all_gather and reduce_scatter from
+  // 4 MiB to 2 GiB, each the median of 20 runs of the collective alone
+  // (tests/nccl/README.md says how the file was written from it).
+  const auto rows = fixture("h100_8gpu_xla_table_perf.txt");
+  ASSERT_EQ(rows.size(), 30u);
+  const Machine m = load_machine("h100-8gpu", kModels).value();
+  const AxisLinks& a = *m.axis("x");
+  // From 256 MiB up the shipped figures, set from other runs, price all
+  // three within 14%. all_gather of 2 GiB: ring/Simple, 1.92 + 8.4 + 7 x
+  // 8.04 = 66.60 us of latency and 7/8 x 2^31 B / 369 GB/s = 5092.3 us:
+  // 5158.9 us against 5343.4 measured (-3.5%). all_reduce of 2 GiB: NVLS,
+  // 1.92 + 220 us and 7/4 x 2^31 B / 480 GB/s = 7829.6 us: 8051.5 us
+  // against 9338.2 (-13.8%; this node's NVLS reaches 402 GB/s of bus
+  // bandwidth, not 480).
+  const double gib2 = 2147483648.0;
+  EXPECT_NEAR(nccl_collective(Op::all_gather, a, 8, gib2).seconds(), 66.60e-6 + 0.875 * gib2 / (0.82 * 4.5e11), 1e-9);
+  EXPECT_NEAR(nccl_collective(Op::all_reduce, a, 8, gib2).seconds(), 221.92e-6 + 1.75 * gib2 / 4.8e11, 1e-9);
+  // Below 256 MiB this node is faster than the model: 68.7 us for an
+  // all_reduce of 4 MiB, where the model, which meets the published 45
+  // GB/s there, gives 119.0 (+73%).
+  double sum = 0, worst = 0;
+  for (const Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter}) {
+    std::vector<NcclTestRow> of_op;
+    for (const auto& r : rows)
+      if (r.op == op) of_op.push_back(r);
+    const std::string title = "8x H100 (XLA's table) " + std::string(op_name(op)) + ", shipped h100-8gpu";
+    errors(a, of_op, 0, 2.5e8, title.c_str());
+    const Errors large = errors(a, of_op, 268435456.0, 1e12, "256 MiB and up");
+    EXPECT_EQ(large.n, 4);
+    sum += large.mean / 3;
+    worst = std::max(worst, large.max);
+  }
+  EXPECT_LE(sum, 0.10);
+  EXPECT_LE(worst, 0.15);
+  // Calibrated on the three, the model reproduces them.
+  const FitResult fit = fit_nccl(a, rows);
+  errors(fit.axis, rows, 0, 1e12, "8x H100 (XLA's table), fitted to all three (all_reduce, all_gather, reduce_scatter)");
+  EXPECT_LE(fit.mean_abs_error, 0.05);
+}
+
 TEST(NcclModel, DefaultsAreNcclsOwnTuningTableOnH100) {
   // NCCL prints its tuning table (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING):
   // for each collective, algorithm and protocol, latency (us) / algorithm

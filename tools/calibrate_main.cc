@@ -158,7 +158,7 @@ void say_what_was_not_measured(const std::vector<thunky::sim::NcclTestRow>& rows
   if (!measured.count(thunky::Op::all_gather) && !measured.count(thunky::Op::all_to_all))
     std::snprintf(kept, sizeof kept, " (copy_factor %.2f, the base's)", fitted.nccl_params.copy_factor);
   std::cout << "not measured: " << names << ", priced with the figures fitted to these runs" << kept
-            << "; measured nodes run all_gather and reduce_scatter at 0.88 to 1.10 of all_reduce's bus bandwidth (docs/machines.md): add their runs where you have them\n";
+            << "; measured nodes run all_gather and reduce_scatter at 0.82 to 1.10 of all_reduce's bus bandwidth (docs/machines.md): add their runs where you have them\n";
 }
 
 // The base model's file with the axis' NCCL figures replaced by the fit's, written to `out`.
