@@ -563,6 +563,12 @@ TEST(CalibrateCli, ARunWithNcclsLogSaysWhetherTheModelPicksAsNcclDid) {
   EXPECT_NE(r.out.find("model_pick      nccl_pick"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("nvls/Simple     nvls/Simple"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("the model picks the same algorithm and protocol at 6 of 6 sizes"), std::string::npos) << r.out;
+  // Each row names its file whole, however long the name (41 characters
+  // and the line here), and the header's first column is as wide.
+  EXPECT_NE(r.out.find("\nh100_6gpu_all_reduce_nccl_debug_perf.txt:"), std::string::npos) << r.out;
+  const size_t header_end = r.out.find('\n');
+  ASSERT_NE(header_end, std::string::npos);
+  EXPECT_EQ(r.out.find("op "), r.out.find(" all_reduce ", header_end) - header_end) << r.out;
   // Runs whose logs say nothing of NCCL's picks get no such columns.
   Result plain = calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu --check");
   ASSERT_EQ(plain.code, 0) << plain.err;

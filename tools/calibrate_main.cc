@@ -12,6 +12,9 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/files.h"
 #include "sim/calibrate.h"
@@ -39,8 +42,19 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   // model's pick beside it.
   const bool picks = std::any_of(rows.begin(), rows.end(), [](const thunky::sim::NcclTestRow& r) { return !r.nccl_pick.empty(); });
   size_t picked = 0, same = 0;
+  // Each row's file and line, as wide as the longest needs (up to 64
+  // characters; a longer one keeps its end, where the name and line are).
+  std::vector<std::string> where;
+  size_t width = 9;
+  for (const auto& r : rows) {
+    std::string w = std::filesystem::path(r.file).filename().string() + ":" + std::to_string(r.line);
+    if (w.size() > 64) w = "..." + w.substr(w.size() - 61);
+    width = std::max(width, w.size());
+    where.push_back(std::move(w));
+  }
+  const int w = static_cast<int>(width);
   char line[320];
-  std::snprintf(line, sizeof line, "%-28s %-15s %5s %14s %12s %12s %8s%s\n", "file:line", "op", "ranks", "size_B", "measured_us", model_column, "error",
+  std::snprintf(line, sizeof line, "%-*s %-15s %5s %14s %12s %12s %8s%s\n", w, "file:line", "op", "ranks", "size_B", "measured_us", model_column, "error",
                 picks ? "  model_pick      nccl_pick" : "");
   std::cout << line;
   struct Sum {
@@ -50,7 +64,8 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   };
   std::map<std::string, Sum> by_op;
   Sum all;
-  for (const auto& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const thunky::sim::NcclTestRow& r = rows[i];
     const thunky::sim::NcclChoice choice = thunky::sim::model_choice(axis, r);
     const double m = choice.seconds();
     std::string pick_columns;
@@ -64,10 +79,8 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
         same += r.nccl_pick == mine;
       }
     }
-    std::string where = std::filesystem::path(r.file).filename().string() + ":" + std::to_string(r.line);
-    if (where.size() > 28) where = where.substr(where.size() - 28);
     const std::string op(thunky::op_name(r.op));
-    std::snprintf(line, sizeof line, "%-28s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%%s\n", where.c_str(), op.c_str(), static_cast<long long>(r.ranks), r.bytes,
+    std::snprintf(line, sizeof line, "%-*s %-15s %5lld %14.0f %12.2f %12.2f %+7.1f%%%s\n", w, where[i].c_str(), op.c_str(), static_cast<long long>(r.ranks), r.bytes,
                   r.seconds() * 1e6, m * 1e6, 100 * (m - r.seconds()) / r.seconds(), pick_columns.c_str());
     std::cout << line;
     const double e = std::fabs(m - r.seconds()) / r.seconds();
