@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <sys/stat.h>
@@ -591,6 +592,17 @@ TEST(CalibrateCli, CheckPrintsAModelAgainstRunsAndFitsNothing) {
   EXPECT_NE(three.out.find("all_gather: mean |error|"), std::string::npos) << three.out;
   EXPECT_NE(three.out.find("reduce_scatter: mean |error|"), std::string::npos) << three.out;
   EXPECT_NE(three.out.find("model over 88 sizes"), std::string::npos) << three.out;
+  // A file name past 64 bytes keeps its end, whole characters only: 60
+  // two-byte letters and "_perf.txt:16" are 132 bytes, cut to "..." and
+  // the last 61, which would start inside a letter: so the last 60, 24
+  // letters and "_perf.txt:16".
+  std::string letters;
+  for (int i = 0; i < 60; ++i) letters += "\xc3\xa9";
+  std::ifstream rs(kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt");
+  const std::string long_name = d.write(letters + "_perf.txt", std::string(std::istreambuf_iterator<char>(rs), {}));
+  Result cut = calibrate("nccl-tests " + long_name + " --machine h100-8gpu --check");
+  ASSERT_EQ(cut.code, 0) << cut.err;
+  EXPECT_NE(cut.out.find("\n..." + letters.substr(0, 48) + "_perf.txt:16 reduce_scatter"), std::string::npos) << cut.out;
   // -o and --check together, or neither: exit 2, nothing written.
   const std::string out = (d.path / "o.json").string();
   EXPECT_EQ(calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu --check -o " + out).code, 2);

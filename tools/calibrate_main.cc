@@ -43,14 +43,19 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   const bool picks = std::any_of(rows.begin(), rows.end(), [](const thunky::sim::NcclTestRow& r) { return !r.nccl_pick.empty(); });
   size_t picked = 0, same = 0;
   // Each row's file and line, as wide as the longest needs (up to 64
-  // characters; a longer one keeps its end, where the name and line are).
+  // bytes; a longer one keeps its end, where the name and line are, from
+  // a whole UTF-8 character on).
   std::vector<std::string> where;
   size_t width = 9;
   for (const auto& r : rows) {
-    std::string w = std::filesystem::path(r.file).filename().string() + ":" + std::to_string(r.line);
-    if (w.size() > 64) w = "..." + w.substr(w.size() - 61);
-    width = std::max(width, w.size());
-    where.push_back(std::move(w));
+    std::string at = std::filesystem::path(r.file).filename().string() + ":" + std::to_string(r.line);
+    if (at.size() > 64) {
+      size_t from = at.size() - 61;
+      while (from < at.size() && (static_cast<unsigned char>(at[from]) & 0xC0) == 0x80) ++from;  // not inside a UTF-8 character
+      at = "..." + at.substr(from);
+    }
+    width = std::max(width, at.size());
+    where.push_back(std::move(at));
   }
   const int w = static_cast<int>(width);
   char line[320];
