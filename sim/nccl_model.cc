@@ -105,15 +105,22 @@ NcclChoice tree(const NcclParams& q, const Shape& s, double bytes, NcclProto pro
 }
 
 // NVLS (all_reduce on an NVSwitch node, NVLink SHARP; Simple only): the
-// switch reduces, so the bus bandwidth is its own figure. Across nodes
-// (NVLS-tree) each GPU sends and receives its reduced share of the array
-// through its NIC in the double binary tree, and the NIC's latency adds
+// switch reduces. `nvls_bandwidth` is its bus bandwidth on 8 GPUs. On n
+// GPUs of one node each GPU's links carry its whole array to the switch's
+// reductions and its reduced share to the switch's multicast, V (n + 1) / n
+// of an array of V: the time is V (n + 1) / n over 9/14 of the 8-GPU bus
+// bandwidth (the same on 8 GPUs, where (n + 1) / n x 14/9 = 2 (n - 1) / n).
+// NCCL's tuner holds NVLS' bus bandwidth the same on every GPU count, and
+// so does `tuned`. Across nodes (NVLS-tree) each GPU sends and receives
+// its reduced share of the array through its NIC in the double binary
+// tree, at the bus bandwidth over all ranks, and the NIC's latency adds
 // the tree's steps.
-NcclChoice nvls(const NcclParams& q, const Shape& s, int64_t n, double bytes) {
+NcclChoice nvls(const NcclParams& q, const Shape& s, int64_t n, double bytes, bool tuned) {
   const int pi = static_cast<int>(NcclProto::simple);
-  const double nsteps = 2.0 * static_cast<double>(n - 1);
+  const double ranks = static_cast<double>(n);
   double latency = q.overhead_s + q.nvls_latency_s;
-  double transfer = nsteps / static_cast<double>(n) * bytes / q.nvls_bandwidth;
+  double transfer = 2 * (ranks - 1) / ranks * bytes / q.nvls_bandwidth;
+  if (s.nodes == 1 && !tuned) transfer = (ranks + 1) / ranks * bytes * 14 / (9 * q.nvls_bandwidth);
   NcclAlgo algo = NcclAlgo::nvls;
   if (s.nodes > 1) {
     latency += 2 * std::log2(static_cast<double>(s.nodes)) * q.network[pi].step_latency_s;
@@ -123,8 +130,8 @@ NcclChoice nvls(const NcclParams& q, const Shape& s, int64_t n, double bytes) {
   return {latency, transfer, algo, NcclProto::simple};
 }
 
-// Every algorithm and protocol allowed on the axis priced with `q`, and
-// the fastest taken; none allowed is ring/Simple.
+// Every algorithm and protocol allowed on the axis priced with `q` (NCCL's
+// tuning figures), and the fastest taken; none allowed is ring/Simple.
 NcclChoice fastest(Op op, const AxisLinks& a, const Shape& s, const NcclParams& q, int64_t n, double bytes) {
   NcclChoice best;
   double best_t = std::numeric_limits<double>::infinity();
@@ -142,7 +149,7 @@ NcclChoice fastest(Op op, const AxisLinks& a, const Shape& s, const NcclParams& 
     if (reduce_all && allowed(a, NcclAlgo::tree) && s.nodes > 1) consider(tree(q, s, bytes, proto));
   }
   const bool nvls_node = a.topology != AxisLinks::Topology::ring && q.nvls_bandwidth > 0 && s.per_node >= q.nvls_min_ranks && allowed(a, NcclProto::simple);
-  if (reduce_all && nvls_node && allowed(a, s.nodes > 1 ? NcclAlgo::nvls_tree : NcclAlgo::nvls)) consider(nvls(q, s, n, bytes));
+  if (reduce_all && nvls_node && allowed(a, s.nodes > 1 ? NcclAlgo::nvls_tree : NcclAlgo::nvls)) consider(nvls(q, s, n, bytes, /*tuned=*/true));
   if (!std::isfinite(best_t)) return ring(op, q, s, n, bytes, NcclProto::simple);
   return best;
 }
@@ -198,7 +205,7 @@ NcclChoice on_the_gpus(Op op, const AxisLinks& a, int64_t n, double bytes) {
   switch (pick.algo) {
     case NcclAlgo::ring: return ring(op, q, s, n, bytes, pick.proto);
     case NcclAlgo::tree: return tree(q, s, bytes, pick.proto);
-    default: return nvls(q, s, n, bytes);
+    default: return nvls(q, s, n, bytes, /*tuned=*/false);
   }
 }
 

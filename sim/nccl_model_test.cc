@@ -295,12 +295,10 @@ TEST(NcclTests, ReadsRowsThatNcclsLogCutAndNcclsPicks) {
   EXPECT_DOUBLE_EQ(rows[0].in_place_s, 1112.92e-6);  // 104 lines further down
   EXPECT_EQ(rows[0].line, 228);                      // where the row begins
   for (const auto& r : rows) EXPECT_EQ(r.nccl_pick, "nvls/Simple");
-  // h100-8gpu picks as NCCL did (NVLS from 5 GPUs, past its latency), and
-  // prices the 6-GPU NVLS at 480 GB/s of bus bandwidth, 4-7% fast from 512
-  // MiB up against the 413-443 measured.
+  // h100-8gpu picks as NCCL did (NVLS from 5 GPUs, past its latency;
+  // NcclModel.NvlsOnFewerGpusCarriesTheArrayAndItsShare prices them).
   const Machine m = load_machine("h100-8gpu", kModels).value();
   for (const auto& r : rows) EXPECT_EQ(model_choice(*m.axis("x"), r).algo, NcclAlgo::nvls);
-  EXPECT_LE(errors(*m.axis("x"), rows, 0, 1e12, "6x H100 all_reduce, shipped h100-8gpu").max, 0.08);
   // The same, small: a host that no "#  Rank" line names, learnt from the
   // messages that start lines; the LL pick; a row whose times never come.
   const std::string head = "# nThread 1 nGpus 2 minBytes 1024 maxBytes 1024 step: 2(factor) warmup iters: 1 iters: 1 agg iters: 1 validation: 1 graph: 0\n"
@@ -315,6 +313,33 @@ TEST(NcclTests, ReadsRowsThatNcclsLogCutAndNcclsPicks) {
   EXPECT_EQ(small[0].nccl_pick, "ring/LL");
   EXPECT_NE(read_error(head + "        1024           256     float     sum      -1" + said + "# Out of bounds values : 0 OK\n").find("line 4: a row that NCCL's log output cut, and whose times never came (5 of 13 columns)"),
             std::string::npos);
+}
+
+TEST(NcclModel, NvlsOnFewerGpusCarriesTheArrayAndItsShare) {
+  // Under NVLS each GPU's links carry its whole array to the switch's
+  // reductions and its reduced share to the multicast: V (n + 1) / n of an
+  // all_reduce of V, at 9/14 of the 8-GPU bus bandwidth (h100-8gpu: 480
+  // GB/s, so 308.6 GB/s). 8 GiB on 6 GPUs: 1.92 + 220 = 221.92 us of
+  // latency and 7/6 x 8 GiB / 308.6 GB/s = 32477.4 us: 32699.3 us, 440.8
+  // GB/s of bus bandwidth (a constant 480 gave 30048 us, 7% fast).
+  const Machine m = load_machine("h100-8gpu", kModels).value();
+  const AxisLinks& a = *m.axis("x");
+  const double gib8 = 8589934592.0;
+  const NcclChoice six = nccl_collective(Op::all_reduce, a, 6, gib8);
+  EXPECT_EQ(six.algo, NcclAlgo::nvls);
+  EXPECT_NEAR(six.seconds(), 221.92e-6 + 7.0 / 6 * gib8 * 14 / (9 * 4.8e11), 1e-9);
+  // On 8 GPUs that is the bus bandwidth itself: 9/8 x 14/9 = 7/4.
+  EXPECT_NEAR(nccl_collective(Op::all_reduce, a, 8, gib8).seconds(), 221.92e-6 + 1.75 * gib8 / 4.8e11, 1e-9);
+  // The 6 H100 of a node, NCCL's log saying NVLS: from 512 MiB up within
+  // 4% (its slope, 440.6 GB/s of bus bandwidth between 1 and 2 GiB, is the
+  // 440.8 above); at 256 MiB the Hopper NVLS latency (220 us, from a 2 x 8
+  // run) is over this run's 100-160 us, and the model is 11% slow there.
+  const auto rows = fixture("h100_6gpu_all_reduce_nccl_debug_perf.txt");
+  const Errors all = errors(a, rows, 0, 1e12, "6x H100 all_reduce (NVLS), shipped h100-8gpu");
+  EXPECT_LE(all.mean, 0.05);
+  EXPECT_LE(errors(a, rows, 536870912.0, 1e12, "512 MiB and up").max, 0.05);
+  // Across nodes NVLS-tree keeps the bus bandwidth over all ranks
+  // (NcclModel.AcrossNodesTheNicsBoundTheRing).
 }
 
 TEST(NcclModel, AThreadDrivingSeveralGpusIssuesNoFasterThanItsFloor) {
