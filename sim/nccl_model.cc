@@ -110,11 +110,11 @@ NcclChoice tree(const NcclParams& q, const Shape& s, double bytes, NcclProto pro
 // reductions and its reduced share to the switch's multicast, V (n + 1) / n
 // of an array of V: the time is V (n + 1) / n over 9/14 of the 8-GPU bus
 // bandwidth (the same on 8 GPUs, where (n + 1) / n x 14/9 = 2 (n - 1) / n).
-// NCCL's tuner holds NVLS' bus bandwidth the same on every GPU count, and
-// so does `tuned`. Across nodes (NVLS-tree) each GPU sends and receives
-// its reduced share of the array through its NIC in the double binary
-// tree, at the bus bandwidth over all ranks, and the NIC's latency adds
-// the tree's steps.
+// `tuned` prices as NCCL's tuner does when it picks, with the bus
+// bandwidth the same on every GPU count. Across nodes (NVLS-tree) each
+// GPU sends and receives its reduced share of the array through its NIC
+// in the double binary tree, at the bus bandwidth over all ranks, and the
+// NIC's latency adds the tree's steps.
 NcclChoice nvls(const NcclParams& q, const Shape& s, int64_t n, double bytes, bool tuned) {
   const int pi = static_cast<int>(NcclProto::simple);
   const double ranks = static_cast<double>(n);
