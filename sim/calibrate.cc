@@ -93,7 +93,16 @@ std::string nccl_pick(const std::string& message) {
 
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file) {
   std::optional<Op> op = op_of_test(file.substr(file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/') + 1));
-  bool table = false;
+  // The result table's columns, from its "# size ..." header: how many
+  // words a row has, and where each half's time is. Options of nccl-tests
+  // add columns: -I 1 four per-iteration figures after each half, -S 1 a
+  // date and a clock after the row (one "timestamp" in the header).
+  struct Table {
+    int line = 0;
+    size_t width = 0;
+    std::vector<size_t> times;  // out-of-place, then in-place
+  };
+  std::optional<Table> table;
   std::vector<NcclTestRow> rows;
   // A file may hold several runs one after the other (logs put together):
   // each "Collective test starting" line or "# nThread" header starts one,
@@ -126,11 +135,10 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     run.first_row = rows.size();
   };
   // With NCCL_DEBUG=INFO, NCCL's messages run into the table and cut rows:
-  // the hosts that write them, the table's column count (from its "# size"
-  // line), a row begun before a message and waiting for the rest of its
-  // columns, and NCCL's latest pick, which the next row gets.
+  // the hosts that write them, a row begun before a message and waiting
+  // for the rest of its columns, and NCCL's latest pick, which the next row
+  // gets.
   std::set<std::string> hosts;
-  size_t columns = 0;
   struct Cut {
     std::vector<std::string> words;
     int line = 0;
@@ -138,7 +146,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
   std::optional<Cut> cut_row;
   std::string pick;
   auto refuse_cut_row = [&] {
-    if (cut_row) fail_at(cut_row->line, "a row that NCCL's log output cut, and whose times never came (" + std::to_string(cut_row->words.size()) + " of " + std::to_string(columns) + " columns)");
+    if (cut_row) fail_at(cut_row->line, "a row that NCCL's log output cut, and whose times never came (" + std::to_string(cut_row->words.size()) + " of " + std::to_string(table->width) + " columns)");
   };
   std::istringstream in(text);
   std::string line;
@@ -199,8 +207,14 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         run.gpus = graph > 0 ? 0 : std::max<int64_t>(g, 1);
       }
       if (w.size() > 1 && w[1] == "size") {
-        table = true;
-        columns = w.size() - 1;
+        table = Table{n, w.size() - 1 + (w.back() == "timestamp" ? 1 : 0), {}};
+        for (size_t i = 1; i < w.size(); ++i) {
+          if (w[i] == "time") table->times.push_back(i - 1);
+          // -C 1: the host's time to launch an iteration, which ends before
+          // the GPUs' work does (the bandwidths still come from the GPUs').
+          if (w[i] == "cputime") fail_at(n, "the table's times are the host's ('cputime', nccl-tests -C 1), not the collective's; run it again without -C");
+        }
+        if (table->times.empty()) fail_at(n, "the table's header names no 'time' column");
       }
       continue;
     }
@@ -216,20 +230,16 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
       double x = 0;
       if (!std::all_of(w.begin(), w.end(), [&](const std::string& word) { return parse_number(word, x); })) refuse_cut_row();
       cut_row->words.insert(cut_row->words.end(), w.begin(), w.end());
-      if (cut_row->words.size() < columns) continue;
-      if (cut_row->words.size() > columns) fail_at(cut_row->line, "a row that NCCL's log output cut reads " + std::to_string(cut_row->words.size()) + " columns, not the table's " + std::to_string(columns));
+      if (cut_row->words.size() < table->width) continue;
+      if (cut_row->words.size() > table->width) fail_at(cut_row->line, "a row that NCCL's log output cut reads " + std::to_string(cut_row->words.size()) + " columns, not the table's " + std::to_string(table->width));
       w = std::move(cut_row->words);
       row_line = cut_row->line;
       cut_row.reset();
-    } else if (cut && w.size() < columns) {
+    } else if (cut && w.size() < table->width) {
       cut_row = Cut{w, n};
       continue;
     }
-    // size count type [redop [root]] time algbw busbw #wrong [time algbw busbw #wrong]:
-    // counted from the end, the out-of-place time is 8th (4th when there
-    // is no in-place half) and the in-place time 4th.
     if (!op) fail_at(row_line, "cannot tell the collective: no '# Collective test starting:' line and the file name names none (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, sendrecv_perf)");
-    if (w.size() < 7) fail_at(row_line, "expected size, count, type, ..., time, algbw, busbw, #wrong columns, got " + std::to_string(w.size()));
     NcclTestRow r;
     r.op = *op;
     r.file = file;
@@ -239,6 +249,10 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     // A result row reads size, count (whole numbers) and the type's name; a
     // line that does not is a fragment (a row cut by log lines that other
     // processes wrote into the table, as NCCL_DEBUG output can be).
+    auto refuse_width = [&] {
+      fail_at(row_line, "a row of " + std::to_string(w.size()) + " columns, where rows under the header on line " + std::to_string(table->line) + " have " + std::to_string(table->width));
+    };
+    if (w.size() < 3) refuse_width();
     double count = 0, type_as_number = 0;
     if (!parse_number(w[0], r.bytes) || r.bytes != std::floor(r.bytes)) fail_at(row_line, "size '" + w[0] + "' is not a whole number of bytes");
     if (!parse_number(w[1], count) || count != std::floor(count) || parse_number(w[2], type_as_number))
@@ -246,11 +260,14 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     // all_gather and reduce_scatter print size-0 rows where the count per
     // rank rounds to nothing: nothing moved, nothing to fit.
     if (r.bytes == 0) continue;
-    const bool both = w.size() >= 11;
-    const std::string& oop_text = w[w.size() - (both ? 8 : 4)];
+    // A row has the header's columns, or stops where the in-place half
+    // would begin (a run cut short after its out-of-place half).
+    const bool both = table->times.size() > 1 && w.size() == table->width;
+    if (!both && w.size() != (table->times.size() > 1 ? table->times[1] : table->width)) refuse_width();
+    const std::string& oop_text = w[table->times[0]];
     double oop = 0, ip = 0;
     if (!parse_number(oop_text, oop)) fail_at(row_line, "out-of-place time '" + oop_text + "' is not a number of microseconds");
-    if (both && !parse_number(w[w.size() - 4], ip)) fail_at(row_line, "in-place time '" + w[w.size() - 4] + "' is not a number of microseconds");
+    if (both && !parse_number(w[table->times[1]], ip)) fail_at(row_line, "in-place time '" + w[table->times[1]] + "' is not a number of microseconds");
     r.out_of_place_s = oop * 1e-6;
     r.in_place_s = ip * 1e-6;
     if (r.seconds() <= 0) fail_at(row_line, "no positive time on this line");

@@ -121,8 +121,49 @@ TEST(NcclTests, ReadsLogsPutTogether) {
   EXPECT_EQ(from_srun[0].bytes, 1024);
   // A run that cannot say how many ranks ran is named by its header's line.
   EXPECT_NE(read_error(run("all_reduce_perf", 4, "        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n") +
-                       "# nThread 1 nGpus 1 minBytes 8\n#       size\n        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n")
+                       "# nThread 1 nGpus 1 minBytes 8\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n")
                 .find("line 12: cannot tell how many ranks ran"),
+            std::string::npos);
+}
+
+TEST(NcclTests, ReadsTheColumnsItsHeaderNames) {
+  // nccl-tests 2.19 adds columns on request: -I 1 four per-iteration
+  // figures after each half's #wrong, -S 1 the date and the clock after the
+  // row. The times are where the header puts "time": a reader counting
+  // from the row's end would take an i_* figure or a bandwidth for them.
+  const std::string start = "# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8 minBytes 1024 maxBytes 1024\n";
+  const std::string per_iter_header =
+      "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max"
+      "    i_p99    i_cv%           timestamp\n"
+      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)"
+      "     (us)      (%) %Y-%m-%d %H:%M:%S\n";
+  const auto rows = read_nccl_tests(start + per_iter_header +
+                                        "        1024           256     float     sum      -1    20.00    0.05    0.09       0    18.50    25.10    24.90     6.20    21.00    0.05    0.09       0"
+                                        "    19.00    26.00    25.50     5.90  2026-12-03 19:52:22\n",
+                                    "x.txt");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].out_of_place_s, 20.00e-6);
+  EXPECT_DOUBLE_EQ(rows[0].in_place_s, 21.00e-6);
+  // -S 1 alone: 13 named columns, 14 words a row.
+  const auto stamped = read_nccl_tests(start +
+                                           "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong           timestamp\n"
+                                           "     1048576        262144     float     sum      -1    40.10   26.15   45.76       0    39.80   26.35   46.11       0  2026-12-03 19:52:23\n",
+                                       "x.txt");
+  ASSERT_EQ(stamped.size(), 1u);
+  EXPECT_DOUBLE_EQ(stamped[0].out_of_place_s, 40.10e-6);
+  EXPECT_DOUBLE_EQ(stamped[0].in_place_s, 39.80e-6);
+  // A run cut short after a row's out-of-place half is read for that half.
+  const auto cut_short = read_nccl_tests(start + per_iter_header + "        1024           256     float     sum      -1    20.00    0.05    0.09       0    18.50    25.10    24.90     6.20\n", "x.txt");
+  ASSERT_EQ(cut_short.size(), 1u);
+  EXPECT_DOUBLE_EQ(cut_short[0].out_of_place_s, 20.00e-6);
+  EXPECT_EQ(cut_short[0].in_place_s, 0);
+  // Any other width is named, with the header's line.
+  EXPECT_NE(read_error(start + per_iter_header + "        1024           256     float     sum      -1    20.00    0.05    0.09       0\n")
+                .find("line 5: a row of 9 columns, where rows under the header on line 3 have 23"),
+            std::string::npos);
+  // -C 1 prints the host's time to launch an iteration: not the
+  // collective's, so it is refused rather than fitted.
+  EXPECT_NE(read_error(start + "#       size         count      type   redop    root  cputime   algbw   busbw  #wrong  cputime   algbw   busbw  #wrong\n").find("line 3: the table's times are the host's ('cputime'"),
             std::string::npos);
 }
 
