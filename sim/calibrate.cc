@@ -112,6 +112,11 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     size_t first_row = 0;
     int64_t ranks = 0, threads_gpus = 0, gpus = 1;
     std::map<std::string, int64_t> on_host;  // ranks per host, from the "#  Rank k ... on HOST" lines
+    // NCCL_TESTS_SPLIT runs one collective per group of ranks at once
+    // ("#  Rank k Group g"): the rows are the first rank's group's, so its
+    // ranks and hosts are the ones counted.
+    std::optional<int64_t> group;
+    std::set<int64_t> groups;
   } run;
   auto end_run = [&] {
     const int64_t ranks = run.ranks ? run.ranks : run.threads_gpus;
@@ -122,6 +127,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
       if (k != per_host) per_host = 0;
     for (size_t i = run.first_row; i < rows.size(); ++i) {
       rows[i].ranks = ranks;
+      rows[i].groups = std::max<int64_t>(1, static_cast<int64_t>(run.groups.size()));
       rows[i].hosts = static_cast<int64_t>(run.on_host.size());
       rows[i].ranks_per_host = per_host;
       rows[i].gpus_per_thread = run.gpus;
@@ -182,6 +188,11 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         if (!op) fail_at(n, "unknown collective test '" + w.back() + "'");
       }
       if (w.size() > 2 && w[1] == "Rank") {
+        int64_t group = 0;  // nccl-tests before 2.10 print no Group
+        if (w.size() > 4 && w[3] == "Group") group = std::atoll(w[4].c_str());
+        if (!run.group) run.group = group;
+        if (run.groups.size() < 4096) run.groups.insert(group);
+        if (group != *run.group) continue;
         ++run.ranks;
         for (size_t i = 2; i + 1 < w.size(); ++i)
           if (w[i] == "on") {

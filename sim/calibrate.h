@@ -23,6 +23,10 @@ struct NcclTestRow {
   // The hosts its "#  Rank" lines name, and the ranks on each (0 where
   // they differ); 0 and 0 where the run lists no ranks.
   int64_t hosts = 0, ranks_per_host = 0;
+  // The groups that NCCL_TESTS_SPLIT made of the run's ranks, each running
+  // its own collective at the same time ("#  Rank k Group g" lines); ranks,
+  // hosts and ranks_per_host are the first rank's group's.
+  int64_t groups = 1;
   // The GPUs whose part of each collective one thread of the run launches
   // (the "# nThread" line's nGpus, -g k); 1 where no header says, 0 under
   // CUDA graphs ("graph: 1"), where the thread launches a graph instead.

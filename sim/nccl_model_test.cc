@@ -191,6 +191,34 @@ TEST(NcclTests, SaysWhenTheMachineCannotStandForTheHostsOfARun) {
   EXPECT_EQ(machine_mismatch(fours, unnamed), "");
 }
 
+TEST(NcclTests, ASplitRunIsReadAsOneGroupsCollective) {
+  // NCCL_TESTS_SPLIT runs one collective per group at once, and the table
+  // is the first rank's group's: 16 ranks on two hosts, split "MOD 8"
+  // (group = rank % 8), make 8 collectives of 2 ranks, one on each host;
+  // split "DIV 8", 2 collectives of 8 ranks on one host.
+  auto run = [](auto group_of) {
+    std::string s = "# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor)\n#\n# Using devices\n";
+    for (int r = 0; r < 16; ++r)
+      s += "#  Rank " + std::to_string(r) + " Group  " + std::to_string(group_of(r)) + " Pid 1 on " + (r < 8 ? "nodeA" : "nodeB") + " device  " + std::to_string(r % 8) +
+           " [0000:04:00] NVIDIA H100 80GB HBM3\n";
+    return s + "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+               "     1048576        262144     float     sum      -1    60.00   17.48   17.48      0    60.00   17.48   17.48      0\n";
+  };
+  const auto rails = read_nccl_tests(run([](int r) { return r % 8; }), "x.txt");
+  ASSERT_EQ(rails.size(), 1u);
+  EXPECT_EQ(rails[0].ranks, 2);
+  EXPECT_EQ(rails[0].groups, 8);
+  EXPECT_EQ(rails[0].hosts, 2);
+  EXPECT_EQ(rails[0].ranks_per_host, 1);
+  const auto nodes = read_nccl_tests(run([](int r) { return r / 8; }), "x.txt");
+  EXPECT_EQ(nodes[0].ranks, 8);
+  EXPECT_EQ(nodes[0].groups, 2);
+  EXPECT_EQ(nodes[0].hosts, 1);
+  const auto whole = read_nccl_tests(run([](int) { return 0; }), "x.txt");
+  EXPECT_EQ(whole[0].ranks, 16);
+  EXPECT_EQ(whole[0].groups, 1);
+}
+
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {
   // alltoall_perf and sendrecv_perf print the same table; the collective
   // comes from the file name when no "Collective test starting" line says.

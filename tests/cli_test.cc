@@ -653,6 +653,25 @@ TEST(CalibrateCli, WarnsWhenRunsSpanMoreHostsThanTheMachineHasNodes) {
   Result fine = calibrate("nccl-tests " + two + " --machine h200-cluster --check");
   EXPECT_EQ(fine.code, 0) << fine.err;
   EXPECT_EQ(fine.err, "");
+  // The same run split one group a node (NCCL_TESTS_SPLIT="DIV 8", the
+  // second host's ranks in Group 1): two collectives of 8 ranks at once,
+  // each on one host, which the one-node model stands for; the split is said.
+  std::string split;
+  {
+    std::ifstream in(two);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(" on   GPU-3841 ") != std::string::npos) line.replace(line.find("Group  0"), 8, "Group  1");
+      split += line + "\n";
+    }
+  }
+  TempDir d("calibrate_split");
+  const std::string split_file = d.write("all_reduce_perf.txt", split);
+  Result groups = calibrate("nccl-tests " + split_file + " --machine h200-8gpu --check");
+  EXPECT_EQ(groups.code, 0) << groups.err;
+  EXPECT_EQ(groups.err.find("hosts"), std::string::npos) << groups.err;
+  EXPECT_NE(groups.err.find("the run's ranks are in 2 groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of 8 ranks"),
+            std::string::npos)
+      << groups.err;
 }
 
 TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {

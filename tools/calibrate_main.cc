@@ -151,12 +151,20 @@ std::optional<thunky::sim::AxisLinks> axis_as_run(const thunky::sim::AxisLinks& 
 // the axis says, into figures that may describe no machine: said once per
 // run. Not refused: hosts can be containers of one node, which the
 // "#  Rank" lines cannot tell from nodes.
+// A run split into groups (NCCL_TESTS_SPLIT) is priced as one group's
+// collective alone: the others' traffic on shared links is not, said once
+// per file.
 void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const std::string& machine, const std::string& axis_name) {
   std::set<std::string> warned;
-  for (const auto& r : rows)
+  for (const auto& r : rows) {
     if (const std::string why = thunky::sim::machine_mismatch(axis, r); !why.empty() && warned.insert(r.file + why).second)
       std::cerr << "thunky-calibrate: warning: " << r.file << ":line " << r.line << ": " << why << " (machine " << machine << ", axis '" << axis_name
                 << "'); priced as the axis says\n";
+    if (r.groups > 1 && warned.insert(r.file + " groups").second)
+      std::cerr << "thunky-calibrate: warning: " << r.file << ":line " << r.line << ": the run's ranks are in " << r.groups
+                << " groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of " << r.ranks
+                << " ranks, alone on the links\n";
+  }
 }
 
 // all_reduce, all_gather and reduce_scatter share the ring's figures, but
