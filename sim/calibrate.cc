@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_reader.h"
 #include "core/status.h"
 #include "sim/nccl_model.h"
 
@@ -89,10 +90,117 @@ std::string nccl_pick(const std::string& message) {
   return algo + "/" + proto;
 }
 
+std::string base_name(const std::string& path) { return path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1); }
+
+// Gives rows [first, end) their run's figures: its ranks, the ranks on
+// each host (ranks_per_host 0 where hosts differ), its groups and the GPUs
+// one thread drives.
+void give_run(std::vector<NcclTestRow>& rows, size_t first, int64_t ranks, const std::map<std::string, int64_t>& on_host, int64_t groups, int64_t gpus) {
+  int64_t per_host = on_host.empty() ? 0 : on_host.begin()->second;
+  for (const auto& [host, k] : on_host)
+    if (k != per_host) per_host = 0;
+  for (size_t i = first; i < rows.size(); ++i) {
+    rows[i].ranks = ranks;
+    rows[i].groups = std::max<int64_t>(1, groups);
+    rows[i].hosts = static_cast<int64_t>(on_host.size());
+    rows[i].ranks_per_host = per_host;
+    rows[i].gpus_per_thread = gpus;
+  }
+}
+
+// nccl-tests -J FILE.json (2.17 on) writes the run as JSON: "args" (the
+// program first), "config" (nthreads, ngpus, graph, and "devices", one a
+// process: its group and hostname), "results" (size, and "out_of_place"
+// and "in_place", each null or with its "time" in us). Keys not read here
+// are left alone: nccl-tests adds some from version to version.
+std::vector<NcclTestRow> read_nccl_tests_json(const std::string& text, const std::string& file) {
+  using json_reader::as_int;
+  using json_reader::fail;
+  using json_reader::Obj;
+  using json_reader::Value;
+  json_reader::Document doc(text);
+  Obj top(doc.root(), "");
+  std::optional<Op> op;
+  if (auto args = top.get("args"))
+    args->each_element([&](size_t i, Value program) {
+      if (i == 0 && program.is_string()) op = op_of_test(base_name(std::string(program.str())));
+    });
+  if (!op) op = op_of_test(base_name(file));
+  if (!op) fail("/args/0", "cannot tell the collective: neither the program (args[0]) nor the file name names one (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, sendrecv_perf)");
+  Obj config(top.need("config"), "/config");
+  // Counts past 2^24 are no run's; bounded, their products cannot overflow.
+  auto count = [&](std::string_view key, int64_t fallback) {
+    auto v = config.get(key);
+    if (!v) return fallback;
+    const int64_t k = as_int(*v, config.at(key));
+    if (k < 0 || k > int64_t{1} << 24) fail(config.at(key), "expected a count from 0 to 2^24, got " + std::to_string(k));
+    return k;
+  };
+  const int64_t per_process = count("nthreads", 1) * count("ngpus", 1);
+  // Under CUDA graphs the thread launches a graph of iterations: no floor.
+  const int64_t gpus = count("graph", 0) > 0 ? 0 : std::max<int64_t>(count("ngpus", 1), 1);
+  // One device a process (its first rank's); the table is the first
+  // process's group's (NCCL_TESTS_SPLIT).
+  int64_t ranks = per_process, groups = 1;
+  std::map<std::string, int64_t> on_host;
+  if (auto devices = config.get("devices")) {
+    if (!devices->is_array()) fail(config.at("devices"), "expected an array, got " + json_reader::type_name(*devices));
+    if (devices->size() > (size_t{1} << 20)) fail(config.at("devices"), "more than 2^20 processes");
+    std::optional<int64_t> first_group;
+    std::set<int64_t> seen;
+    int64_t processes = 0;
+    devices->each_element([&](size_t i, Value d) {
+      const std::string at = json_reader::child(config.at("devices"), i);
+      Obj device(d, at);
+      const int64_t group = device.get("group") ? as_int(device.need("group"), device.at("group")) : 0;
+      if (!first_group) first_group = group;
+      seen.insert(group);
+      if (group != *first_group) return;
+      ++processes;
+      if (device.has("hostname")) on_host[device.str("hostname")] += per_process;
+    });
+    if (processes > 0) ranks = processes * per_process;
+    groups = static_cast<int64_t>(seen.size());
+  }
+  if (ranks < 2) fail("/config", "cannot tell how many ranks ran: no devices and nthreads x ngpus under 2");
+  std::vector<NcclTestRow> rows;
+  Value results = top.need("results");
+  if (!results.is_array()) fail("/results", "expected an array, got " + json_reader::type_name(results));
+  results.each_element([&](size_t i, Value v) {
+    const std::string at = json_reader::child("/results", i);
+    Obj result(v, at);
+    NcclTestRow r;
+    r.op = *op;
+    r.file = file;
+    r.pointer = at;
+    r.bytes = static_cast<double>(as_int(result.need("size"), result.at("size")));
+    if (r.bytes < 0) fail(result.at("size"), "a negative size");
+    // all_gather and reduce_scatter time nothing at size 0.
+    if (r.bytes == 0) return;
+    auto time_of = [&](std::string_view half) {
+      auto h = result.get(half);
+      if (!h || h->is_null()) return 0.0;
+      Obj o(*h, result.at(half));
+      if (o.has("cpu_time")) fail(o.at("cpu_time"), "the run's times are the host's ('cpu_time', nccl-tests -C 1), not the collective's; run it again without -C");
+      Value t = o.need("time");
+      if (!t.is_number() || !std::isfinite(t.number()) || t.number() < 0) fail(o.at("time"), "expected a number of microseconds, got " + t.dump());
+      return t.number() * 1e-6;
+    };
+    r.out_of_place_s = time_of("out_of_place");
+    r.in_place_s = time_of("in_place");
+    if (r.seconds() <= 0) fail(at, "no positive time in this result");
+    rows.push_back(r);
+  });
+  if (rows.empty()) fail("/results", "no results");
+  give_run(rows, 0, ranks, on_host, groups, gpus);
+  return rows;
+}
+
 }  // namespace
 
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file) {
-  std::optional<Op> op = op_of_test(file.substr(file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/') + 1));
+  if (const size_t first = text.find_first_not_of(" \t\r\n"); first != std::string::npos && text[first] == '{') return read_nccl_tests_json(text, file);
+  std::optional<Op> op = op_of_test(base_name(file));
   // The result table's columns, from its "# size ..." header: how many
   // words a row has, and where each half's time is. Options of nccl-tests
   // add columns: -I 1 four per-iteration figures after each half, -S 1 a
@@ -122,16 +230,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     const int64_t ranks = run.ranks ? run.ranks : run.threads_gpus;
     if (rows.size() == run.first_row) return;
     if (ranks < 2) fail_at(run.line, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
-    int64_t per_host = run.on_host.empty() ? 0 : run.on_host.begin()->second;
-    for (const auto& [host, k] : run.on_host)
-      if (k != per_host) per_host = 0;
-    for (size_t i = run.first_row; i < rows.size(); ++i) {
-      rows[i].ranks = ranks;
-      rows[i].groups = std::max<int64_t>(1, static_cast<int64_t>(run.groups.size()));
-      rows[i].hosts = static_cast<int64_t>(run.on_host.size());
-      rows[i].ranks_per_host = per_host;
-      rows[i].gpus_per_thread = run.gpus;
-    }
+    give_run(rows, run.first_row, ranks, run.on_host, static_cast<int64_t>(run.groups.size()), run.gpus);
   };
   // A "Collective test starting" line or an "# nThread" header starts a run.
   auto start_run = [&](int line) {

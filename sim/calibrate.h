@@ -1,7 +1,7 @@
 // Calibration from measurements: the standard stdout of nccl-tests
 // (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf,
-// sendrecv_perf) read into rows, and the NCCL model of an axis fitted to
-// them (thunky-calibrate nccl-tests).
+// sendrecv_perf), or the JSON report of its -J, read into rows, and the
+// NCCL model of an axis fitted to them (thunky-calibrate nccl-tests).
 #pragma once
 
 #include <cstdint>
@@ -35,18 +35,23 @@ struct NcclTestRow {
   // NCCL_DEBUG=INFO output in the file), else "".
   std::string nccl_pick;
   std::string file;
-  int line = 0;
+  int line = 0;          // where the row is in a text file
+  std::string pointer;   // where it is in a JSON one (nccl-tests -J): "/results/3"
+  // "line 12" or "/results/3".
+  std::string where() const { return pointer.empty() ? "line " + std::to_string(line) : pointer; }
   // The measured time (out-of-place, else in-place).
   double seconds() const { return out_of_place_s > 0 ? out_of_place_s : in_place_s; }
 };
 
-// Reads one nccl-tests output, or several put one after the other. The
+// Reads one nccl-tests output, or several put one after the other, or the
+// JSON file that nccl-tests -J writes (text starting with '{'). The
 // collective comes from a "# Collective test starting: X_perf" line, else
 // from the file name (all_reduce_perf...); the ranks of each run (from its
 // "Collective test starting" line or "# nThread" header on) from its
 // "#  Rank k" lines, or nThread x nGpus; the GPUs each thread drives from
 // nGpus.
-// Throws ThunkyError whose pointer is "line N" on anything it cannot read.
+// Throws ThunkyError whose pointer is "line N" (a JSON pointer for JSON) on
+// anything it cannot read.
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file);
 
 // V of the ideal formulas (docs/machines.md) for a row (what the engine prices): the size column

@@ -219,6 +219,80 @@ TEST(NcclTests, ASplitRunIsReadAsOneGroupsCollective) {
   EXPECT_EQ(whole[0].groups, 1);
 }
 
+// A JSON report as nccl-tests -J writes it (no spaces, "%lf" numbers), of
+// one process whose thread drives `ngpus` GPUs, plus `devices` as given.
+std::string json_report(const std::string& program, int ngpus, const std::string& devices, const std::string& results) {
+  return R"({"version":3,"start_time":"2026-12-03 19:52:22","args":[")" + program + R"(","-b","8","-e","8G","-f","2","-g",")" + std::to_string(ngpus) +
+         R"("],"env":["PATH=/usr/bin"],"nccl_version":22902,"config":{"nthreads":1,"ngpus":)" + std::to_string(ngpus) +
+         R"(,"minimum_bytes":8,"maximum_bytes":8589934592,"step_factor":2,"warmup_iters":5,"iterations":20,"aggregated_iterations":1,"validation":1,"graph":0,)"
+         R"("blocking_collectives":false,"per_iter_timing":false,"per_iter_skip":0,"parallel_init":false,"devices":[)" +
+         devices + R"(]},"results":[)" + results + R"(],"out_of_bounds":{"count":0,"okay":true},"average_bus_bandwidth":{"bandwidth":12.5,"okay":"unchecked"},"errors":[],"end_time":"2026-12-03 19:52:30"})";
+}
+
+std::string json_device(int rank, int group, const std::string& host) {
+  return R"({"rank":)" + std::to_string(rank) + R"(,"group":)" + std::to_string(group) + R"(,"pid":4242,"hostname":")" + host +
+         R"(","device":0,"device_hex":"0000:04:00","device_info":"NVIDIA H100 80GB HBM3"})";
+}
+
+std::string json_result(long bytes, const std::string& oop_time, const std::string& ip_time) {
+  auto half = [](const std::string& t) { return t == "null" ? t : R"({"time":)" + t + R"(,"alg_bw":1.000000,"bus_bw":1.750000,"nwrong":0.000000})"; };
+  return R"({"size":)" + std::to_string(bytes) + R"(,"count":)" + std::to_string(bytes / 4) + R"(,"type":"float","redop":"sum","root":"    -1","out_of_place":)" +
+         half(oop_time) + R"(,"in_place":)" + half(ip_time) + R"(,"actual_iterations":20,"experiment_name":""})";
+}
+
+TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
+  // One process driving 8 GPUs (-g 8): 8 ranks, one device entry, and the
+  // collective from the program's name in args, whatever the file's.
+  const auto rows = read_nccl_tests(json_report("./build/all_gather_perf", 8, json_device(0, 0, "node1"),
+                                                 json_result(1048576, "40.100000", "39.800000") + "," + json_result(0, "5.000000", "5.000000") + "," +
+                                                     json_result(2097152, "null", "61.250000")),
+                                     "report.json");
+  ASSERT_EQ(rows.size(), 2u);  // the size-0 result times nothing
+  EXPECT_EQ(rows[0].op, Op::all_gather);
+  EXPECT_EQ(rows[0].ranks, 8);
+  EXPECT_EQ(rows[0].gpus_per_thread, 8);
+  EXPECT_EQ(rows[0].hosts, 1);
+  EXPECT_EQ(rows[0].ranks_per_host, 8);
+  EXPECT_DOUBLE_EQ(rows[0].out_of_place_s, 40.1e-6);
+  EXPECT_DOUBLE_EQ(rows[0].in_place_s, 39.8e-6);
+  EXPECT_EQ(rows[0].where(), "/results/0");
+  // No out-of-place half: the in-place time.
+  EXPECT_DOUBLE_EQ(rows[1].seconds(), 61.25e-6);
+  EXPECT_EQ(rows[1].where(), "/results/2");
+  // MPI, one GPU a process: a device entry each. Four processes on two
+  // hosts split "MOD 2" into groups 0, 1, 0, 1: the table is group 0's,
+  // 2 ranks, one on each host.
+  const std::string four = json_device(0, 0, "a") + "," + json_device(1, 1, "a") + "," + json_device(2, 0, "b") + "," + json_device(3, 1, "b");
+  const auto split = read_nccl_tests(json_report("all_reduce_perf", 1, four, json_result(1024, "20.000000", "20.000000")), "x.json");
+  ASSERT_EQ(split.size(), 1u);
+  EXPECT_EQ(split[0].op, Op::all_reduce);
+  EXPECT_EQ(split[0].ranks, 2);
+  EXPECT_EQ(split[0].groups, 2);
+  EXPECT_EQ(split[0].hosts, 2);
+  EXPECT_EQ(split[0].ranks_per_host, 1);
+  // What it cannot read is named by its JSON pointer.
+  auto error = [](const std::string& text) {
+    try {
+      read_nccl_tests(text, "x.json");
+    } catch (const ThunkyError& e) {
+      return e.pointer() + ": " + e.what();
+    }
+    return std::string();
+  };
+  const std::string one = json_device(0, 0, "a");
+  EXPECT_EQ(error(json_report("all_reduce_perf", 8, one, json_result(1024, "20.0", "20.0") + "," + json_result(2048, R"("nan")", "20.0"))),
+            "/results/1/out_of_place/time: expected a number of microseconds, got \"nan\"");
+  std::string cpu = json_report("all_reduce_perf", 8, one, json_result(1024, "20.0", "20.0"));
+  cpu.replace(cpu.find(R"({"time")"), 7, R"({"cpu_time")");
+  EXPECT_NE(error(cpu).find("/results/0/out_of_place/cpu_time: the run's times are the host's"), std::string::npos) << error(cpu);
+  EXPECT_NE(error(json_report("broadcast_perf", 8, one, json_result(1024, "20.0", "20.0"))).find("/args/0: cannot tell the collective"), std::string::npos);
+  EXPECT_NE(error(json_report("all_reduce_perf", 1, one, json_result(1024, "20.0", "20.0"))).find("/config: cannot tell how many ranks ran"), std::string::npos);
+  // A run killed before it closed its report.
+  const std::string whole = json_report("all_reduce_perf", 8, one, json_result(1024, "20.0", "20.0"));
+  EXPECT_NE(error(whole.substr(0, whole.size() / 2)).find("malformed JSON"), std::string::npos);
+  EXPECT_NE(error(R"({"args":["all_reduce_perf"]})").find("missing required field 'config'"), std::string::npos);
+}
+
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {
   // alltoall_perf and sendrecv_perf print the same table; the collective
   // comes from the file name when no "Collective test starting" line says.

@@ -603,6 +603,30 @@ TEST(CalibrateCli, CheckPrintsAModelAgainstRunsAndFitsNothing) {
   Result cut = calibrate("nccl-tests " + long_name + " --machine h100-8gpu --check");
   ASSERT_EQ(cut.code, 0) << cut.err;
   EXPECT_NE(cut.out.find("\n..." + letters.substr(0, 48) + "_perf.txt:16 reduce_scatter"), std::string::npos) << cut.out;
+  // The same run as the JSON report nccl-tests -J writes (one device a
+  // process, each result's halves with their time in us) reads and prices
+  // as its stdout does, each row named by its pointer.
+  std::string results;
+  {
+    std::ifstream in(kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt");
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::vector<std::string> w;
+      for (std::string x; words >> x;) w.push_back(x);
+      if (w.empty() || w[0] == "#") continue;
+      auto half = [&](size_t at) { return w.size() > at ? "{\"time\":" + w[at] + ",\"alg_bw\":" + w[at + 1] + ",\"bus_bw\":" + w[at + 2] + ",\"nwrong\":0}" : std::string("null"); };
+      results += std::string(results.empty() ? "" : ",") + "{\"size\":" + w[0] + ",\"count\":" + w[1] + ",\"type\":\"float\",\"redop\":\"sum\",\"root\":\"    -1\"," +
+                 "\"out_of_place\":" + half(5) + ",\"in_place\":" + half(9) + "}";
+    }
+  }
+  std::string devices;
+  for (int rank = 0; rank < 8; ++rank) devices += std::string(rank ? "," : "") + "{\"rank\":" + std::to_string(rank) + ",\"group\":0,\"hostname\":\"node\"}";
+  const std::string report = d.write("rs.json", "{\"version\":3,\"args\":[\"./build/reduce_scatter_perf\",\"-b\",\"128M\"],\"config\":{\"nthreads\":1,\"ngpus\":1,\"graph\":0,\"devices\":[" +
+                                                    devices + "]},\"results\":[" + results + "]}");
+  Result json = calibrate("nccl-tests " + report + " --machine h100-8gpu --check");
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_NE(json.out.find("model over 7 sizes: mean |error| 2.2%, max 2.8%"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\nrs.json:/results/0 "), std::string::npos) << json.out;
   // -o and --check together, or neither: exit 2, nothing written.
   const std::string out = (d.path / "o.json").string();
   EXPECT_EQ(calibrate("nccl-tests " + kSrc + "/tests/nccl/h100_8gpu_reduce_scatter_ring_perf.txt --machine h100-8gpu --check -o " + out).code, 2);

@@ -48,7 +48,7 @@ void print_errors(const thunky::sim::AxisLinks& axis, const std::vector<thunky::
   std::vector<std::string> where;
   size_t width = 9;
   for (const auto& r : rows) {
-    std::string at = std::filesystem::path(r.file).filename().string() + ":" + std::to_string(r.line);
+    std::string at = std::filesystem::path(r.file).filename().string() + ":" + (r.pointer.empty() ? std::to_string(r.line) : r.pointer);
     if (at.size() > 64) {
       size_t from = at.size() - 61;
       while (from < at.size() && (static_cast<unsigned char>(at[from]) & 0xC0) == 0x80) ++from;  // not inside a UTF-8 character
@@ -158,10 +158,10 @@ void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky:
   std::set<std::string> warned;
   for (const auto& r : rows) {
     if (const std::string why = thunky::sim::machine_mismatch(axis, r); !why.empty() && warned.insert(r.file + why).second)
-      std::cerr << "thunky-calibrate: warning: " << r.file << ":line " << r.line << ": " << why << " (machine " << machine << ", axis '" << axis_name
+      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": " << why << " (machine " << machine << ", axis '" << axis_name
                 << "'); priced as the axis says\n";
     if (r.groups > 1 && warned.insert(r.file + " groups").second)
-      std::cerr << "thunky-calibrate: warning: " << r.file << ":line " << r.line << ": the run's ranks are in " << r.groups
+      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": the run's ranks are in " << r.groups
                 << " groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of " << r.ranks
                 << " ranks, alone on the links\n";
   }
