@@ -291,11 +291,11 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         if (w.size() > 4 && w[3] == "Group") group = std::atoll(w[4].c_str());
         if (!run.group) run.group = group;
         if (run.groups.size() < 4096) run.groups.insert(group);
-        if (group != *run.group) continue;
-        ++run.ranks;
+        const bool counted = group == *run.group;
+        run.ranks += counted;
         for (size_t i = 2; i + 1 < w.size(); ++i)
           if (w[i] == "on") {
-            ++run.on_host[w[i + 1]];
+            if (counted) ++run.on_host[w[i + 1]];
             if (hosts.size() < 4096) hosts.insert(w[i + 1]);
             break;
           }
