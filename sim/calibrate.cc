@@ -90,6 +90,11 @@ std::string nccl_pick(const std::string& message) {
   return algo + "/" + proto;
 }
 
+// The most ranks a run may have: 2^24 GPUs is past any machine, and keeps
+// every count derived from it far from overflow.
+constexpr int64_t kMaxRunRanks = int64_t{1} << 24;
+const std::string kTooManyRanks = "more than 2^24 ranks";
+
 std::string base_name(const std::string& path) { return path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1); }
 
 // Gives rows [first, end) their run's figures: its ranks, the ranks on
@@ -159,10 +164,11 @@ std::vector<NcclTestRow> read_nccl_tests_json(const std::string& text, const std
       ++processes;
       if (device.has("hostname")) on_host[device.str("hostname")] += per_process;
     });
-    if (processes > 0) ranks = processes * per_process;
+    if (processes > 0) ranks = per_process > kMaxRunRanks / processes ? kMaxRunRanks + 1 : processes * per_process;
     groups = static_cast<int64_t>(seen.size());
   }
   if (ranks < 2) fail("/config", "cannot tell how many ranks ran: no devices and nthreads x ngpus under 2");
+  if (ranks > kMaxRunRanks) fail("/config", kTooManyRanks);
   std::vector<NcclTestRow> rows;
   Value results = top.need("results");
   if (!results.is_array()) fail("/results", "expected an array, got " + json_reader::type_name(results));
@@ -230,6 +236,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     const int64_t ranks = run.ranks ? run.ranks : run.threads_gpus;
     if (rows.size() == run.first_row) return;
     if (ranks < 2) fail_at(run.line, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
+    if (ranks > kMaxRunRanks) fail_at(run.line, kTooManyRanks);
     give_run(rows, run.first_row, ranks, run.on_host, static_cast<int64_t>(run.groups.size()), run.gpus);
   };
   // A "Collective test starting" line or an "# nThread" header starts a run.

@@ -287,6 +287,8 @@ TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
   EXPECT_NE(error(cpu).find("/results/0/out_of_place/cpu_time: the run's times are the host's"), std::string::npos) << error(cpu);
   EXPECT_NE(error(json_report("broadcast_perf", 8, one, json_result(1024, "20.0", "20.0"))).find("/args/0: cannot tell the collective"), std::string::npos);
   EXPECT_NE(error(json_report("all_reduce_perf", 1, one, json_result(1024, "20.0", "20.0"))).find("/config: cannot tell how many ranks ran"), std::string::npos);
+  // Two processes of 2^24 GPUs each: more ranks than any run has.
+  EXPECT_EQ(error(json_report("all_reduce_perf", 1 << 24, one + "," + json_device(1, 0, "b"), json_result(1024, "20.0", "20.0"))), "/config: more than 2^24 ranks");
   // A run killed before it closed its report.
   const std::string whole = json_report("all_reduce_perf", 8, one, json_result(1024, "20.0", "20.0"));
   EXPECT_NE(error(whole.substr(0, whole.size() / 2)).find("malformed JSON"), std::string::npos);
@@ -412,15 +414,19 @@ TEST(NcclTests, ReadsHowManyGpusEachThreadDrives) {
   EXPECT_EQ(fixture("h100_2x8_tcpxo_all_reduce_perf.txt").front().gpus_per_thread, 1);
   EXPECT_EQ(b200("all_reduce").front().gpus_per_thread, 1);
   // Counts no run has are read bounded at 2^24 each, so their product (the
-  // ranks, with no "#  Rank" lines) cannot overflow: 2^48.
-  const auto huge = read_nccl_tests(
-      "# Collective test starting: all_reduce_perf\n# nThread 99999999999999999999 nGpus 99999999999999999999 graph: 0\n"
-      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-      "        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n",
-      "huge.txt");
+  // ranks, with no "#  Rank" lines) cannot overflow; a run of more than
+  // 2^24 ranks is refused, naming its header.
+  auto run = [](const std::string& threads, const std::string& gpus) {
+    return "# Collective test starting: all_reduce_perf\n# nThread " + threads + " nGpus " + gpus + " graph: 0\n"
+           "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+           "        1024           256     float     sum      -1    20.0    0.05    0.08      0    20.0    0.05    0.08      0\n";
+  };
+  const auto huge = read_nccl_tests(run("1", "99999999999999999999"), "huge.txt");
   ASSERT_EQ(huge.size(), 1u);
-  EXPECT_EQ(huge[0].ranks, int64_t{1} << 48);
+  EXPECT_EQ(huge[0].ranks, int64_t{1} << 24);
   EXPECT_EQ(huge[0].gpus_per_thread, int64_t{1} << 24);
+  EXPECT_EQ(read_error(run("99999999999999999999", "99999999999999999999")), "line 2: more than 2^24 ranks");
+  EXPECT_EQ(read_error(run("2", "8388609")), "line 2: more than 2^24 ranks");  // 2 x (2^23 + 1)
 }
 
 TEST(NcclTests, ReadsRowsThatNcclsLogCutAndNcclsPicks) {
