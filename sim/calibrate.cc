@@ -205,7 +205,7 @@ std::vector<NcclTestRow> read_nccl_tests_json(const std::string& text, const std
 }  // namespace
 
 std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::string& file) {
-  if (const size_t first = text.find_first_not_of(" \t\r\n"); first != std::string::npos && text[first] == '{') return read_nccl_tests_json(text, file);
+  if (const size_t first = text.find_first_not_of(" \t\r\n"); first != std::string::npos && (text[first] == '{' || text[first] == '[')) return read_nccl_tests_json(text, file);
   std::optional<Op> op = op_of_test(base_name(file));
   // The result table's columns, from its "# size ..." header: how many
   // words a row has, and where each half's time is. Options of nccl-tests

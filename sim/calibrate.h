@@ -44,7 +44,7 @@ struct NcclTestRow {
 };
 
 // Reads one nccl-tests output, or several put one after the other, or the
-// JSON file that nccl-tests -J writes (text starting with '{'). The
+// JSON file that nccl-tests -J writes (text starting with '{' or '['). The
 // collective comes from a "# Collective test starting: X_perf" line, else
 // from the file name (all_reduce_perf...); the ranks of each run (from its
 // "Collective test starting" line or "# nThread" header on) from its

@@ -293,6 +293,7 @@ TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
   const std::string whole = json_report("all_reduce_perf", 8, one, json_result(1024, "20.0", "20.0"));
   EXPECT_NE(error(whole.substr(0, whole.size() / 2)).find("malformed JSON"), std::string::npos);
   EXPECT_NE(error(R"({"args":["all_reduce_perf"]})").find("missing required field 'config'"), std::string::npos);
+  EXPECT_EQ(error("[1, 2]"), ": expected an object, got an array");
 }
 
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {

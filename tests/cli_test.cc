@@ -734,6 +734,15 @@ TEST(CalibrateCli, ABadFileNamesItsLine) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(bad + ":line 3: in-place time 'twelve'"), std::string::npos) << r.err;
   EXPECT_EQ(calibrate("nccl-tests " + bad + " -o x.json").code, 2);  // --machine is required
+  // A JSON report (nccl-tests -J) names the pointer; one cut short, itself.
+  const std::string report = d.write("report.json", R"({"args": ["all_gather_perf"], "config": {"ngpus": 8}, "results": [{"size": 1024, "out_of_place": {"time": "x"}}]})");
+  Result json = calibrate("nccl-tests " + report + " --machine h100-8gpu --check");
+  EXPECT_EQ(json.code, 2);
+  EXPECT_EQ(json.err, report + ":/results/0/out_of_place/time: expected a number of microseconds, got \"x\"\n");
+  const std::string cut = d.write("cut.json", R"({"args": ["all_gather_perf"], "config": {"ngpus": 8}, "resu)");
+  Result cut_short = calibrate("nccl-tests " + cut + " --machine h100-8gpu --check");
+  EXPECT_EQ(cut_short.code, 2);
+  EXPECT_EQ(cut_short.err.rfind(cut + ": malformed JSON: ", 0), 0u) << cut_short.err;
   // More rows than a fit takes (4,096): exit 2 before the fit, not minutes of it.
   std::string many = "# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8\n#  size count type redop root time algbw busbw #wrong\n";
   for (int i = 0; i < 4097; ++i) many += "  1024  256  float  sum  -1  12.5  0.1  0.1  0\n";

@@ -121,7 +121,7 @@ std::optional<std::vector<thunky::sim::NcclTestRow>> read_runs(const std::vector
       auto got = thunky::sim::read_nccl_tests(text, f);
       rows.insert(rows.end(), got.begin(), got.end());
     } catch (const thunky::ThunkyError& e) {
-      std::cerr << f << ":" << e.pointer() << ": " << e.what() << "\n";
+      std::cerr << f << (e.pointer().empty() ? "" : ":" + e.pointer()) << ": " << e.what() << "\n";
       return std::nullopt;
     }
   }
