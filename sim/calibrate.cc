@@ -100,7 +100,7 @@ std::string base_name(const std::string& path) { return path.substr(path.find_la
 // Gives rows [first, end) their run's figures: its ranks, the ranks on
 // each host (ranks_per_host 0 where hosts differ), its groups and the GPUs
 // one thread drives.
-void give_run(std::vector<NcclTestRow>& rows, size_t first, int64_t ranks, const std::map<std::string, int64_t>& on_host, int64_t groups, int64_t gpus) {
+void give_run(std::vector<NcclTestRow>& rows, size_t first, int64_t ranks, const std::map<std::string, int64_t>& on_host, int64_t groups, int64_t gpus, bool blocking) {
   int64_t per_host = on_host.empty() ? 0 : on_host.begin()->second;
   for (const auto& [host, k] : on_host)
     if (k != per_host) per_host = 0;
@@ -110,6 +110,7 @@ void give_run(std::vector<NcclTestRow>& rows, size_t first, int64_t ranks, const
     rows[i].hosts = static_cast<int64_t>(on_host.size());
     rows[i].ranks_per_host = per_host;
     rows[i].gpus_per_thread = gpus;
+    rows[i].blocking = blocking;
   }
 }
 
@@ -198,7 +199,9 @@ std::vector<NcclTestRow> read_nccl_tests_json(const std::string& text, const std
     rows.push_back(r);
   });
   if (rows.empty()) fail("/results", "no results");
-  give_run(rows, 0, ranks, on_host, groups, gpus);
+  // nccl-tests writes its booleans as the strings "true" and "false".
+  auto blocking = config.get("blocking_collectives");
+  give_run(rows, 0, ranks, on_host, groups, gpus, blocking && (blocking->is_boolean() ? blocking->boolean() : blocking->is_string() && blocking->str() == "true"));
   return rows;
 }
 
@@ -231,13 +234,14 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     // ranks and hosts are the ones counted.
     std::optional<int64_t> group;
     std::set<int64_t> groups;
+    bool blocking = false;  // a "# Blocking Enabled" line (-z)
   } run;
   auto end_run = [&] {
     const int64_t ranks = run.ranks ? run.ranks : run.threads_gpus;
     if (rows.size() == run.first_row) return;
     if (ranks < 2) fail_at(run.line, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
     if (ranks > kMaxRunRanks) fail_at(run.line, kTooManyRanks);
-    give_run(rows, run.first_row, ranks, run.on_host, static_cast<int64_t>(run.groups.size()), run.gpus);
+    give_run(rows, run.first_row, ranks, run.on_host, static_cast<int64_t>(run.groups.size()), run.gpus, run.blocking);
   };
   // A "Collective test starting" line or an "# nThread" header starts a run.
   auto start_run = [&](int line) {
@@ -293,6 +297,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
         op = op_of_test(w.back());
         if (!op) fail_at(n, "unknown collective test '" + w.back() + "'");
       }
+      if (w.size() > 2 && w[1] == "Blocking" && w[2] == "Enabled:") run.blocking = true;
       if (w.size() > 2 && w[1] == "Rank") {
         int64_t group = 0;  // nccl-tests before 2.10 print no Group
         if (w.size() > 4 && w[3] == "Group") group = std::atoll(w[4].c_str());

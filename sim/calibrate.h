@@ -27,6 +27,9 @@ struct NcclTestRow {
   // its own collective at the same time ("#  Rank k Group g" lines); ranks,
   // hosts and ranks_per_host are the first rank's group's.
   int64_t groups = 1;
+  // The run waited for the GPUs after every iteration ("# Blocking
+  // Enabled", nccl-tests -z): its times hold that wait.
+  bool blocking = false;
   // The GPUs whose part of each collective one thread of the run launches
   // (the "# nThread" line's nGpus, -g k); 1 where no header says, 0 under
   // CUDA graphs ("graph: 1"), where the thread launches a graph instead.

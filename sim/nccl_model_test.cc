@@ -225,7 +225,7 @@ std::string json_report(const std::string& program, int ngpus, const std::string
   return R"({"version":3,"start_time":"2026-12-03 19:52:22","args":[")" + program + R"(","-b","8","-e","8G","-f","2","-g",")" + std::to_string(ngpus) +
          R"("],"env":["PATH=/usr/bin"],"nccl_version":22902,"config":{"nthreads":1,"ngpus":)" + std::to_string(ngpus) +
          R"(,"minimum_bytes":8,"maximum_bytes":8589934592,"step_factor":2,"warmup_iters":5,"iterations":20,"aggregated_iterations":1,"validation":1,"graph":0,)"
-         R"("blocking_collectives":false,"per_iter_timing":false,"per_iter_skip":0,"parallel_init":false,"devices":[)" +
+         R"("blocking_collectives":"false","per_iter_timing":"false","per_iter_skip":0,"parallel_init":"false","devices":[)" +
          devices + R"(]},"results":[)" + results + R"(],"out_of_bounds":{"count":0,"okay":true},"average_bus_bandwidth":{"bandwidth":12.5,"okay":"unchecked"},"errors":[],"end_time":"2026-12-03 19:52:30"})";
 }
 
@@ -256,6 +256,7 @@ TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
   EXPECT_DOUBLE_EQ(rows[0].out_of_place_s, 40.1e-6);
   EXPECT_DOUBLE_EQ(rows[0].in_place_s, 39.8e-6);
   EXPECT_EQ(rows[0].where(), "/results/0");
+  EXPECT_FALSE(rows[0].blocking);
   // No out-of-place half: the in-place time.
   EXPECT_DOUBLE_EQ(rows[1].seconds(), 61.25e-6);
   EXPECT_EQ(rows[1].where(), "/results/2");
@@ -270,6 +271,10 @@ TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
   EXPECT_EQ(split[0].groups, 2);
   EXPECT_EQ(split[0].hosts, 2);
   EXPECT_EQ(split[0].ranks_per_host, 1);
+  // nccl-tests writes its booleans as strings: "true" for a run with -z.
+  std::string blocking = json_report("all_reduce_perf", 8, json_device(0, 0, "a"), json_result(1024, "20.0", "20.0"));
+  blocking.replace(blocking.find(R"("blocking_collectives":"false")"), 30, R"("blocking_collectives":"true")");
+  EXPECT_TRUE(read_nccl_tests(blocking, "x.json")[0].blocking);
   // What it cannot read is named by its JSON pointer.
   auto error = [](const std::string& text) {
     try {
@@ -294,6 +299,22 @@ TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
   EXPECT_NE(error(whole.substr(0, whole.size() / 2)).find("malformed JSON"), std::string::npos);
   EXPECT_NE(error(R"({"args":["all_reduce_perf"]})").find("missing required field 'config'"), std::string::npos);
   EXPECT_EQ(error("[1, 2]"), ": expected an object, got an array");
+}
+
+TEST(NcclTests, ARunThatWaitedAfterEveryIterationIsMarked) {
+  // nccl-tests -z 1 waits for the GPUs, and meets at a barrier, after every
+  // iteration, and says so in its header; a run of the same file without
+  // it is not marked.
+  const std::string table =
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+      "        1024           256     float     sum      -1    30.0    0.03    0.06      0    30.0    0.03    0.06      0\n";
+  const auto rows = read_nccl_tests("# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8 minBytes 1024 maxBytes 1024\n"
+                                    "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n#\n" +
+                                        table + "# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8 minBytes 1024 maxBytes 1024\n#\n" + table,
+                                    "x.txt");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].blocking);
+  EXPECT_FALSE(rows[1].blocking);
 }
 
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {

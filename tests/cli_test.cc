@@ -696,6 +696,13 @@ TEST(CalibrateCli, WarnsWhenRunsSpanMoreHostsThanTheMachineHasNodes) {
   EXPECT_NE(groups.err.find("the run's ranks are in 2 groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of 8 ranks"),
             std::string::npos)
       << groups.err;
+  // A run made with -z (a wait after every iteration) is said to hold it.
+  std::string waited = split;
+  waited.insert(waited.find("#\n# Using devices"), "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n");
+  Result blocking = calibrate("nccl-tests " + d.write("all_reduce_perf_z.txt", waited) + " --machine h200-8gpu --check");
+  EXPECT_EQ(blocking.code, 0) << blocking.err;
+  EXPECT_NE(blocking.err.find("the run waited for the GPUs after every iteration (nccl-tests -z)"), std::string::npos) << blocking.err;
+  EXPECT_EQ(groups.err.find("-z"), std::string::npos) << groups.err;
 }
 
 TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {

@@ -153,13 +153,17 @@ std::optional<thunky::sim::AxisLinks> axis_as_run(const thunky::sim::AxisLinks& 
 // "#  Rank" lines cannot tell from nodes.
 // A run split into groups (NCCL_TESTS_SPLIT) is priced as one group's
 // collective alone: the others' traffic on shared links is not, said once
-// per file.
+// per file; so is a blocking run (-z), whose times hold the host's wait.
 void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const std::string& machine, const std::string& axis_name) {
   std::set<std::string> warned;
   for (const auto& r : rows) {
     if (const std::string why = thunky::sim::machine_mismatch(axis, r); !why.empty() && warned.insert(r.file + why).second)
       std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": " << why << " (machine " << machine << ", axis '" << axis_name
                 << "'); priced as the axis says\n";
+    if (r.blocking && warned.insert(r.file + " blocking").second)
+      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where()
+                << ": the run waited for the GPUs after every iteration (nccl-tests -z), so its times hold the host's wait, which a fit takes for the "
+                   "collectives' latency; runs without -z show the GPUs' own\n";
     if (r.groups > 1 && warned.insert(r.file + " groups").second)
       std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": the run's ranks are in " << r.groups
                 << " groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of " << r.ranks
