@@ -100,17 +100,24 @@ std::string base_name(const std::string& path) { return path.substr(path.find_la
 // Gives rows [first, end) their run's figures: its ranks, the ranks on
 // each host (ranks_per_host 0 where hosts differ), its groups and the GPUs
 // one thread drives.
-void give_run(std::vector<NcclTestRow>& rows, size_t first, int64_t ranks, const std::map<std::string, int64_t>& on_host, int64_t groups, int64_t gpus, bool blocking) {
+// How a run was made, beyond its ranks: what each of its rows carries.
+struct RunMade {
+  int64_t groups = 1, gpus = 1, grouped = 1;
+  bool blocking = false;
+};
+
+void give_run(std::vector<NcclTestRow>& rows, size_t first, int64_t ranks, const std::map<std::string, int64_t>& on_host, const RunMade& made) {
   int64_t per_host = on_host.empty() ? 0 : on_host.begin()->second;
   for (const auto& [host, k] : on_host)
     if (k != per_host) per_host = 0;
   for (size_t i = first; i < rows.size(); ++i) {
     rows[i].ranks = ranks;
-    rows[i].groups = std::max<int64_t>(1, groups);
+    rows[i].groups = std::max<int64_t>(1, made.groups);
     rows[i].hosts = static_cast<int64_t>(on_host.size());
     rows[i].ranks_per_host = per_host;
-    rows[i].gpus_per_thread = gpus;
-    rows[i].blocking = blocking;
+    rows[i].gpus_per_thread = made.gpus;
+    rows[i].blocking = made.blocking;
+    rows[i].grouped = std::max<int64_t>(1, made.grouped);
   }
 }
 
@@ -201,7 +208,8 @@ std::vector<NcclTestRow> read_nccl_tests_json(const std::string& text, const std
   if (rows.empty()) fail("/results", "no results");
   // nccl-tests writes its booleans as the strings "true" and "false".
   auto blocking = config.get("blocking_collectives");
-  give_run(rows, 0, ranks, on_host, groups, gpus, blocking && (blocking->is_boolean() ? blocking->boolean() : blocking->is_string() && blocking->str() == "true"));
+  give_run(rows, 0, ranks, on_host,
+           {groups, gpus, count("aggregated_iterations", 1), blocking && (blocking->is_boolean() ? blocking->boolean() : blocking->is_string() && blocking->str() == "true")});
   return rows;
 }
 
@@ -235,13 +243,14 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
     std::optional<int64_t> group;
     std::set<int64_t> groups;
     bool blocking = false;  // a "# Blocking Enabled" line (-z)
+    int64_t grouped = 1;    // "agg iters: k" (-m k)
   } run;
   auto end_run = [&] {
     const int64_t ranks = run.ranks ? run.ranks : run.threads_gpus;
     if (rows.size() == run.first_row) return;
     if (ranks < 2) fail_at(run.line, "cannot tell how many ranks ran: no '#  Rank k' lines and no 'nThread T nGpus G' header giving 2 or more");
     if (ranks > kMaxRunRanks) fail_at(run.line, kTooManyRanks);
-    give_run(rows, run.first_row, ranks, run.on_host, static_cast<int64_t>(run.groups.size()), run.gpus, run.blocking);
+    give_run(rows, run.first_row, ranks, run.on_host, {static_cast<int64_t>(run.groups.size()), run.gpus, run.grouped, run.blocking});
   };
   // A "Collective test starting" line or an "# nThread" header starts a run.
   auto start_run = [&](int line) {
@@ -322,6 +331,7 @@ std::vector<NcclTestRow> read_nccl_tests(const std::string& text, const std::str
           if (w[i] == "nThread") t = count(w[i + 1]);
           if (w[i] == "nGpus") g = count(w[i + 1]);
           if (w[i] == "graph:") graph = count(w[i + 1]);
+          if (w[i] == "agg" && w[i + 1] == "iters:" && i + 2 < w.size()) run.grouped = count(w[i + 2]);
         }
         run.threads_gpus = t * g;
         // Under CUDA graphs ("graph: 1", nccl-tests -G) the thread launches

@@ -30,6 +30,10 @@ struct NcclTestRow {
   // The run waited for the GPUs after every iteration ("# Blocking
   // Enabled", nccl-tests -z): its times hold that wait.
   bool blocking = false;
+  // The collectives each iteration launched as one NCCL group ("agg iters:
+  // k", nccl-tests -m k); the time is per collective, their latencies
+  // overlapped.
+  int64_t grouped = 1;
   // The GPUs whose part of each collective one thread of the run launches
   // (the "# nThread" line's nGpus, -g k); 1 where no header says, 0 under
   // CUDA graphs ("graph: 1"), where the thread launches a graph instead.

@@ -275,6 +275,9 @@ TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
   std::string blocking = json_report("all_reduce_perf", 8, json_device(0, 0, "a"), json_result(1024, "20.0", "20.0"));
   blocking.replace(blocking.find(R"("blocking_collectives":"false")"), 30, R"("blocking_collectives":"true")");
   EXPECT_TRUE(read_nccl_tests(blocking, "x.json")[0].blocking);
+  EXPECT_EQ(rows[0].grouped, 1);
+  blocking.replace(blocking.find(R"("aggregated_iterations":1)"), 25, R"("aggregated_iterations":8)");
+  EXPECT_EQ(read_nccl_tests(blocking, "x.json")[0].grouped, 8);
   // What it cannot read is named by its JSON pointer.
   auto error = [](const std::string& text) {
     try {
@@ -301,20 +304,23 @@ TEST(NcclTests, ReadsTheJsonReportOfNcclTests) {
   EXPECT_EQ(error("[1, 2]"), ": expected an object, got an array");
 }
 
-TEST(NcclTests, ARunThatWaitedAfterEveryIterationIsMarked) {
+TEST(NcclTests, ARunThatWaitedOrGroupedIsMarked) {
   // nccl-tests -z 1 waits for the GPUs, and meets at a barrier, after every
-  // iteration, and says so in its header; a run of the same file without
-  // it is not marked.
+  // iteration, and -m 4 launches 4 collectives an iteration as one group;
+  // the header says both. A run of the same file without them is not
+  // marked.
   const std::string table =
       "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
       "        1024           256     float     sum      -1    30.0    0.03    0.06      0    30.0    0.03    0.06      0\n";
-  const auto rows = read_nccl_tests("# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8 minBytes 1024 maxBytes 1024\n"
+  const auto rows = read_nccl_tests("# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8 minBytes 1024 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 4 validation: 1 graph: 0\n"
                                     "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n#\n" +
                                         table + "# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 8 minBytes 1024 maxBytes 1024\n#\n" + table,
                                     "x.txt");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_TRUE(rows[0].blocking);
+  EXPECT_EQ(rows[0].grouped, 4);
   EXPECT_FALSE(rows[1].blocking);
+  EXPECT_EQ(rows[1].grouped, 1);
 }
 
 TEST(NcclTests, ReadsAlltoallAndSendrecv) {

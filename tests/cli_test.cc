@@ -703,6 +703,13 @@ TEST(CalibrateCli, WarnsWhenRunsSpanMoreHostsThanTheMachineHasNodes) {
   EXPECT_EQ(blocking.code, 0) << blocking.err;
   EXPECT_NE(blocking.err.find("the run waited for the GPUs after every iteration (nccl-tests -z)"), std::string::npos) << blocking.err;
   EXPECT_EQ(groups.err.find("-z"), std::string::npos) << groups.err;
+  // So is one that launched several collectives an iteration as one group.
+  std::string grouped = split;
+  grouped.replace(grouped.find("agg iters: 1"), 12, "agg iters: 4");
+  Result agg = calibrate("nccl-tests " + d.write("all_reduce_perf_m.txt", grouped) + " --machine h200-8gpu --check");
+  EXPECT_EQ(agg.code, 0) << agg.err;
+  EXPECT_NE(agg.err.find("the run launched 4 collectives as one NCCL group each iteration (nccl-tests -m)"), std::string::npos) << agg.err;
+  EXPECT_EQ(groups.err.find("-m)"), std::string::npos) << groups.err;
 }
 
 TEST(CalibrateCli, ExecMeasuresThisHostIntoAModelThunkySimLoads) {

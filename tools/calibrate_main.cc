@@ -153,7 +153,8 @@ std::optional<thunky::sim::AxisLinks> axis_as_run(const thunky::sim::AxisLinks& 
 // "#  Rank" lines cannot tell from nodes.
 // A run split into groups (NCCL_TESTS_SPLIT) is priced as one group's
 // collective alone: the others' traffic on shared links is not, said once
-// per file; so is a blocking run (-z), whose times hold the host's wait.
+// per file; so are a blocking run (-z), whose times hold the host's wait,
+// and one that grouped several collectives an iteration (-m).
 void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const std::string& machine, const std::string& axis_name) {
   std::set<std::string> warned;
   for (const auto& r : rows) {
@@ -164,6 +165,9 @@ void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky:
       std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where()
                 << ": the run waited for the GPUs after every iteration (nccl-tests -z), so its times hold the host's wait, which a fit takes for the "
                    "collectives' latency; runs without -z show the GPUs' own\n";
+    if (r.grouped > 1 && warned.insert(r.file + " grouped").second)
+      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": the run launched " << r.grouped
+                << " collectives as one NCCL group each iteration (nccl-tests -m), so their latencies overlap and small sizes read faster than one collective alone\n";
     if (r.groups > 1 && warned.insert(r.file + " groups").second)
       std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": the run's ranks are in " << r.groups
                 << " groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of " << r.ranks
