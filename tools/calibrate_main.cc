@@ -147,31 +147,34 @@ std::optional<thunky::sim::AxisLinks> axis_as_run(const thunky::sim::AxisLinks& 
   return axis;
 }
 
-// A run the axis cannot stand for (two nodes priced as one) is priced as
-// the axis says, into figures that may describe no machine: said once per
-// run. Not refused: hosts can be containers of one node, which the
-// "#  Rank" lines cannot tell from nodes.
-// A run split into groups (NCCL_TESTS_SPLIT) is priced as one group's
-// collective alone: the others' traffic on shared links is not, said once
-// per file; so are a blocking run (-z), whose times hold the host's wait,
-// and one that grouped several collectives an iteration (-m).
-void warn_of_hosts(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const std::string& machine, const std::string& axis_name) {
+// What the fit cannot see in the runs, said once per file:
+// - a run the axis cannot stand for (two nodes priced as one) is priced as
+//   the axis says, into figures that may describe no machine. Not refused:
+//   hosts can be containers of one node, which the "#  Rank" lines cannot
+//   tell from nodes;
+// - a blocking run (-z) holds the host's wait in its times;
+// - a run that grouped several collectives an iteration (-m) overlaps
+//   their latencies;
+// - a run split into groups (NCCL_TESTS_SPLIT) is priced as one group's
+//   collective alone: the others' traffic on shared links is not.
+void warn_of_runs(const thunky::sim::AxisLinks& axis, const std::vector<thunky::sim::NcclTestRow>& rows, const std::string& machine, const std::string& axis_name) {
   std::set<std::string> warned;
   for (const auto& r : rows) {
-    if (const std::string why = thunky::sim::machine_mismatch(axis, r); !why.empty() && warned.insert(r.file + why).second)
-      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": " << why << " (machine " << machine << ", axis '" << axis_name
-                << "'); priced as the axis says\n";
-    if (r.blocking && warned.insert(r.file + " blocking").second)
-      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where()
-                << ": the run waited for the GPUs after every iteration (nccl-tests -z), so its times hold the host's wait, which a fit takes for the "
-                   "collectives' latency; runs without -z show the GPUs' own\n";
-    if (r.grouped > 1 && warned.insert(r.file + " grouped").second)
-      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": the run launched " << r.grouped
-                << " collectives as one NCCL group each iteration (nccl-tests -m), so their latencies overlap and small sizes read faster than one collective alone\n";
-    if (r.groups > 1 && warned.insert(r.file + " groups").second)
-      std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": the run's ranks are in " << r.groups
-                << " groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of " << r.ranks
-                << " ranks, alone on the links\n";
+    auto warn = [&](const std::string& what, const std::string& text) {
+      if (warned.insert(r.file + "\n" + what).second) std::cerr << "thunky-calibrate: warning: " << r.file << ":" << r.where() << ": " << text << "\n";
+    };
+    if (const std::string why = thunky::sim::machine_mismatch(axis, r); !why.empty())
+      warn(why, why + " (machine " + machine + ", axis '" + axis_name + "'); priced as the axis says");
+    if (r.blocking)
+      warn("-z", "the run waited for the GPUs after every iteration (nccl-tests -z), so its times hold the host's wait, which a fit takes for the "
+                 "collectives' latency; runs without -z show the GPUs' own");
+    if (r.grouped > 1)
+      warn("-m", "the run launched " + std::to_string(r.grouped) +
+                     " collectives as one NCCL group each iteration (nccl-tests -m), so their latencies overlap and small sizes read faster than one collective alone");
+    if (r.groups > 1)
+      warn("split", "the run's ranks are in " + std::to_string(r.groups) +
+                        " groups, each running its own collective at the same time (NCCL_TESTS_SPLIT); a row is priced as one group's collective of " +
+                        std::to_string(r.ranks) + " ranks, alone on the links");
   }
 }
 
@@ -252,7 +255,7 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
   }
   const auto axis = axis_as_run(*base_axis, settings);
   if (!axis) return 2;
-  warn_of_hosts(*axis, *rows, machine, axis_name);
+  warn_of_runs(*axis, *rows, machine, axis_name);
   if (check) {
     if (!axis->nccl) {
       std::cerr << machine << ":/axes/" << axis_name << ": collectives priced by the ideal formulas; --check compares the NCCL model\n";
