@@ -339,9 +339,11 @@ void cholesky(const Tensor& a, const Tensor& result, const Tensor& info, bool lo
     M m(n, n), keep(n, n);
     for (int64_t i = 0; i < n * n; ++i) {
       m.data()[i] = load_as_double(a.data, a.dtype, k * n * n + i);
-      keep.data()[i] = load_as_double(result.data, result.dtype, k * n * n + i);
     }
-    if (a.data == result.data) keep = m;
+    // The result starts as a copy of the operand (in place or not, as
+    // JAX's potrf handler copies it in): potrf writes one triangle, and
+    // the other keeps the operand's values.
+    keep = m;
     // potrf reads one triangle: with row-major L wanted (lower=false) that is
     // the row-major lower triangle.
     M sym = lower ? M(m.triangularView<Eigen::Upper>().transpose()) : M(m.triangularView<Eigen::Lower>());

@@ -86,6 +86,18 @@ TEST(Cholesky, UpperFlagGivesRowMajorUpperFactor) {
   EXPECT_EQ(info[0], 0);
 }
 
+TEST(Cholesky, OutOfPlaceTheOtherTriangleIsTheOperands) {
+  // As JAX's potrf handler (and the cuda backend): the result is the
+  // operand copied in, then factored. lower=false writes the row-major lower
+  // L = [[2 0 0], [6 1 0], [-8 5 3]]; the strict upper keeps a's 12, -16,
+  // -43, not the result's old 7s.
+  std::vector<float> a{4, 12, -16, 12, 37, -43, -16, -43, 98}, r(9, 7);
+  std::vector<int32_t> info(1, 99);
+  cholesky(t(a, {3, 3}), t(r, {3, 3}), Tensor{reinterpret_cast<uint8_t*>(info.data()), DType::s32, {}}, false);
+  EXPECT_EQ(r, (std::vector<float>{2, 12, -16, 6, 1, -43, -8, 5, 3}));
+  EXPECT_EQ(info[0], 0);
+}
+
 TEST(Cholesky, InfoNamesTheFirstFailingMinor) {
   // [[1 2], [2 1]]: the 1x1 minor is fine, the 2x2 one has determinant -3.
   std::vector<float> a{1, 2, 2, 1};
