@@ -62,6 +62,15 @@ cudaKernel_t KernelCache::get_ptx(const std::string& ptx, const std::string& nam
   return load(ptx, ptx, name);
 }
 
+void KernelCache::load_on(int device) {
+  std::lock_guard<std::mutex> l(mu_);
+  THUNKY_CUDA_CHECK(cudaSetDevice(device));
+  for (auto& [key, k] : kernels_) {
+    cudaFuncAttributes attributes;
+    THUNKY_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(k)));
+  }
+}
+
 cudaKernel_t KernelCache::load(const std::string& key, const std::string& ptx, const std::string& name) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = libraries_.find(key);
@@ -122,7 +131,7 @@ Gemm::Plan& Gemm::plan(const GemmShape& g, size_t workspace_bytes) {
   if (slot) return *slot;
   auto p = std::make_unique<Plan>();
   p->f64 = g.dtype == DType::f64;
-  const cudaDataType_t t = cuda_type(g.dtype);
+  const cudaDataType_t t = cuda_type(g.in), out = cuda_type(g.dtype);
   const cublasComputeType_t compute = p->f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
   THUNKY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, compute, p->f64 ? CUDA_R_64F : CUDA_R_32F));
   const cublasOperation_t opa = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -130,7 +139,7 @@ Gemm::Plan& Gemm::plan(const GemmShape& g, size_t workspace_bytes) {
   THUNKY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
   THUNKY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, t, g.b_cols, g.b_rows, g.b_cols));
   THUNKY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, t, g.a_cols, g.a_rows, g.a_cols));
-  THUNKY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, t, g.n, g.m, g.n));
+  THUNKY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out, g.n, g.m, g.n));
   if (g.batch > 1) {
     // Only called with both operands batched (a broadcast operand runs per matrix).
     const int32_t count = static_cast<int32_t>(g.batch);

@@ -30,6 +30,10 @@ class KernelCache {
   // A kernel of user PTX (ptx_kernel), by its text and name.
   cudaKernel_t get_ptx(const std::string& ptx, const std::string& name);
   int compiled() const { return static_cast<int>(libraries_.size()); }
+  // Loads every kernel got so far into `device`'s context (the runtime
+  // loads a library's kernels lazily, at their first launch otherwise:
+  // inside a timed command, or a graph capture).
+  void load_on(int device);
 
  private:
   cudaKernel_t load(const std::string& key, const std::string& ptx, const std::string& name);
@@ -44,10 +48,12 @@ void launch(cudaKernel_t k, int64_t elements, const std::vector<uint8_t>& params
 
 // c = alpha · op(a) · op(b) + beta · c in row-major terms through cuBLASLt,
 // for f64, f32, f16 and bf16 operands of one dtype (f32 accumulation for
-// the half types); a 2-D operand broadcasts over a 3-D batch. Matrix
+// the half types), or bf16 / f16 operands into f32; a 2-D operand
+// broadcasts over a 3-D batch. Matrix
 // layouts, descriptors and the chosen algorithm are cached by shape.
 struct GemmShape {
-  DType dtype;
+  DType dtype;  // c's
+  DType in;     // a's and b's: dtype, or bf16 / f16 into an f32 c
   int64_t batch, m, n, k;
   bool ta, tb;
   int64_t a_rows, a_cols, b_rows, b_cols;  // as stored (row-major)
@@ -56,7 +62,7 @@ struct GemmShape {
   // the product has: views start anywhere in their buffer, and cuBLASLt
   // must be told, or it may pick a kernel that assumes 256.
   uint32_t align = 256;
-  auto key() const { return std::tuple(dtype, batch, m, n, k, ta, tb, a_rows, a_cols, b_rows, b_cols, a_batched, b_batched, align); }
+  auto key() const { return std::tuple(dtype, in, batch, m, n, k, ta, tb, a_rows, a_cols, b_rows, b_cols, a_batched, b_batched, align); }
 };
 // The largest power of two, up to 256, that divides every address.
 uint32_t common_alignment(std::initializer_list<const void*> pointers);

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <set>
+#include <shared_mutex>
 #include <thread>
-#include <cstring>
 
 namespace thunky::cuda {
 
@@ -215,6 +216,11 @@ ncclRedOp_t nccl_op(const std::string& r) {
   return ncclSum;
 }
 
+// Communicators are non-blocking (ncclConfig_t.blocking = 0): no NCCL
+// call holds its thread while a peer is missing, so every wait polls
+// ncclCommGetAsyncError against --timeout. Every NCCL call holds `calls_`
+// shared, and abort() alone holds it exclusively: a communicator is never
+// aborted while another thread is inside a call on it.
 class Nccl final : public NcclTransport {
  public:
   Nccl(int ranks, IdExchange& ids, double timeout_s) : ids_(ids), timeout_s_(timeout_s), scratch_(static_cast<size_t>(ranks)) {}
@@ -241,17 +247,34 @@ class Nccl final : public NcclTransport {
       ids_.exchange(members, position, id);
       ncclUniqueId u;
       std::memcpy(&u, id.data(), sizeof u);
-      ncclComm_t comm;
-      THUNKY_NCCL_CHECK(ncclCommInitRank(&comm, static_cast<int>(members.size()), u, position));
-      std::lock_guard<std::mutex> l(mu_);
-      comms_[members][rank] = comm;
+      ncclComm_t comm = nullptr;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      {
+        std::shared_lock<std::shared_mutex> l(calls_);
+        THUNKY_NCCL_CHECK(ncclCommInitRankConfig(&comm, static_cast<int>(members.size()), u, position, &config));
+      }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        comms_[members][rank] = comm;
+      }
+      settle({comm}, "creating the NCCL communicator of ranks " + members_text(members));
     }
   }
 
   void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) override {
-    THUNKY_NCCL_CHECK(ncclGroupStart());
-    for (auto& c : group) issue(rank, c);
-    THUNKY_NCCL_CHECK(ncclGroupEnd());
+    // Staging is sized before the group: no cudaFree inside one.
+    for (auto& c : group)
+      if (c.op == Op::collective_permute && c.src == c.dst) scratch(rank, stream_of(c), bytes_of(c, c.src_count));
+    std::vector<ncclComm_t> used;
+    {
+      std::shared_lock<std::shared_mutex> l(calls_);
+      if (aborted_) throw CollectiveTimeout(waiter + ": the NCCL communicators were aborted");
+      THUNKY_NCCL_CHECK(ncclGroupStart());
+      for (auto& c : group) used.push_back(issue(rank, c));
+      THUNKY_NCCL_CHECK(ncclGroupEnd());
+    }
+    settle(used, waiter + " issuing its collective");
   }
 
   void wait(int rank, cudaStream_t stream, const std::string& what) override {
@@ -264,32 +287,70 @@ class Nccl final : public NcclTransport {
       const cudaError_t e = cudaStreamQuery(stream);
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) THUNKY_CUDA_CHECK(e);
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        for (auto& [members, by_rank] : comms_)
-          if (auto it = by_rank.find(rank); it != by_rank.end()) {
-            ncclResult_t async = ncclSuccess;
-            ncclCommGetAsyncError(it->second, &async);
-            if (async != ncclSuccess && async != ncclInProgress)
-              throw DeviceError("NCCL reported an error during " + what + ": " + ncclGetErrorString(async));
-          }
-      }
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s_) {
-        abort_all();
-        throw CollectiveTimeout(what + " did not finish within " + std::to_string(timeout_s_) + " s; the communicators were aborted");
-      }
+      check_async(rank, what);
+      past_timeout(start, what);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
 
   void abort_all() override {
+    std::unique_lock<std::shared_mutex> calls(calls_);
     std::lock_guard<std::mutex> l(mu_);
+    aborted_ = true;
     for (auto& [members, by_rank] : comms_)
       for (auto& [rank, comm] : by_rank) ncclCommAbort(comm);
     comms_.clear();
   }
 
  private:
+  static std::string members_text(const std::vector<int>& members) {
+    std::string s;
+    for (int m : members) s += (s.empty() ? "" : ",") + std::to_string(m);
+    return s;
+  }
+
+  // Past --timeout (when one is set): every communicator aborted, and the
+  // run stops with exit 3.
+  void past_timeout(std::chrono::steady_clock::time_point start, const std::string& what) {
+    if (timeout_s_ <= 0 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <= timeout_s_) return;
+    abort_all();
+    throw CollectiveTimeout(what + " did not finish within " + std::to_string(timeout_s_) + " s; the communicators were aborted");
+  }
+
+  // Waits until NCCL has finished the calls in flight on `comms` (a
+  // non-blocking call returns ncclInProgress first).
+  void settle(const std::vector<ncclComm_t>& comms, const std::string& what) {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      bool pending = false;
+      {
+        std::shared_lock<std::shared_mutex> l(calls_);
+        if (aborted_) throw CollectiveTimeout(what + ": the NCCL communicators were aborted");
+        for (ncclComm_t comm : comms) {
+          ncclResult_t state = ncclSuccess;
+          THUNKY_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
+          if (state == ncclInProgress) pending = true;
+          else if (state != ncclSuccess) throw DeviceError("NCCL reported an error " + what + ": " + ncclGetErrorString(state));
+        }
+      }
+      if (!pending) return;
+      past_timeout(start, what);
+      std::this_thread::yield();
+    }
+  }
+
+  void check_async(int rank, const std::string& what) {
+    std::shared_lock<std::shared_mutex> calls(calls_);
+    if (aborted_) throw CollectiveTimeout(what + ": the NCCL communicators were aborted");
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [members, by_rank] : comms_)
+      if (auto it = by_rank.find(rank); it != by_rank.end()) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(it->second, &async);
+        if (async != ncclSuccess && async != ncclInProgress) throw DeviceError("NCCL reported an error during " + what + ": " + ncclGetErrorString(async));
+      }
+  }
+
   ncclComm_t comm(int rank, const std::vector<int>& members) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = comms_.find(members);
@@ -310,7 +371,8 @@ class Nccl final : public NcclTransport {
     return s.ptr;
   }
 
-  void issue(int rank, CollectiveCall& c) {
+  // Issues one collective inside the caller's group; returns its communicator.
+  ncclComm_t issue(int rank, CollectiveCall& c) {
     ncclComm_t k = comm(rank, c.ranks);
     cudaStream_t s = stream_of(c);
     const bool bytes_only = c.dtype == DType::s16;
@@ -350,11 +412,14 @@ class Nccl final : public NcclTransport {
       }
       default: break;
     }
+    return k;
   }
 
   IdExchange& ids_;
   double timeout_s_;
-  std::mutex mu_;
+  std::shared_mutex calls_;
+  bool aborted_ = false;  // under calls_
+  std::mutex mu_;         // comms_
   std::map<std::vector<int>, std::map<int, ncclComm_t>> comms_;
   struct Scratch {
     uint8_t* ptr = nullptr;
