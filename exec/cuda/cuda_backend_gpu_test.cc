@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <stdexcept>
 
 #include "core/load.h"
 #include "exec/backend.h"
@@ -62,19 +64,40 @@ double tolerance(DType t) {
   }
 }
 
-void expect_same_outputs(const Program& p, const ExecResult& cpu, const ExecResult& gpu, const std::string& what) {
+double epsilon(DType t) {
+  return t == DType::f64 ? 0x1p-53 : 0x1p-24;  // the accumulation's unit roundoff (f32 for every narrower type)
+}
+
+// Each element may differ by tolerance(dtype) of its own magnitude, plus
+// `bound` where given (a GEMM's rounding bound, below). Without one, the
+// floor is tolerance(dtype) of the buffer's largest magnitude: a product
+// summed in another order (cuBLASLt's fused multiply-adds against
+// Eigen's) errs by about K eps (|A| |B|), which near a zero element is
+// far more than that element's own digits, but small beside the buffer.
+// NaN matches NaN, an infinity the same infinity, and nothing else.
+void expect_same_outputs(const Program& p, const ExecResult& cpu, const ExecResult& gpu, const std::string& what,
+                         const std::map<std::string, std::vector<double>>& bounds = {}) {
   ASSERT_EQ(cpu.memory.size(), gpu.memory.size()) << what;
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const Buffer& buf = p.buffers[b];
     if (buf.role != Role::output && buf.role != Role::inout) continue;
     const double tol = tolerance(buf.dtype);
+    const auto bound = bounds.find(buf.name);
     for (size_t r = 0; r < cpu.memory.size(); ++r) {
+      double largest = 0;
+      for (int64_t i = 0; i < buf.count(); ++i) {
+        const double x = load_as_double(cpu.memory[r][b].data(), buf.dtype, static_cast<size_t>(i));
+        if (std::isfinite(x)) largest = std::max(largest, std::fabs(x));
+      }
       int bad = 0;
       for (int64_t i = 0; i < buf.count() && bad < 5; ++i) {
         const double x = load_as_double(cpu.memory[r][b].data(), buf.dtype, static_cast<size_t>(i));
         const double y = load_as_double(gpu.memory[r][b].data(), buf.dtype, static_cast<size_t>(i));
         if (x == y || (std::isnan(x) && std::isnan(y))) continue;
-        if (tol > 0 && std::fabs(x - y) <= tol * std::max({std::fabs(x), std::fabs(y), 1e-3})) continue;
+        if (std::isfinite(x) && std::isfinite(y) && tol > 0) {
+          const double floor = bound != bounds.end() ? bound->second[static_cast<size_t>(i)] : tol * largest;
+          if (std::fabs(x - y) <= tol * std::max(std::fabs(x), std::fabs(y)) + floor) continue;
+        }
         ++bad;
         ADD_FAILURE() << what << ": " << buf.name << " rank " << r << " [" << i << "]: cpu " << x << ", cuda " << y;
       }
@@ -120,6 +143,46 @@ TEST(CudaBackend, PtxAddOneGivesElevenTwentyOneThirtyOneFortyOne) {
   EXPECT_EQ(testing::values(p, r, "out"), (std::vector<double>{11, 21, 31, 41}));
 }
 
+// The rounding bound of the GEMM test's c, elementwise: |alpha| K eps
+// (|op(A)| |op(B)|) + |beta| eps |C0| (plus the store's half ulp, which
+// tolerance() covers), from the operands as the cpu run left them (a and
+// b are inputs; in the alias form A is c's initial copy of a).
+std::vector<double> gemm_bound(const Program& p, const ExecResult& cpu, const std::string& form) {
+  auto buffer = [&](const std::string& name) -> const Buffer& {
+    for (const auto& b : p.buffers)
+      if (b.name == name) return b;
+    throw std::runtime_error(name);
+  };
+  const Buffer& A = buffer("a");
+  const Buffer& B = buffer("b");
+  const Buffer& C = buffer("c");
+  auto values = [&](const Buffer& x) {
+    std::vector<double> v(static_cast<size_t>(x.count()));
+    const size_t index = static_cast<size_t>(&x - p.buffers.data());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::fabs(load_as_double(cpu.memory[0][index].data(), x.dtype, i));
+    return v;
+  };
+  const std::vector<double> a = values(A), b = values(B);
+  const bool ta = form == "ta", tb = form == "tb";
+  const int64_t m = C.shape[C.shape.size() - 2], n = C.shape.back();
+  const int64_t k = ta ? A.shape[A.shape.size() - 2] : A.shape.back();
+  const int64_t batch = C.count() / (m * n);
+  const double alpha = form == "alpha_beta" ? 0.5 : 1.0, beta = form == "alpha_beta" ? 2.0 : 0.0;
+  const double eps = epsilon(C.dtype) * static_cast<double>(k);
+  std::vector<double> out(static_cast<size_t>(C.count()));
+  for (int64_t q = 0; q < batch; ++q)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t ao = A.shape.size() == 3 ? q * m * k : 0, bo = B.shape.size() == 3 ? q * k * n : 0;
+        double sum = 0;
+        for (int64_t l = 0; l < k; ++l)
+          sum += a[static_cast<size_t>(ao + (ta ? l * m + i : i * k + l))] * b[static_cast<size_t>(bo + (tb ? j * k + l : l * n + j))];
+        // beta |C0| <= beta (|C| + alpha sum): C's own magnitude stands in for C0's.
+        out[static_cast<size_t>(q * m * n + i * n + j)] = alpha * eps * sum + beta * epsilon(C.dtype) * (sum + 1.0);
+      }
+  return out;
+}
+
 // GEMMs of every form against the cpu backend: transposes, batches, a 2-D
 // operand broadcast over a batch, alpha and beta, the output aliasing an
 // input, and each dtype.
@@ -144,8 +207,78 @@ TEST(CudaBackend, GemmsOfEveryFormMatchTheCpuBackend) {
           "c": {"shape": )" + c_shape + R"(, "dtype": ")" + t + R"(", "role": "inout", "init": {"kind": "uniform", "low": -1, "high": 1, "seed": 3}}},
         "program": )" + program + "}");
       CUDA_OR_SKIP(gpu, p);
-      expect_same_outputs(p, testing::run_cpu(p), gpu, t + " " + f);
+      const ExecResult cpu = testing::run_cpu(p);
+      expect_same_outputs(p, cpu, gpu, t + " " + f, {{"c", gemm_bound(p, cpu, f)}});
     }
+  }
+}
+
+TEST(CudaBackend, GemmEdgeCasesMatchTheCpuBackend) {
+  // bf16 operands into an f32 c (cuBLASLt's tensor-core path, no widening
+  // pass); K = 0 gives beta c (here -2 c) and, with beta 0, zeros.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "a": {"shape": [64, 96], "dtype": "bf16", "role": "input", "init": {"kind": "uniform", "low": -1, "high": 1, "seed": 1}},
+      "b": {"shape": [96, 32], "dtype": "bf16", "role": "input", "init": {"kind": "uniform", "low": -1, "high": 1, "seed": 2}},
+      "c": {"shape": [64, 32], "dtype": "f32", "role": "output"},
+      "e": {"shape": [8, 0], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+      "f": {"shape": [0, 4], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+      "g": {"shape": [8, 4], "dtype": "bf16", "role": "inout", "init": {"kind": "iota"}},
+      "h": {"shape": [8, 4], "dtype": "f32", "role": "inout", "init": {"kind": "iota"}}},
+    "program": [{"op": "gemm", "a": "a", "b": "b", "c": "c"},
+                {"op": "gemm", "a": "e", "b": "f", "c": "g", "beta": -2.0},
+                {"op": "gemm", "a": "e", "b": "f", "c": "h"}]})");
+  CUDA_OR_SKIP(gpu, p);
+  const ExecResult cpu = testing::run_cpu(p);
+  expect_same_outputs(p, cpu, gpu, "edge cases");
+  // iota times -2: element 5 is -10; h has beta 0: all zeros.
+  EXPECT_EQ(testing::values(p, gpu, "g")[5], -10);
+  EXPECT_EQ(testing::values(p, gpu, "h"), std::vector<double>(32, 0));
+}
+
+TEST(CudaBackend, MapInputsAtOneAddressWithTwoSizesAreStagedApart) {
+  // x is v[0:8], y is v[0:1] broadcast; out overlaps both (v[1:9]). Each is
+  // staged into its own slot: out[i] = v[i] + v[0] read before any write,
+  // so with v = iota, v[1 + i] = i + 0.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "v": {"shape": [16], "dtype": "f32", "role": "inout", "init": {"kind": "iota"}}},
+    "program": [{"op": "map", "out": "v[1:9]", "expr": "x + y", "in": {"x": "v[0:8]", "y": "v[0:1]"}}]})");
+  CUDA_OR_SKIP(gpu, p);
+  expect_same_outputs(p, testing::run_cpu(p), gpu, "staged map");
+  EXPECT_EQ(testing::values(p, gpu, "v")[8], 7);
+}
+
+TEST(CudaBackend, TwoCapturedWhileLoopsEachReportTheirRunaway) {
+  // Two loops on one rank, the second runaway: its guard slot was sized
+  // before the capture, so --graph exits 1 naming it, as eager does.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "go": {"shape": [], "dtype": "bool", "role": "scratch"},
+      "n": {"shape": [], "dtype": "s32", "role": "inout", "init": {"kind": "constant", "value": 3}}},
+    "program": [
+      {"op": "while", "cond_buf": "go", "cond": [{"op": "map", "out": "go", "expr": "n > 0", "in": {"n": "n"}}],
+       "body": [{"op": "map", "out": "n", "expr": "n - 1", "in": {"n": "n"}}]},
+      {"op": "while", "cond_buf": "go", "cond": [{"op": "map", "out": "go", "expr": "True", "in": {}}],
+       "body": [{"op": "map", "out": "n", "expr": "n + 1", "in": {"n": "n"}}]}]})");
+  for (bool graph : {false, true}) {
+    auto r = try_cuda(p, graph, 1, 20);
+    if (!r) GTEST_SKIP() << "no CUDA device";
+    ASSERT_FALSE(r->ok()) << graph;
+    EXPECT_EQ(r->exit_code(), 1) << graph;
+    EXPECT_NE(r->errors().front().message.find("/program/1 ran more than 20 iterations"), std::string::npos) << r->errors().front().str();
+  }
+}
+
+TEST(CudaBackend, ACholeskyOutOfPlaceAndAScheduleWithOneRunsEagerlyUnderGraph) {
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "a": {"shape": [3, 3], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [[4, 12, -16], [12, 37, -43], [-16, -43, 98]]}},
+      "r": {"shape": [3, 3], "dtype": "f32", "role": "inout", "init": {"kind": "constant", "value": 7}},
+      "info": {"shape": [], "dtype": "s32", "role": "output"}},
+    "program": [{"op": "custom_call", "target": "cholesky", "operands": ["a"], "results": ["r", "info"], "backend_config": {"lower": false}}]})");
+  for (bool graph : {false, true}) {
+    CUDA_OR_SKIP(gpu, p, graph);
+    expect_same_outputs(p, testing::run_cpu(p), gpu, graph ? "cholesky --graph" : "cholesky");
+    // L = [[2 0 0], [6 1 0], [-8 5 3]] below; a's values above.
+    EXPECT_EQ(testing::values(p, gpu, "r"), (std::vector<double>{2, 12, -16, 6, 1, -43, -8, 5, 3}));
+    EXPECT_FALSE(gpu.report.graph_launch_s.has_value());
   }
 }
 
