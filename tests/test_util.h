@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,14 @@
 
 namespace thunky::testing {
 
-inline std::string example_path(const std::string& name) { return std::string(THUNKY_SOURCE_DIR) + "/examples/" + name; }
+// The source tree: THUNKY_SOURCE_DIR from the environment when set (a
+// test binary carried to another machine, as scripts/gpu-check.sh does),
+// else where it was built from.
+inline std::string source_dir() {
+  const char* env = std::getenv("THUNKY_SOURCE_DIR");
+  return env && *env ? env : THUNKY_SOURCE_DIR;
+}
+inline std::string example_path(const std::string& name) { return source_dir() + "/examples/" + name; }
 
 // The program, or a test failure listing every diagnostic.
 inline Program unwrap(Expected<Program> p) {

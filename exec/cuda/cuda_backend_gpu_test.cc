@@ -108,7 +108,7 @@ void expect_same_outputs(const Program& p, const ExecResult& cpu, const ExecResu
 TEST(CudaBackend, EveryExampleAndTestScheduleMatchesTheCpuBackendEagerAndCaptured) {
   std::vector<std::filesystem::path> files;
   for (const char* dir : {"/examples", "/tests/schedules"})
-    for (const auto& e : std::filesystem::directory_iterator(std::string(THUNKY_SOURCE_DIR) + dir))
+    for (const auto& e : std::filesystem::directory_iterator(testing::source_dir() + dir))
       if (e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   int ran = 0;
@@ -138,7 +138,7 @@ TEST(CudaBackend, PtxAddOneGivesElevenTwentyOneThirtyOneFortyOne) {
       "in": {"shape": [4], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [10, 20, 30, 40]}},
       "out": {"shape": [4], "dtype": "f32", "role": "output"}},
     "program": [{"op": "ptx_kernel", "args": ["in", "out"], "written": [false, true], "kernel_name": "add_one_kernel",
-                 "ptx_file": ")" + std::string(THUNKY_SOURCE_DIR) + R"(/examples/add_one.ptx", "grid": [1, 1, 1], "block": [4, 1, 1]}]})");
+                 "ptx_file": ")" + testing::source_dir() + R"(/examples/add_one.ptx", "grid": [1, 1, 1], "block": [4, 1, 1]}]})");
   CUDA_OR_SKIP(r, p);
   EXPECT_EQ(testing::values(p, r, "out"), (std::vector<double>{11, 21, 31, 41}));
 }
@@ -382,7 +382,7 @@ TEST(CudaBackend, TheReportIsMeasuredAndComparable) {
 
 TEST(CudaBackend, ARunawayLoopIsAWrongScheduleEagerAndCaptured) {
   // Captured, the loop's trips are counted on the device: it stops, never hangs.
-  Program p = load_file_ok(std::string(THUNKY_SOURCE_DIR) + "/tests/schedules/runaway_loop.json");
+  Program p = load_file_ok(testing::source_dir() + "/tests/schedules/runaway_loop.json");
   for (bool graph : {false, true}) {
     auto r = try_cuda(p, graph, 1, 50);
     if (!r) GTEST_SKIP() << "no CUDA device";

@@ -11,6 +11,7 @@
 #include "core/load.h"
 #include "core/validate.h"
 #include "exec/cuda/check.h"
+#include "tests/test_util.h"
 
 namespace thunky::cuda {
 namespace {
@@ -33,7 +34,7 @@ void maps_of(const Program& p, const Block& b, std::vector<const Command*>& out)
 
 TEST(Nvrtc, EveryMapOfTheExamplesCompiles) {
   int compiled = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(THUNKY_SOURCE_DIR) + "/examples")) {
+  for (const auto& entry : std::filesystem::directory_iterator(testing::source_dir() + "/examples")) {
     if (entry.path().extension() != ".json") continue;
     auto p = load_schedule_file(entry.path().string());
     if (!p) continue;  // an example kept for its diagnostic (a race)
