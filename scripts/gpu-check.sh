@@ -161,7 +161,6 @@ end tests
 begin schedules 120
 have_numpy=0
 py -c 'import numpy' 2> /dev/null && have_numpy=1
-fi
 say ""
 say "| schedule | cpu | cuda eager | cuda --graph | makespan eager (us) |"
 say "| --- | --- | --- | --- | --- |"
