@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 
 #include "core/expr.h"
@@ -65,6 +66,14 @@ class HostKernel {
   // Calls the kernel with its parameter struct, passed by value as the
   // bytes the host side writes (8-byte fields: the C ABI passes such a
   // struct in memory, by value, like the device's parameter block).
+  // Another entry of the same library, by name.
+  template <size_t N>
+  void call_entry(const std::string& entry, const std::vector<uint8_t>& params) {
+    void* saved = fn_;
+    fn_ = lib_ ? dlsym(lib_, entry.c_str()) : nullptr;
+    call<N>(params);
+    fn_ = saved;
+  }
   template <size_t N>
   void call(const std::vector<uint8_t>& params) {
     ASSERT_NE(fn_, nullptr);
@@ -152,6 +161,163 @@ TEST(GeneratedKernels, NarrowFloatsRoundAsTheCpuBackendsConversions) {
   }
   expect_map_matches_cpu("bf16(x) + f16(y)", DType::f32, DType::f32, DType::f32);
   expect_map_matches_cpu("s8(x) + u8(y)", DType::f32, DType::f32, DType::s16);
+}
+
+// Many map kernels in one host library: the shared prelude once, each
+// kernel's Params struct and entry renamed by its index (one compile per
+// batch, where one per kernel would take minutes).
+class HostKernelBatch {
+ public:
+  explicit HostKernelBatch(const std::vector<KernelSource>& kernels) {
+    std::string code;
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      const std::string& src = kernels[k].code;
+      const size_t body = src.find("struct Params {");
+      if (k == 0) code = src.substr(0, body);
+      std::string own = src.substr(body);
+      for (const std::string& from : {std::string("Params"), kernels[k].entry}) {
+        const std::string to = from + "_" + std::to_string(k);
+        for (size_t at = own.find(from); at != std::string::npos; at = own.find(from, at + to.size())) own.replace(at, from.size(), to);
+      }
+      code += own;
+    }
+    lib_ = std::make_unique<HostKernel>(KernelSource{kernels.empty() ? "" : kernels[0].entry + "_0", code});
+    for (size_t k = 0; k < kernels.size(); ++k) entries_.push_back(kernels[k].entry + "_" + std::to_string(k));
+  }
+  template <size_t N>
+  void call(size_t k, const std::vector<uint8_t>& params) {
+    lib_->call_entry<N>(entries_[k], params);
+  }
+
+ private:
+  std::unique_ptr<HostKernel> lib_;
+  std::vector<std::string> entries_;
+};
+
+// Values of every kind a dtype holds, stored into it (so each is one of
+// its values): the probes, subnormals of every float type, and the
+// integer types' extremes.
+std::vector<double> edge_values() {
+  std::vector<double> v = probe_values();
+  for (double x : {5e-324, -1e-310, 1e-40, -1.4e-45, 1e-39, 6e-8, -3e-5, 0x1p-9, 0x1p-16, 127.0, -128.0, 32767.0, -32768.0, 65535.0,
+                   2147483647.0, -2147483648.0, 4294967295.0, 9223372036854775807.0, 1.5e-3, -0.75})
+    v.push_back(x);
+  return v;
+}
+
+constexpr DType kAllDtypes[] = {DType::f64, DType::f32, DType::f16, DType::bf16, DType::f8e4m3, DType::f8e5m2, DType::s64,
+                                DType::s32, DType::s16, DType::s8, DType::u32, DType::u8, DType::boolean};
+
+TEST(GeneratedKernels, EveryOperatorFunctionAndCastOfEveryDtypeMatchesTheCpuBackend) {
+  // docs/format.md's map expressions: every operator, every function and a
+  // cast to every dtype, over x and y of one dtype (edge values, y the
+  // same reversed) into that dtype (comparisons and logic into bool, casts
+  // into f64 so that the cast's own rounding shows), for all 13 dtypes.
+  std::vector<std::pair<std::string, bool>> exprs;  // text, bool output
+  for (const char* op : {"+", "-", "*", "/", "//", "%", "**"}) exprs.push_back({std::string("x ") + op + " y", false});
+  for (const char* op : {"<", "<=", ">", ">=", "==", "!="}) exprs.push_back({std::string("x ") + op + " y", true});
+  exprs.push_back({"x and y", true});
+  exprs.push_back({"x or y", true});
+  exprs.push_back({"not x", true});
+  exprs.push_back({"-x", false});
+  exprs.push_back({"where(x > y, x, y)", false});
+  for (const char* f : {"min", "max"}) exprs.push_back({std::string(f) + "(x, y)", false});
+  for (const char* f : {"sin", "cos", "tan", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "abs", "neg", "floor", "ceil", "round"})
+    exprs.push_back({std::string(f) + "(x)", false});
+  const size_t casts = exprs.size();
+  for (DType u : kAllDtypes) exprs.push_back({std::string(dtype_name(u)) + "(x)", false});
+
+  const std::vector<double> xs = edge_values();
+  const std::vector<double> ys(xs.rbegin(), xs.rend());
+  const int64_t n = static_cast<int64_t>(xs.size());
+  for (DType t : kAllDtypes) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    std::vector<ExprPtr> parsed;
+    std::vector<KernelSource> kernels;
+    std::vector<DType> outs;
+    for (size_t e = 0; e < exprs.size(); ++e) {
+      parsed.push_back(parse_expr(exprs[e].first));
+      outs.push_back(exprs[e].second ? DType::boolean : e >= casts ? DType::f64 : t);
+      kernels.push_back(map_kernel(*parsed.back(), {{"x", t, false}, {"y", t, false}}, {}, outs.back()));
+    }
+    HostKernelBatch batch(kernels);
+    auto x = typed(t, xs), y = typed(t, ys);
+    for (size_t e = 0; e < exprs.size(); ++e) {
+      const DType out = outs[e];
+      const size_t es = dtype_size(out);
+      std::vector<uint8_t> want(static_cast<size_t>(n) * es), got(static_cast<size_t>(n) * es);
+      cpu::map(*parsed[e], {{"x", tensor(x, t, n)}, {"y", tensor(y, t, n)}}, {}, tensor(want, out, n));
+      batch.call<4 * 8>(e, map_params({x.data(), y.data()}, got.data(), n, {}));
+      int reported = 0;
+      for (int64_t i = 0; i < n && reported < 3; ++i)
+        if (std::memcmp(want.data() + i * es, got.data() + i * es, es) != 0 &&
+            !(is_float(out) && std::isnan(load_as_double(want.data(), out, i)) && std::isnan(load_as_double(got.data(), out, i)))) {
+          ++reported;
+          ADD_FAILURE() << exprs[e].first << " over " << dtype_name(t) << ", x = " << load_as_double(x.data(), t, i) << ", y = "
+                        << load_as_double(y.data(), t, i) << ": cpu " << load_as_double(want.data(), out, i) << ", generated "
+                        << load_as_double(got.data(), out, i);
+        }
+    }
+  }
+}
+
+// Equal bits, except that any NaN matches any NaN: IEEE leaves a NaN
+// result's sign and payload open, x86 gives 0 * inf a negative NaN and
+// the GPU a canonical positive one, and a compiler may swap a product's
+// operands (so which NaN propagates). Both backends keep a NaN a NaN.
+::testing::AssertionResult same_values(DType t, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got) {
+  const size_t es = dtype_size(t);
+  for (size_t i = 0; i < want.size() / es; ++i) {
+    if (std::memcmp(want.data() + i * es, got.data() + i * es, es) == 0) continue;
+    const double w = load_as_double(want.data(), t, i), g = load_as_double(got.data(), t, i);
+    if (is_float(t) && std::isnan(w) && std::isnan(g)) continue;
+    return ::testing::AssertionFailure() << "element " << i << ": cpu " << w << ", generated " << g;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(GeneratedKernels, ReductionsOfEveryDtypeMatchTheCpuBackend) {
+  // reduce (sum, prod, max, min over axis 1 and over axes 0 and 2 of a
+  // [3, 4, 5] view of edge values) and the shared-device collectives'
+  // fold of three ranks' sources, for all 13 dtypes.
+  std::vector<double> v = edge_values();
+  v.resize(60);
+  const std::vector<std::string> fns = {"sum", "prod", "max", "min"};
+  for (DType t : kAllDtypes) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    std::vector<KernelSource> kernels;
+    for (const auto& fn : fns) kernels.push_back(reduce_kernel(t, t, fn));
+    for (const auto& fn : fns) kernels.push_back(combine_kernel(t, fn));
+    HostKernelBatch batch(kernels);
+    auto in = typed(t, v);
+    const cpu::Tensor tensor3{in.data(), t, {3, 4, 5}};
+    for (size_t f = 0; f < fns.size(); ++f) {
+      for (const auto& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
+        const int64_t out_n = axes.size() == 1 ? 15 : 4;
+        std::vector<uint8_t> want(static_cast<size_t>(out_n) * dtype_size(t)), got(want.size());
+        cpu::reduce(tensor3, axes, fns[f], cpu::Tensor{want.data(), t, {out_n}});
+        std::vector<bool> reduced(3, false);
+        for (auto a : axes) reduced[static_cast<size_t>(a)] = true;
+        batch.call<(4 + 16) * 8>(f, reduce_params(in.data(), got.data(), out_n, {3, 4, 5}, reduced));
+        EXPECT_TRUE(same_values(t, want, got)) << "reduce " << fns[f] << " over " << axes.size() << " axes";
+      }
+      // Ranks' sources are thirds of the values; element i of the result is at offset 1.
+      const int64_t count = 19;
+      std::vector<uint8_t> got(static_cast<size_t>(count) * dtype_size(t)), want(got.size());
+      const std::vector<const void*> srcs = {in.data(), in.data() + 20 * dtype_size(t), in.data() + 40 * dtype_size(t)};
+      batch.call<(4 + kMaxCombine) * 8>(fns.size() + f, combine_params(got.data(), count, 1, srcs));
+      for (int64_t i = 0; i < count; ++i) {
+        // The cpu communicator: acc = src0, then acc = r(acc, src_p) in double, stored once.
+        double acc = load_as_double(static_cast<const uint8_t*>(srcs[0]), t, static_cast<size_t>(1 + i));
+        for (int p = 1; p < 3; ++p) {
+          const double x = load_as_double(static_cast<const uint8_t*>(srcs[static_cast<size_t>(p)]), t, static_cast<size_t>(1 + i));
+          acc = fns[f] == "sum" ? acc + x : fns[f] == "prod" ? acc * x : fns[f] == "max" ? std::fmax(acc, x) : std::fmin(acc, x);
+        }
+        store_from_double(want.data(), t, static_cast<size_t>(i), acc);
+      }
+      EXPECT_TRUE(same_values(t, want, got)) << "combine " << fns[f];
+    }
+  }
 }
 
 TEST(GeneratedKernels, ReduceAccumulatesInTheCpuBackendsOrder) {
