@@ -224,9 +224,28 @@ ncclRedOp_t nccl_op(const std::string& r) {
 class Nccl final : public NcclTransport {
  public:
   Nccl(int ranks, IdExchange& ids, double timeout_s) : ids_(ids), timeout_s_(timeout_s), scratch_(static_cast<size_t>(ranks)) {}
+  // Non-blocking communicators end in two steps: every one finalised (all
+  // ranks' at once, since a finalise completes when its peers' do), then
+  // each destroyed once quiet; one still busy after 10 s is aborted.
   ~Nccl() override {
+    std::vector<ncclComm_t> all;
     for (auto& [members, by_rank] : comms_)
-      for (auto& [rank, comm] : by_rank) ncclCommDestroy(comm);
+      for (auto& [rank, comm] : by_rank) all.push_back(comm);
+    for (ncclComm_t comm : all) ncclCommFinalize(comm);
+    const auto start = std::chrono::steady_clock::now();
+    while (!all.empty()) {
+      const bool late = std::chrono::steady_clock::now() - start > std::chrono::seconds(10);
+      std::vector<ncclComm_t> busy;
+      for (ncclComm_t comm : all) {
+        ncclResult_t state = ncclSuccess;
+        ncclCommGetAsyncError(comm, &state);
+        if (state == ncclSuccess) ncclCommDestroy(comm);
+        else if (state != ncclInProgress || late) ncclCommAbort(comm);
+        else busy.push_back(comm);
+      }
+      all.swap(busy);
+      if (!all.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     for (auto& by_stream : scratch_)
       for (auto& [stream, s] : by_stream)
         if (s.ptr) cudaFree(s.ptr);
