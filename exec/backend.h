@@ -24,6 +24,9 @@ struct ExecOptions {
   std::vector<int> devices;
   // cuda: seconds a collective may take before the run is aborted (0 = no limit).
   double timeout_s = 0;
+  // cpu: the cores compute commands run on, one each, first come first
+  // served (0 = this process's: its affinity mask and cgroup quota).
+  int host_cores = 0;
 };
 
 struct ExecResult {

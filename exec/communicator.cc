@@ -52,7 +52,7 @@ std::string list(const std::vector<int>& v) {
 // so an in-place collective reads them before anyone's dst changes.
 class InProcess final : public RendezvousCommunicator {
  public:
-  InProcess(Monitor& m, StagingPool& staging) : RendezvousCommunicator(m), pool_(staging) {}
+  InProcess(Monitor& m, StagingPool& staging, CorePool* cores) : RendezvousCommunicator(m, cores), pool_(staging) {}
 
  protected:
   void stage(int rank, std::vector<CollectiveCall>& group) override {
@@ -106,7 +106,7 @@ class InProcess final : public RendezvousCommunicator {
 
 void RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) {
   const std::vector<int>& key = members;
-  stage(rank, group);
+  if (!cores_) stage(rank, group);  // with cores, the last to arrive stages every member's
   std::unique_lock<std::mutex> lock(monitor_.mutex());
   if (monitor_.aborted()) throw Aborted(monitor_.reason());
   const int64_t seq = seq_[{rank, key}]++;
@@ -143,10 +143,30 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
       throw Aborted(monitor_.reason());
     }
   }
+  std::string failed;
   try {
-    move(rv.calls);
+    if (cores_) {
+      // Moving is the cpu's work: on a core, and not under the lock that
+      // every other thread's events and waits need meanwhile.
+      lock.unlock();
+      try {
+        cores_->run([&] {
+          for (auto& [r, calls] : rv.calls) stage(r, *calls);  // every source read before any dst changes
+          move(rv.calls);
+        }, /*urgent=*/true);
+      } catch (...) {
+        lock.lock();
+        throw;
+      }
+      lock.lock();
+    } else {
+      move(rv.calls);
+    }
   } catch (const std::exception& e) {
-    monitor_.abort(lock, e.what(), false);
+    failed = e.what();
+  }
+  if (!failed.empty()) {
+    monitor_.abort(lock, failed, false);
     throw Aborted(monitor_.reason());
   }
   rv.done = true;
@@ -224,8 +244,8 @@ void StagingPool::give(std::vector<uint8_t> buffer) {
   kept_.push_back(std::move(buffer));
 }
 
-std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging) {
-  return std::make_unique<InProcess>(monitor, staging);
+std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging, CorePool* cores) {
+  return std::make_unique<InProcess>(monitor, staging, cores);
 }
 
 }  // namespace thunky

@@ -15,6 +15,7 @@
 
 #include "core/schedule.h"
 #include "core/validate.h"
+#include "exec/cores.h"
 #include "exec/monitor.h"
 
 namespace thunky {
@@ -55,19 +56,27 @@ class Communicator {
 // sources (stage()), waits for every member of the launch, compares their
 // signatures (a mismatch aborts the run as a deadlock naming both ranks)
 // and then, on the last thread to arrive, calls move() once with every
-// member's calls by rank; every member returns after that.
+// member's calls by rank; every member returns after that. With `cores`
+// (the cpu backend's), the collective is one command on one core, as a
+// compute command is, ahead of the compute waiting for one (CorePool's
+// urgent work): the last member to arrive takes a core, stages
+// every member's sources and moves the data, outside the monitor's lock;
+// the members waiting for it hold none. (The members are all waiting
+// meanwhile, so their sources cannot change before they are staged.)
 class RendezvousCommunicator : public Communicator {
  public:
-  explicit RendezvousCommunicator(Monitor& m) : monitor_(m) {}
+  explicit RendezvousCommunicator(Monitor& m, CorePool* cores = nullptr) : monitor_(m), cores_(cores) {}
   void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) final;
 
  protected:
   // Calls of one launch, by rank; entry i of every rank is the same collective.
   using Launch = std::map<int, std::vector<CollectiveCall>*>;
-  // Before the rendezvous, on the caller's thread, outside the lock: what
+  // Before the rendezvous, on the caller's thread, outside the lock (with
+  // cores: for every member, on the last to arrive, before move()): what
   // must be read before any member's dst changes (in-place collectives).
   virtual void stage(int rank, std::vector<CollectiveCall>& group) {}
-  // On the last thread to arrive, under the monitor's lock.
+  // On the last thread to arrive: under the monitor's lock, or without
+  // cores, holding a core instead.
   virtual void move(const Launch& launch) = 0;
 
  private:
@@ -79,6 +88,7 @@ class RendezvousCommunicator : public Communicator {
   };
   void complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, Rendezvous& rv);
   Monitor& monitor_;
+  CorePool* cores_;
   std::map<std::pair<int, std::vector<int>>, int64_t> seq_;
   std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> pending_;
 };
@@ -102,7 +112,7 @@ class StagingPool {
 
 // Exact in-process collectives for ranks that share one address space,
 // staging through `staging` (which outlives the communicator).
-std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging);
+std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging, CorePool* cores = nullptr);
 
 // The element-level semantics of each collective, shared by every
 // transport: given every participant's staged src, produce `dst` of the

@@ -374,9 +374,16 @@ void Engine::solve_compute(int64_t rank) {
 
 void Engine::grant_cores() {
   while (cores_busy_ < m_.host_cores && !core_queue_.empty()) {
-    const int i = core_queue_.front();
+    CoreAsk ask = std::move(core_queue_.front());
     core_queue_.pop_front();
     ++cores_busy_;
+    if (ask.comm) {
+      --urgent_asks_;
+      ask.comm->holds_core = true;
+      start_collective(std::move(*ask.comm));
+      continue;
+    }
+    const int i = ask.compute;
     compute_[i].start = compute_[i].last = now_;  // it runs from here
     set_rate(i, 1.0);
   }
@@ -469,10 +476,15 @@ void Engine::finish_comm(int a, bool fresh) {
     if (stats_[s].seconds == 0) stats_[s].seconds = now_ - act.start;
   for (int s : act.streams) release(s);
   for (int f : act.flows) free_flows_.push_back(f);
+  const bool held_core = act.holds_core;
   // Its vectors go to the next collective; what stays (finished, version)
   // is what late events are checked against.
   spare_comms_.push_back(std::move(act));
   if (!seeds.empty()) solve_links(seeds, -1);
+  if (held_core) {
+    --cores_busy_;
+    grant_cores();
+  }
 }
 
 void Engine::record(int64_t rank, const Rec& r) {
@@ -595,7 +607,7 @@ void Engine::step(int si) {
       act.start = act.last = now_;
       s.state = Stream::State::running;
       live_compute_[s.rank].push_back(a);
-      if (m_.host_cores > 0) core_queue_.push_back(a);
+      if (m_.host_cores > 0) core_queue_.push_back({a, std::nullopt});
       solve_compute(s.rank);
       return;
     }

@@ -65,6 +65,11 @@ void Engine::arrive(int si, const Task& t) {
   }
   rendezvous_.erase(key);
   for (int st : act.streams) streams_[st].state = Stream::State::running;
+  if (m_.host_cores > 0) {  // it waits for a core, as a command does, ahead of compute
+    core_queue_.insert(core_queue_.begin() + static_cast<std::ptrdiff_t>(urgent_asks_++), {-1, std::move(act)});
+    grant_cores();
+    return;
+  }
   start_collective(std::move(act));
 }
 
@@ -204,6 +209,7 @@ Comm Engine::new_comm() {
   c.stats.clear();
   c.version = 0;
   c.finished = false;
+  c.holds_core = false;
   return c;
 }
 

@@ -16,6 +16,7 @@
 #include <array>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <limits>
 #include <memory_resource>
 #include <string_view>
@@ -215,6 +216,7 @@ struct Comm {
   double start = 0, latency_end = 0;
   uint32_t version = 0;
   bool finished = false;
+  bool holds_core = false;  // on a shared host (chip.host_cores)
 };
 
 struct Rendezvous {
@@ -421,7 +423,8 @@ class Engine {
   // change only on the rank where a kernel starts or ends. On a host of
   // chip.host_cores cores (the cpu backend's ranks are its threads), a
   // command of any rank runs on a core of its own at the full rate, and
-  // waits for one, first come first served, while all are taken.
+  // waits for one, first come first served, while all are taken; so does
+  // a collective, once every member has arrived.
   void solve_compute(int64_t rank);
   // Gives free cores to the commands waiting for one.
   void grant_cores();
@@ -496,9 +499,16 @@ class Engine {
   std::pmr::vector<int> free_compute_{&arena_};
   std::pmr::vector<std::pmr::vector<int>> live_compute_{&arena_};  // per rank
   // On a shared host (chip.host_cores): the cores running a command, and
-  // the commands waiting for one, in the order they asked.
+  // the commands waiting for one: collectives whose members have all
+  // arrived (the cpu backend moves a collective's data on one core, as a
+  // command), then compute activities, each in the order they asked.
+  struct CoreAsk {
+    int compute = -1;
+    std::optional<Comm> comm;
+  };
   int64_t cores_busy_ = 0;
-  std::deque<int> core_queue_;
+  std::deque<CoreAsk> core_queue_;
+  size_t urgent_asks_ = 0;  // the collectives at core_queue_'s front
   // collectives and links
   std::map<std::vector<int>, int> sets_;
   std::vector<size_t> set_sizes_;

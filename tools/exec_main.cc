@@ -22,6 +22,7 @@ struct Options {
   bool graph = false;
   std::string devices;
   double timeout_s = 0;
+  int host_cores = 0;
 };
 
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
@@ -108,6 +109,9 @@ int run_main(int argc, char** argv) {
   app.add_flag("--graph", o.graph, "cuda: capture the whole schedule into one CUDA graph (eager, with the reason on stderr, where it cannot)");
   app.add_option("--devices", o.devices, "cuda: GPUs by rank, e.g. 0,1,2,3 (one per rank) or 0 (every rank on GPU 0)");
   app.add_option("--timeout", o.timeout_s, "cuda: abort a collective that takes longer than this many seconds (exit 3)")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--host-cores", o.host_cores,
+                 "cpu: the cores compute commands run on, one each, first come first served (default: this process's, from its affinity mask and cgroup quota)")
+      ->check(CLI::Range(1, 1024));
   if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(o.schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
@@ -120,6 +124,7 @@ int run_main(int argc, char** argv) {
   eo.max_trip_count = o.max_trip_count;
   eo.graph = o.graph;
   eo.timeout_s = o.timeout_s;
+  eo.host_cores = o.host_cores;
   if (!o.devices.empty()) {
     auto devices = thunky::cli::parse_int_list(o.devices);
     if (!devices) return std::cerr << "thunky-exec: --devices: expected a comma-separated list of GPU numbers, got '" << o.devices << "'\n", 2;
@@ -127,6 +132,7 @@ int run_main(int argc, char** argv) {
   }
   if (o.backend == "cpu" && (o.graph || !o.devices.empty() || o.timeout_s > 0))
     return std::cerr << "thunky-exec: --graph, --devices and --timeout apply to --backend cuda\n", 2;
+  if (o.backend == "cuda" && o.host_cores > 0) return std::cerr << "thunky-exec: --host-cores applies to --backend cpu\n", 2;
   auto result = (*backend)->run(*prog, eo);
   if (!result) {
     auto errors = result.errors();

@@ -3,6 +3,7 @@
 #include "core/json_reader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -275,6 +276,7 @@ void write_report(const Report& r, std::ostream& os) {
   if (r.timing_overhead_s) w.member("timing_overhead_s", *r.timing_overhead_s);
   if (r.dispatch_s_per_command) w.member("dispatch_s_per_command", *r.dispatch_s_per_command);
   if (r.graph_launch_s) w.member("graph_launch_s", *r.graph_launch_s);
+  if (r.host_cores) w.member("host_cores", *r.host_cores);
   w.close('}');
   os << "\n";
 }
@@ -428,6 +430,11 @@ Report parse_report(const std::string& text) {
   for (auto [key, field] : {std::pair{"timing_overhead_s", &r.timing_overhead_s}, std::pair{"dispatch_s_per_command", &r.dispatch_s_per_command},
                             std::pair{"graph_launch_s", &r.graph_launch_s}})
     if (j.has(key)) *field = number(j, key);
+  if (j.has("host_cores")) {
+    const double cores = number(j, "host_cores");
+    if (!(cores >= 1 && cores <= 1 << 20) || cores != std::floor(cores)) json_reader::fail("/host_cores", "expected a whole number of cores, 1 to 2^20");
+    r.host_cores = static_cast<int64_t>(cores);
+  }
   j.done();
   summarize(r);
   return r;
@@ -517,6 +524,7 @@ void print_table(const Report& r, std::ostream& os) {
     os << " (median of " << v.size() << " iterations; min " << us(v.front()) << ", max " << us(v.back()) << ")";
   }
   os << "\n";
+  if (r.host_cores) os << "host cores: " << *r.host_cores << " (each compute command runs on one, first come first served)\n";
   if (r.placement) os << "placement: " << *r.placement << (*r.placement == "shared-device" ? " (every rank on one GPU: not the timings of N GPUs)" : "") << "\n";
   if (r.timing_overhead_s || r.dispatch_s_per_command || r.graph_launch_s) {
     os << "instrumentation:";

@@ -96,6 +96,8 @@ struct Report {
   // (--graph).
   std::optional<std::string> placement;
   std::optional<double> timing_overhead_s, dispatch_s_per_command, graph_launch_s;
+  // exec, cpu backend: the cores its compute commands ran on (--host-cores).
+  std::optional<int64_t> host_cores;
   std::vector<LinkSeries> links;              // sim: one counter track per link in the trace
 
   // The rank whose ops and flows `r` has: r itself, or the rank it is the same as.

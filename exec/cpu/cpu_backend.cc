@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "exec/communicator.h"
+#include "exec/cores.h"
 #include "exec/cpu/kernels.h"
 #include "exec/monitor.h"
 #include "exec/workers.h"
@@ -59,8 +61,9 @@ struct RankState {
 
 class Run {
  public:
-  Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory, Workers& workers, StagingPool& staging)
-      : p_(p), opts_(o), workers_(workers), comm_(make_inprocess_communicator(monitor_, staging)) {
+  Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory, Workers& workers, StagingPool& staging,
+      CorePool& cores)
+      : p_(p), opts_(o), workers_(workers), cores_(cores), comm_(make_inprocess_communicator(monitor_, staging, &cores)) {
     ranks_.resize(static_cast<size_t>(p.mesh.size()));
     for (size_t r = 0; r < ranks_.size(); ++r) {
       auto& s = ranks_[r];
@@ -111,7 +114,8 @@ class Run {
   }
 
  private:
-  double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  double now() const { return since_start(Clock::now()); }
+  double since_start(Clock::time_point t) const { return std::chrono::duration<double>(t - t0_).count(); }
 
   // Body of every thread: the monitor counts it, and an abort unwinds it.
   void thread_main(const std::function<void()>& body, const std::function<void()>& last_words = {}) {
@@ -358,9 +362,9 @@ class Run {
       }
       default: break;
     }
-    double start = now();
-    compute(s, c);
-    record(s, c, stream, in_loop, start, now());
+    // On a core of its own, from its start to its end (exec/cores.h).
+    const CorePool::Span span = cores_.run([&] { compute(s, c); });
+    record(s, c, stream, in_loop, since_start(span.start), since_start(span.end));
   }
 
   void compute(RankState& s, const Command& c) {
@@ -427,6 +431,7 @@ class Run {
   const Program& p_;
   const ExecOptions& opts_;
   Workers& workers_;
+  CorePool& cores_;
   Monitor monitor_;
   std::unique_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<RankState>> ranks_;
@@ -444,6 +449,14 @@ class CpuBackend final : public Backend {
   std::vector<Diagnostic> plan(const Program& p, const ExecOptions& opts) override {
     p_ = &p;
     opts_ = &opts;
+    const int cores = opts.host_cores > 0 ? opts.host_cores : default_host_cores();
+    if (cores > kMaxCores)
+      return {{ErrorKind::input, p.file, "", "--host-cores " + std::to_string(cores) + ": the cpu backend runs at most " + std::to_string(kMaxCores) + " cores"}};
+    try {
+      cores_ = std::make_unique<CorePool>(cores);
+    } catch (const std::system_error& e) {
+      return {{ErrorKind::input, p.file, "", "the cpu backend cannot start its " + std::to_string(cores) + " core threads: " + e.what()}};
+    }
     std::vector<Diagnostic> errors;
     refuse_unrunnable(p, p.program, errors);
     if (!errors.empty()) return errors;
@@ -497,7 +510,7 @@ class CpuBackend final : public Backend {
     const int total = std::max(0, opts.warmup) + std::max(1, opts.iters);
     for (int it = 0; it < total; ++it) {
       set_inputs();
-      Run run(p, opts, memory_, workers_, staging_);
+      Run run(p, opts, memory_, workers_, staging_, *cores_);
       // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
@@ -516,6 +529,7 @@ class CpuBackend final : public Backend {
     result.report.schedule = p.name.empty() ? p.file : p.name;
     result.report.axis_names = p.mesh.axis_names;
     result.report.mesh_shape = p.mesh.shape;
+    result.report.host_cores = cores_->cores();
     result.memory = memory_;
     return result;
   }
@@ -538,6 +552,7 @@ class CpuBackend final : public Backend {
   }
 
   static constexpr int64_t kMaxThreads = 2048;
+  static constexpr int kMaxCores = 1024;
   // 3/4 of the machine's physical memory (64 GiB when it cannot be read).
   static int64_t max_bytes() {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -573,6 +588,7 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<std::vector<uint8_t>>> memory_;
   Workers workers_;      // every rank's and stream's thread, kept between iterations
   StagingPool staging_;  // the collectives' staging buffers, the same
+  std::unique_ptr<CorePool> cores_;
 };
 
 }  // namespace
