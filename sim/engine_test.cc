@@ -396,6 +396,32 @@ TEST(SimCompute, KernelBesideACollectiveTakesTheMax) {
               1.5e-3, 1e-9);
 }
 
+TEST(SimCompute, OnASharedHostACollectiveWaitsForACoreAheadOfCompute) {
+  // One core for 4 ranks. Each forks a 1 MB shift (1 ms at 1e9 B/s) onto
+  // communication:0 and runs a 1 ms kernel. At 0, rank 0's kernel takes
+  // the core and the other three queue; the shift's members all arrive at
+  // 0, and it goes ahead of those kernels (the cpu backend moves a
+  // collective on a core, before waiting compute): it runs 1-2 ms, and
+  // the kernels of ranks 1, 2, 3 at 2, 3 and 4 ms. Makespan 5 ms.
+  Machine host = ring_machine();
+  host.host_cores = 1;
+  auto r = simulate(load_ok(mesh4(R"([{"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0},
+      "body": [{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}]},
+      {"op": "kernel", "writes": ["o1"], "cost": {"seconds": 0.001}}, {"op": "async_done", "token": "t"}])")),
+                    host, nullptr);
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_NEAR(r->report.makespan_s, 5e-3, 1e-9);
+  std::vector<double> kernel_starts;
+  for (const auto& rank : r->report.ranks)
+    for (const auto& op : rank.ops) {
+      if (op.op == "collective_permute") EXPECT_NEAR(op.end_s, 2e-3, 1e-9) << "rank " << rank.rank;
+      else kernel_starts.push_back(op.start_s);
+    }
+  std::sort(kernel_starts.begin(), kernel_starts.end());
+  ASSERT_EQ(kernel_starts.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(kernel_starts[k], k == 0 ? 0 : (k + 1) * 1e-3, 1e-9) << k;
+}
+
 TEST(SimCompute, OnASharedHostACommandRunsOnACoreOrWaitsForOne) {
   // chip.host_cores = 2: the 4 ranks' commands run on 2 cores.
   Machine host = ring_machine();

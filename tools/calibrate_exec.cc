@@ -11,6 +11,7 @@
 #include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
+#include "exec/cores.h"
 #include "sim/gemm_fit.h"
 
 namespace thunky::calibrate {
@@ -241,13 +242,13 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
     }
   }
   ojson chip = {{"peak_flops", peaks}, {"hbm_bandwidth", hbm}, {"launch_overhead_s", *tiny}, {"event_latency_s", event_latency}, {"gemm_efficiency", 1.0}};
-  // On the cpu backend every rank's streams are threads of this host: the
-  // figures above are one thread's, and the simulator shares the host's
-  // cores among the commands running on all ranks.
+  // On the cpu backend every rank's commands run on this host's cores, one
+  // a core (exec/cores.h): the figures above are one core's, and the
+  // simulator queues the commands of all ranks for the same cores.
   if (!gpu) {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const int cores = default_host_cores();
     chip["host_cores"] = cores;
-    std::snprintf(buf, sizeof buf, "; the ranks' threads share this host's %u cores (host_cores), each command one core's figures above", cores);
+    std::snprintf(buf, sizeof buf, "; every rank's commands and collectives run on this host's %d cores (host_cores), one a core, each at the figures above", cores);
     notes += buf;
   }
   std::string gemm_source = "each dtype's peak is its best GEMM rate";

@@ -33,14 +33,39 @@ TEST(CpuBackend, StreamsOfARankRunConcurrently) {
       {"op": "async_start", "token": "t1", "stream": {"kind": "computation", "id": 1}, "body": [{"op": "kernel", "writes": ["a"], "cost": {"seconds": 0.05}}]},
       {"op": "async_start", "token": "t2", "stream": {"kind": "computation", "id": 2}, "body": [{"op": "kernel", "writes": ["b"], "cost": {"seconds": 0.05}}]},
       {"op": "async_done", "token": "t1"}, {"op": "async_done", "token": "t2"}]})");
-  ExecResult r = run_cpu(p);
-  const auto& ops = r.report.ranks[0].ops;
+  ExecOptions o;
+  o.host_cores = 2;
+  auto r = make_cpu_backend()->run(p, o);
+  ASSERT_TRUE(r.ok());
+  const auto& ops = r->report.ranks[0].ops;
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_LT(ops[0].start_s, ops[1].end_s);
   EXPECT_LT(ops[1].start_s, ops[0].end_s);
   EXPECT_GE(ops[0].end_s - ops[0].start_s, 0.05);
   // Fork and join edges of both tokens are in the report.
-  EXPECT_EQ(r.report.ranks[0].flows.size(), 4u);
+  EXPECT_EQ(r->report.ranks[0].flows.size(), 4u);
+  EXPECT_EQ(r->report.host_cores.value_or(0), 2);
+}
+
+TEST(CpuBackend, OnOneCoreCommandsOfEveryRankAndStreamTakeTurns) {
+  // --host-cores 1: two ranks, each with two 30 ms kernels on two streams.
+  // The four run one after another, whole (none time-sliced with another):
+  // each starts after the one before it ends, and the run takes 120 ms.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [2]})", R"("a": {"shape": [4], "dtype": "f32"}, "b": {"shape": [4], "dtype": "f32"})",
+                                 R"([{"op": "async_start", "token": "t1", "stream": {"kind": "computation", "id": 1}, "body": [{"op": "kernel", "writes": ["a"], "cost": {"seconds": 0.03}}]},
+      {"op": "kernel", "writes": ["b"], "cost": {"seconds": 0.03}}, {"op": "async_done", "token": "t1"}])"));
+  ExecOptions o;
+  o.host_cores = 1;
+  auto r = make_cpu_backend()->run(p, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->report.host_cores.value_or(0), 1);
+  std::vector<std::pair<double, double>> spans;
+  for (const auto& rank : r->report.ranks)
+    for (const auto& op : rank.ops) spans.push_back({op.start_s, op.end_s});
+  std::sort(spans.begin(), spans.end());
+  ASSERT_EQ(spans.size(), 4u);
+  for (size_t k = 1; k < spans.size(); ++k) EXPECT_GE(spans[k].first, spans[k - 1].second) << k;
+  EXPECT_GE(r->report.makespan_s, 0.12);
 }
 
 TEST(CpuBackend, AxisIndexGroups) {
