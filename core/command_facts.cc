@@ -16,13 +16,25 @@ std::vector<std::pair<int64_t, int64_t>> permute_pairs(const Command& c, int64_t
 std::string collective_signature(const Program& p, const Command& c, const View& src, const View& dst, int64_t n) {
   auto view = [&](const View& v) { return std::string(dtype_name(p.buffers[v.buffer].dtype)) + shape_str(v.shape); };
   std::string s(op_name(c.op));
-  s += " " + view(src) + "->" + view(dst);
-  if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) s += " " + c.rare().reduction;
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) of " " + std::string.
+  s += ' ';
+  s += view(src);
+  s += "->";
+  s += view(dst);
+  if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) {
+    s += ' ';
+    s += c.rare().reduction;
+  }
   if (c.op == Op::collective_permute) {
     auto pairs = permute_pairs(c, n);
     std::sort(pairs.begin(), pairs.end());
     s += " pairs";
-    for (auto [a, b] : pairs) s += " " + std::to_string(a) + ">" + std::to_string(b);
+    for (auto [a, b] : pairs) {
+      s += ' ';
+      s += std::to_string(a);
+      s += '>';
+      s += std::to_string(b);
+    }
   }
   return s;
 }

@@ -144,7 +144,10 @@ class RankWalker {
     std::string key = c.axis.size() == 1 ? c.axis[0] : std::string();
     if (c.axis.size() > 1)
       for (const auto& a : c.axis) key += a + ",";
-    if (groups) key += "#" + std::to_string(reinterpret_cast<uintptr_t>(groups));
+    if (groups) {
+      key += '#';
+      key += std::to_string(reinterpret_cast<uintptr_t>(groups));
+    }
     auto cached = participants_.find(key);
     if (cached == participants_.end()) {
       try {

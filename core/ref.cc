@@ -177,12 +177,22 @@ std::string RefSyntax::text() const {
       if (i) s += ", ";
       const auto& it = g[i];
       if (it.kind == IndexItem::Kind::index) s += to_string(*it.a);
-      else if (it.kind == IndexItem::Kind::ds) s += "ds(" + to_string(*it.a) + ", " + to_string(*it.b) + ")";
+      else if (it.kind == IndexItem::Kind::ds) {
+        // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) of "literal" + std::string.
+        s += "ds(";
+        s += to_string(*it.a);
+        s += ", ";
+        s += to_string(*it.b);
+        s += ')';
+      }
       else {
         if (it.a) s += to_string(*it.a);
         s += ":";
         if (it.b) s += to_string(*it.b);
-        if (it.step) s += ":" + to_string(*it.step);
+        if (it.step) {
+          s += ':';
+          s += to_string(*it.step);
+        }
       }
     }
     s += "]";

@@ -483,6 +483,22 @@ TEST(CompareCli, PredictedAgainstMeasuredCommandByCommand) {
   size_t gemms = 0;
   for (size_t pos = r.out.find(" gemm "); pos != std::string::npos; pos = r.out.find(" gemm ", pos + 1)) ++gemms;
   EXPECT_EQ(gemms, 4u);
+  // --svg draws both on one time axis and says where: 4 ranks x 2 streams,
+  // a predicted and a measured lane each, a tooltip on all 56 bars.
+  const std::string svg = (dir / "both.svg").string();
+  r = compare((dir / "p.json").string() + " " + (dir / "m.json").string() + " --svg " + svg);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("both timelines: " + svg), std::string::npos) << r.out;
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t lanes = 0, titles = 0;
+  for (size_t pos = text.find(" predicted</text>"); pos != std::string::npos; pos = text.find(" predicted</text>", pos + 1)) ++lanes;
+  for (size_t pos = text.find("<title>/program/"); pos != std::string::npos; pos = text.find("<title>/program/", pos + 1)) ++titles;
+  EXPECT_EQ(lanes, 8u);
+  EXPECT_EQ(titles, 56u);
+  // It never replaces an input.
+  r = compare((dir / "p.json").string() + " " + (dir / "m.json").string() + " --svg " + (dir / "m.json").string());
+  EXPECT_EQ(r.code, 2);
   // A schedule is not a report: exit 2 naming the file and the pointer.
   r = compare(sched + " " + (dir / "m.json").string());
   EXPECT_EQ(r.code, 2);

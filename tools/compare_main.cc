@@ -8,6 +8,7 @@
 #include "core/files.h"
 #include "traces/compare.h"
 #include "traces/report.h"
+#include "traces/svg.h"
 
 namespace {
 
@@ -40,7 +41,9 @@ int run_main(int argc, char** argv) {
   auto* unsharded = app.add_option("--unsharded", unsharded_path, "report of the unsharded schedule (no communication)");
   bool all_commands = false;
   app.add_flag("--all-commands", all_commands, "print every command of rank 0, not the first 60");
-  blocking->needs(overlapped, unsharded)->excludes(pred, meas);
+  std::string svg_path;
+  auto* svg = app.add_option("--svg", svg_path, "write both timelines on one time axis as SVG: per rank and stream a predicted lane above a measured one");
+  blocking->needs(overlapped, unsharded)->excludes(pred, meas, svg);
   overlapped->needs(blocking);
   unsharded->needs(blocking);
   if (auto code = thunky::cli::parse(app, "thunky-compare", argc, argv)) return *code;
@@ -54,11 +57,17 @@ int run_main(int argc, char** argv) {
     std::cerr << "thunky-compare: give PREDICTED and MEASURED reports, or --blocking, --overlapped and --unsharded\nrun 'thunky-compare --help' for usage\n";
     return 2;
   }
+  if (auto code = thunky::cli::refuse_overwrite("thunky-compare", {{"--svg", svg_path}}, {predicted_path, measured_path})) return *code;
   thunky::Report predicted, measured;
   if (!read_report(predicted_path, predicted) || !read_report(measured_path, measured)) return 2;
   try {
     const thunky::Comparison c = thunky::compare_reports(predicted, measured);
     thunky::print_comparison(predicted, measured, c, std::cout, all_commands ? SIZE_MAX : 60);
+    if (!svg_path.empty()) {
+      auto err = thunky::write_file(svg_path, [&](std::ostream& os) { os << thunky::comparison_svg(predicted, measured); });
+      if (!err.empty()) return std::cerr << svg_path << ": " << err << "\n", 2;
+      std::cout << "both timelines: " << svg_path << "\n";
+    }
   } catch (const thunky::ThunkyError& e) {
     std::cerr << measured_path << ":" << (e.pointer().empty() ? "/" : e.pointer()) << ": " << e.what() << "\n";
     return 2;

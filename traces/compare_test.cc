@@ -70,3 +70,41 @@ TEST(Recovery, FractionOfTheCommunicationCostHidden) {
 
 }  // namespace
 }  // namespace thunky
+
+#include "traces/svg.h"
+
+namespace thunky {
+namespace {
+
+// How many times `needle` occurs in `hay`.
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST(CompareSvg, APredictedLaneAboveAMeasuredOneForEachRankAndStream) {
+  // 2 ranks with a GEMM and a shift each. Rank 0's GEMM: predicted 2 us,
+  // measured 2.2 us (-9.1%); rank 1's: predicted 2 us, measured 4 us
+  // (-50%, off by more than 25%, so outlined in red).
+  Report p = report("sim", {{op("/program/0", "gemm", 0, 2e-6), op("/program/1", "collective_permute", 0, 1e-6)},
+                            {op("/program/0", "gemm", 0, 2e-6), op("/program/1", "collective_permute", 0, 1e-6)}});
+  Report m = report("exec", {{op("/program/0", "gemm", 0, 2.2e-6), op("/program/1", "collective_permute", 0, 1e-6)},
+                             {op("/program/0", "gemm", 0, 4e-6), op("/program/1", "collective_permute", 0, 1e-6)}});
+  const std::string svg = comparison_svg(p, m);
+  // 2 ranks x 2 streams: 4 predicted lanes, 4 measured ones.
+  EXPECT_EQ(count(svg, "computation:0 predicted</text>"), 2u) << svg;
+  EXPECT_EQ(count(svg, "communication:0 predicted</text>"), 2u);
+  EXPECT_EQ(count(svg, ">measured</text>"), 4u + 1u);  // and the legend's entry
+  // Every command, both bars, carries both times and the error.
+  EXPECT_EQ(count(svg, "<title>/program/0 gemm\npredicted 0.00 - 2.00 us (2.00 us)\nmeasured 0.00 - 4.00 us (4.00 us)\nerror -50.00%</title>"), 2u) << svg;
+  EXPECT_EQ(count(svg, "error -9.09%"), 2u);
+  // Only rank 1's GEMM is off by more than 25%: one red outline (plus the legend's).
+  EXPECT_EQ(count(svg, "stroke=\"#d62728\""), 2u);
+  // One time axis for both: 0 to the longer makespan, 4 us.
+  EXPECT_NE(svg.find(">4</text>"), std::string::npos);
+  EXPECT_NE(svg.find("time (us)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace thunky

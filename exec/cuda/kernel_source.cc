@@ -262,9 +262,9 @@ std::string round_helpers() {
 }
 
 void put(std::vector<uint8_t>& out, uint64_t v) {
-  uint8_t b[8];
-  std::memcpy(b, &v, 8);
-  out.insert(out.end(), b, b + 8);
+  const size_t at = out.size();
+  out.resize(at + 8);
+  std::memcpy(out.data() + at, &v, 8);
 }
 void put_ptr(std::vector<uint8_t>& out, const void* p) { put(out, ptr_bits(p)); }
 

@@ -324,7 +324,10 @@ class Nccl final : public NcclTransport {
  private:
   static std::string members_text(const std::vector<int>& members) {
     std::string s;
-    for (int m : members) s += (s.empty() ? "" : ",") + std::to_string(m);
+    for (int m : members) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(m);
+    }
     return s;
   }
 
