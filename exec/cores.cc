@@ -13,7 +13,7 @@
 
 namespace thunky {
 
-CorePool::CorePool(int cores) {
+CorePool::CorePool(int cores) : free_(cores) {
   for (int i = 0; i < cores; ++i) workers_.emplace_back([this] { work_loop(); });
 }
 
@@ -26,14 +26,25 @@ CorePool::~CorePool() {
   for (auto& w : workers_) w.join();
 }
 
-CorePool::Span CorePool::run(const std::function<void()>& work, bool urgent) {
+CorePool::Span CorePool::run(const std::function<void()>& work, bool urgent, const std::function<void()>& queued) {
   Job job;
   job.work = &work;
   job.urgent = urgent;
   std::unique_lock<std::mutex> l(mu_);
-  if (urgent) queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(urgent_++), &job);
-  else queue_.push_back(&job);
-  ready_.notify_one();
+  if (free_ > 0) {  // a core is free: it is this job's now, however soon a worker wakes to run it
+    --free_;
+    granted_.push_back(&job);
+    ready_.notify_one();
+  } else if (urgent) {
+    waiting_.insert(waiting_.begin() + static_cast<std::ptrdiff_t>(urgent_++), &job);
+  } else {
+    waiting_.push_back(&job);
+  }
+  if (queued) {
+    l.unlock();
+    queued();
+    l.lock();
+  }
   job.finished.wait(l, [&] { return job.done; });
   if (job.error) std::rethrow_exception(job.error);
   return job.span;
@@ -45,12 +56,16 @@ void CorePool::work_loop() {
   if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &none) != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    ready_.wait(l, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping
-    Job* job = queue_.front();
-    queue_.pop_front();
-    if (job->urgent) --urgent_;
+    ready_.wait(l, [&] { return stop_ || !granted_.empty(); });
+    if (granted_.empty()) return;  // stopping
+    Job* job = granted_.front();
+    granted_.pop_front();
     l.unlock();
+    // A stream's thread that is ready to run on this core goes first (it
+    // issues a command or waits, in microseconds): woken together, as at
+    // an iteration's start, the scheduler may otherwise leave it queued
+    // behind this job for the job's whole length.
+    sched_yield();
     job->span.start = Clock::now();
     try {
       (*job->work)();
@@ -61,6 +76,16 @@ void CorePool::work_loop() {
     l.lock();
     job->done = true;
     job->finished.notify_one();
+    // The core goes to the first job waiting for one (urgent ones first),
+    // and this worker runs it next.
+    if (waiting_.empty()) {
+      ++free_;
+    } else {
+      Job* next = waiting_.front();
+      waiting_.pop_front();
+      if (next->urgent) --urgent_;
+      granted_.push_back(next);
+    }
   }
 }
 

@@ -39,7 +39,9 @@ class CorePool {
   // `urgent` work (a collective's copies) goes before every command still
   // waiting that is not, as communication streams outrank compute on a
   // GPU (XLA creates them at high priority).
-  Span run(const std::function<void()>& work, bool urgent = false);
+  // `queued`, when given, runs on the caller's thread once the work is in
+  // the queue, before the wait.
+  Span run(const std::function<void()>& work, bool urgent = false, const std::function<void()>& queued = {});
 
  private:
   struct Job {
@@ -54,8 +56,13 @@ class CorePool {
 
   std::mutex mu_;
   std::condition_variable ready_;
-  std::deque<Job*> queue_;  // urgent ones first, each kind in the order issued
-  size_t urgent_ = 0;       // urgent jobs at the queue's front
+  // A job gets a core when it is issued, if one is free (granted_, which
+  // the workers run), else waits (urgent ones first, each kind in the
+  // order issued) until a core is released: as the simulator's host model
+  // grants them, whenever a worker thread gets to run.
+  int free_;
+  std::deque<Job*> granted_, waiting_;
+  size_t urgent_ = 0;  // urgent jobs at waiting_'s front
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };

@@ -255,16 +255,40 @@ class Run {
     if (failure) std::rethrow_exception(failure);
   }
 
+  // A command the cores run (exec/cores.h), as opposed to control flow and
+  // collectives, which the stream's thread runs itself.
+  static bool on_a_core(const Command& c) {
+    return !is_collective(c.op) && c.op != Op::collective_group && c.op != Op::cond && c.op != Op::switch_ && c.op != Op::while_;
+  }
+
   void run_queue(RankState& s, std::vector<Task>& tasks, const StreamId& stream, bool in_loop) {
     const std::string sname = stream.str();
-    for (auto& t : tasks) {
+    // A wake-up held for a command that never got queued (the run failed
+    // first) is given when the queue is left, whatever happens.
+    struct Flush {
+      Monitor& m;
+      ~Flush() {
+        if (!std::exchange(wake_after_queueing_, false)) return;
+        std::lock_guard<std::mutex> l(m.mutex());
+        m.notify_all();
+      }
+    } flush{monitor_};
+    for (size_t k = 0; k < tasks.size(); ++k) {
+      Task& t = tasks[k];
       switch (t.kind) {
         case Task::Kind::record: {
           std::lock_guard<std::mutex> l(monitor_.mutex());
           t.event->done = true;
           t.event->t = now();
           t.event->stream = sname;
-          monitor_.notify_all();
+          // A fork followed by a command on this stream: as a GPU's host
+          // issues both before the device acts on either, the command is
+          // queued for a core before the forked stream's thread is woken
+          // (a woken thread often runs first, and the two would race for
+          // the core by microseconds).
+          const bool next_on_core = k + 1 < tasks.size() && tasks[k + 1].kind == Task::Kind::exec && on_a_core(*tasks[k + 1].cmd);
+          if (next_on_core) wake_after_queueing_ = true;
+          else monitor_.notify_all();
           break;
         }
         case Task::Kind::wait: {
@@ -363,7 +387,12 @@ class Run {
       default: break;
     }
     // On a core of its own, from its start to its end (exec/cores.h).
-    const CorePool::Span span = cores_.run([&] { compute(s, c); });
+    const bool wake = std::exchange(wake_after_queueing_, false);
+    const CorePool::Span span = cores_.run([&] { compute(s, c); }, false, [&] {
+      if (!wake) return;
+      std::lock_guard<std::mutex> l(monitor_.mutex());
+      monitor_.notify_all();
+    });
     record(s, c, stream, in_loop, since_start(span.start), since_start(span.end));
   }
 
@@ -432,6 +461,9 @@ class Run {
   const ExecOptions& opts_;
   Workers& workers_;
   CorePool& cores_;
+  // Set by a record whose wake-up waits until this thread's next command is
+  // queued for a core (per thread: each stream's thread runs its own queue).
+  static thread_local bool wake_after_queueing_;
   Monitor monitor_;
   std::unique_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<RankState>> ranks_;
@@ -439,6 +471,8 @@ class Run {
   StartLine start_;
   std::atomic<bool> out_of_memory_ = false;
 };
+
+thread_local bool Run::wake_after_queueing_ = false;
 
 class CpuBackend final : public Backend {
  public:
