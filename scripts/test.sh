@@ -15,3 +15,5 @@ else
 fi
 cmake --build "$dir" -j2
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 300
+# The Python package, against the tools just built.
+THUNKY_BIN=$PWD/$dir .venv/bin/python -m pytest -q python/tests

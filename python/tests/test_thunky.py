@@ -1,0 +1,236 @@
+"""The thunky package: the user guide's programs traced, run and predicted."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import thunky
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def line_of(fn, text):
+    """The source line of `text` inside function `fn`'s file."""
+    import inspect
+    lines, start = inspect.getsourcelines(fn)
+    for k, l in enumerate(lines):
+        if text in l:
+            return start + k
+    raise AssertionError(text)
+
+
+@thunky.jit
+def init_and_copy(src_ref, dst_ref):
+    thunky.memzero(dst_ref)
+    thunky.copy(src_ref.at[:4], dst_ref.at[:4])
+    thunky.memset(dst_ref.at[4:], np.float32(1.0))
+
+
+def test_init_and_copy_traces_to_the_bundled_schedule_and_runs_to_the_guides_result():
+    x = np.arange(8, dtype=np.float32)
+    out = thunky.new_ref(np.empty_like(x))
+    doc = init_and_copy.trace(x, out).to_dict()
+    # src is only read: input; dst is written first: output.
+    assert doc["buffers"]["src_ref"]["role"] == "input"
+    assert doc["buffers"]["dst_ref"]["role"] == "output"
+    bundled = json.load(open(os.path.join(REPO, "examples", "init_and_copy.json")))
+    assert [c["op"] for c in doc["program"]] == [c["op"] for c in bundled["program"]]
+    assert doc["program"][1] == {"op": "copy", "src": "src_ref[0:4]", "dst": "dst_ref[0:4]"}
+    r = init_and_copy.execute(x, out)
+    # The guide prints [0. 1. 2. 3. 1. 1. 1. 1.]; the Ref holds it too.
+    np.testing.assert_array_equal(r.outputs[0], [0, 1, 2, 3, 1, 1, 1, 1])
+    np.testing.assert_array_equal(out[...], [0, 1, 2, 3, 1, 1, 1, 1])
+    assert r.report.source == "exec" and r.report.makespan_s > 0
+
+
+def test_scratch_slices_and_slice_assignment():
+    @thunky.jit(scratch_shapes=[thunky.ShapeDtypeStruct((4,), np.float32)])
+    def swap_halves(buf_ref, scratch_ref):
+        thunky.copy(buf_ref.at[:4], scratch_ref)
+        thunky.copy(buf_ref.at[4:], buf_ref.at[:4])
+        thunky.copy(scratch_ref, buf_ref.at[4:])
+
+    buf = thunky.new_ref(np.arange(8, dtype=np.int32))
+    doc = swap_halves.trace(buf).to_dict()
+    # Read first, then written: inout; the scratch buffer is scratch.
+    assert doc["buffers"]["buf_ref"]["role"] == "inout"
+    assert doc["buffers"]["scratch_ref"] == {"shape": [4], "dtype": "f32"}
+    swap_halves.execute(buf)
+    np.testing.assert_array_equal(buf[...], [4, 5, 6, 7, 0, 1, 2, 3])
+
+    @thunky.jit
+    def copy_slices(src_ref, dst_ref):
+        dst_ref[:4] = src_ref[4:8]
+
+    dst = thunky.new_ref(np.zeros(8, np.float32))
+    # dst is written before any read: an output, whose other elements are
+    # undefined (the cpu backend leaves NaN there).
+    assert copy_slices.trace(np.arange(8, dtype=np.float32), dst).to_dict()["program"] == [{"op": "copy", "src": "src_ref[4:8]", "dst": "dst_ref[0:4]"}]
+    copy_slices.execute(np.arange(8, dtype=np.float32), dst)
+    np.testing.assert_array_equal(dst[:4], [4, 5, 6, 7])
+
+
+def test_views_chain_and_negative_starts():
+    @thunky.jit
+    def f(a, b):
+        thunky.copy(a.at[-2:], b.at[1].at[0:2])
+
+    doc = f.trace(np.zeros(4, np.float32), thunky.new_ref(np.zeros((3, 4), np.float32))).to_dict()
+    # a[-2:] is elements 2..4 of 4; b[1] then [0:2].
+    assert doc["program"][0] == {"op": "copy", "src": "a[2:4]", "dst": "b[1][0:2]"}
+
+
+def test_a_non_contiguous_view_is_a_value_error_naming_the_users_line():
+    @thunky.jit
+    def f(a, b):
+        thunky.copy(a.at[:, 1:2], b)  # the bad view
+
+    with pytest.raises(ValueError) as e:
+        f.trace(np.zeros((4, 4), np.float32), thunky.new_ref(np.zeros((4, 1), np.float32)))
+    assert f"{__file__}:{line_of(f.fn, 'the bad view')}: a view must be contiguous" in str(e.value)
+    with pytest.raises(ValueError, match="out of bounds"):
+        f2 = thunky.jit(lambda a: thunky.memzero(a.at[5]))
+        f2.trace(thunky.new_ref(np.zeros(4, np.float32)))
+
+
+def test_a_written_argument_passed_as_a_plain_array_is_a_type_error():
+    with pytest.raises(TypeError, match="argument 'dst_ref' is written but was passed as a plain array"):
+        init_and_copy.trace(np.zeros(8, np.float32), np.zeros(8, np.float32))
+
+
+def test_nested_jit_becomes_a_function_and_calls():
+    @thunky.jit(scratch_shapes=[thunky.ShapeDtypeStruct((4,), np.float32)])
+    def helper_step(x_ref, tmp_ref):
+        thunky.copy(x_ref, tmp_ref)
+        thunky.copy(tmp_ref, x_ref)
+
+    @thunky.jit
+    def outer_fn(x_ref):
+        helper_step(x_ref.at[:4])
+        helper_step(x_ref.at[4:])
+
+    x = thunky.new_ref(np.arange(8, dtype=np.float32))
+    doc = outer_fn.trace(x).to_dict()
+    # One function (the same shapes twice), its scratch hoisted into it, two calls.
+    # (Its parameter is renamed where a top-level buffer has its name.)
+    assert list(doc["functions"]) == ["helper_step"]
+    assert doc["functions"]["helper_step"]["params"] == ["x_ref_1"]
+    assert doc["functions"]["helper_step"]["scratch"] == {"tmp_ref": {"shape": [4], "dtype": "f32"}}
+    assert doc["program"] == [{"op": "call", "fn": "helper_step", "args": {"x_ref_1": "x_ref[0:4]"}},
+                              {"op": "call", "fn": "helper_step", "args": {"x_ref_1": "x_ref[4:8]"}}]
+    # The call reads x before writing it: inout.
+    assert doc["buffers"]["x_ref"]["role"] == "inout"
+    outer_fn.execute(x)
+    np.testing.assert_array_equal(x[...], np.arange(8))
+
+
+def test_streams_tokens_and_their_mistakes():
+    @thunky.jit
+    def two_streams(a, b, c, d):
+        t1 = thunky.async_start(lambda: thunky.copy(a, c), stream_id=0)
+        t2 = thunky.async_start(lambda: thunky.copy(b, d), stream_id=1)
+        thunky.async_done(t1)
+        thunky.async_done(t2)
+
+    c, d = thunky.new_ref(np.zeros(4, np.float32)), thunky.new_ref(np.zeros(4, np.float32))
+    doc = two_streams.trace(np.ones(4, np.float32), 2 * np.ones(4, np.float32), c, d).to_dict()
+    assert doc["program"][1]["stream"] == {"kind": "computation", "id": 1}
+    assert doc["program"][0]["body"] == [{"op": "copy", "src": "a", "dst": "c"}]
+    two_streams.execute(np.ones(4, np.float32), 2 * np.ones(4, np.float32), c, d)
+    np.testing.assert_array_equal(d[...], [2, 2, 2, 2])
+
+    @thunky.jit
+    def never_awaited(a, c):
+        thunky.async_start(lambda: thunky.copy(a, c), stream_kind="communication")  # started, not awaited
+
+    with pytest.raises(ValueError) as e:
+        never_awaited.trace(np.ones(4, np.float32), c)
+    assert f":{line_of(never_awaited.fn, 'started, not awaited')}: the token of this async_start is never awaited" in str(e.value)
+
+    @thunky.jit
+    def crosses(p, a, c):
+        tok = thunky.async_start(lambda: thunky.copy(a, c))
+        thunky.cond(p, lambda: thunky.async_done(tok))
+
+    with pytest.raises(ValueError, match="async_done of a token started in another cond"):
+        crosses.trace(np.array(True), np.ones(4, np.float32), c)
+
+
+def test_control_flow_runs_collatz():
+    @thunky.jit(scratch_shapes=(thunky.ShapeDtypeStruct((), np.bool_),))
+    def count_down(n, steps, go):
+        # No call_jax yet: a loop whose cond only copies a flag the body clears.
+        thunky.memzero(steps)
+        thunky.while_loop(go, lambda: thunky.copy(n, go), lambda: thunky.memzero(n))
+
+    doc = count_down.trace(thunky.new_ref(np.array(True)), thunky.new_ref(np.int32(5))).to_dict()
+    assert doc["program"][1]["op"] == "while"
+    assert doc["program"][1]["cond"] == [{"op": "copy", "src": "n", "dst": "go"}]
+    # n starts true: the body runs once and clears it.
+    assert count_down.execute(thunky.new_ref(np.array(True)), thunky.new_ref(np.int32(5))).outputs[0].item() is False
+
+
+def test_collectives_on_a_mesh_with_sharded_arguments():
+    @thunky.jit
+    def sum_across(x_ref, out_ref):
+        thunky.all_reduce(x_ref, out_ref, "x", reduction="sum")
+
+    x = np.arange(8, dtype=np.float32)
+    out = thunky.new_ref(np.zeros(8, np.float32))
+    p = sum_across.trace(x, out, mesh={"x": 4}, in_specs=(thunky.P("x"), thunky.P("x")))
+    doc = p.to_dict()
+    assert doc["mesh"] == {"axis_names": ["x"], "shape": [4]}
+    assert doc["buffers"]["x_ref"]["shape"] == [2]
+    assert doc["buffers"]["x_ref"]["global"] == {"shape": [8], "spec": ["x"]}
+    r = sum_across.execute(x, out, mesh={"x": 4}, in_specs=(thunky.P("x"), thunky.P("x")))
+    # Every rank's 2 elements summed over the 4: [0+2+4+6, 1+3+5+7] on each.
+    np.testing.assert_array_equal(r.outputs[0], [12, 16] * 4)
+    with pytest.raises(ValueError, match="unknown axis name 'y'"):
+        thunky.jit(lambda a, b: thunky.all_gather(a, b, "y")).trace(x, out, mesh={"x": 4})
+    with pytest.raises(ValueError, match="does not divide into 3 shards"):
+        sum_across.trace(x, out, mesh={"x": 3}, in_specs=(thunky.P("x"), None))
+
+    @thunky.jit
+    def grouped(a, b):
+        thunky.collective_group(lambda: (thunky.all_reduce(a, b, "x"), thunky.memzero(b)))  # not a collective
+
+    with pytest.raises(ValueError, match="collective_group holds collectives only, not memzero"):
+        grouped.trace(x, out, mesh={"x": 2})
+
+
+def test_rank_dependent_views_and_predicted_against_measured():
+    @thunky.jit
+    def place(x_ref, out_ref):
+        thunky.memzero(out_ref)
+        thunky.copy(x_ref, out_ref.at[thunky.ds(thunky.axis_index("x") * 2, 2)])
+
+    out = thunky.new_ref(np.zeros(8, np.float32))
+    args = (np.ones(2, np.float32), out)
+    doc = place.trace(*args, mesh={"x": 4}).to_dict()
+    assert doc["program"][1]["dst"] == "out_ref[ds(x * 2, 2)]"
+    measured = place.execute(*args, mesh={"x": 4}).report
+    predicted = place.simulate(*args, mesh={"x": 4}, machine="h100-8gpu")
+    assert predicted.source == "sim" and len(predicted.ranks) == 4
+    figures = thunky.compare(predicted, measured)
+    # 4 ranks x 2 commands, all matched.
+    assert figures["commands_matched"] == 8
+    assert "makespan error" in figures["table"]
+
+
+def test_a_tool_error_names_the_users_line(tmp_path):
+    @thunky.jit
+    def bad(a, b):
+        thunky.all_gather(a, b, "x")  # dst is not n times src
+
+    with pytest.raises(thunky.ToolError) as e:
+        bad.execute(np.ones(4, np.float32), thunky.new_ref(np.zeros(4, np.float32)), mesh={"x": 2})
+    assert f"{__file__}:{line_of(bad.fn, 'dst is not n times src')}:" in str(e.value)
+    assert e.value.code == 2
+
+
+def test_a_missing_tool_says_how_to_build_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("THUNKY_BIN", str(tmp_path))
+    with pytest.raises(thunky.ToolError, match="THUNKY_BIN is .* which has no thunky-exec"):
+        init_and_copy.execute(np.zeros(8, np.float32), thunky.new_ref(np.zeros(8, np.float32)))

@@ -1,0 +1,253 @@
+"""thunky.jit: a function that issues commands, traced into a schedule,
+then predicted (simulate) or run (execute) by thunky's tools."""
+
+import functools
+import math
+import os
+
+import numpy as np
+
+from . import _source, _tools, _trace
+from ._refs import HostBuffer, Ref, dtype_name
+
+
+class Mesh:
+    """A mesh of named axes: Mesh({"x": 4, "y": 2}) (row-major, the last
+    axis fastest, as thunky's ranks are numbered)."""
+
+    def __init__(self, axes):
+        axes = dict(axes)
+        for name, size in axes.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"a mesh axis name is an identifier, not {name!r}")
+            if not isinstance(size, (int, np.integer)) or size < 1:
+                raise ValueError(f"mesh axis '{name}' needs a positive size, not {size!r}")
+        self.axes = {k: int(v) for k, v in axes.items()}
+
+    @property
+    def size(self):
+        return math.prod(self.axes.values())
+
+
+class P(tuple):
+    """A PartitionSpec: P("x"), P(None, "y"), P(("x", "y"), None)."""
+
+    def __new__(cls, *entries):
+        return super().__new__(cls, entries)
+
+
+def _mesh_axes(mesh):
+    if mesh is None:
+        return {}
+    if isinstance(mesh, Mesh):
+        return dict(mesh.axes)
+    if isinstance(mesh, dict):
+        return Mesh(mesh).axes
+    if hasattr(mesh, "axis_names") and hasattr(mesh, "devices"):  # jax.sharding.Mesh
+        return Mesh(dict(zip(mesh.axis_names, np.shape(mesh.devices)))).axes
+    raise TypeError(f"mesh is a dict of axis sizes, a thunky.Mesh or a jax.sharding.Mesh, not {type(mesh).__name__}")
+
+
+def _spec_entries(spec, ndim, axes, what):
+    if spec is None:
+        return None
+    entries = list(spec) + [None] * (ndim - len(spec))
+    if len(entries) > ndim:
+        raise ValueError(_source.here(f"{what}: the spec {tuple(spec)} has more entries than the array's {ndim} dimensions"))
+    out = []
+    for e in entries:
+        names = [] if e is None else [e] if isinstance(e, str) else list(e)
+        for n in names:
+            if n not in axes:
+                raise ValueError(_source.here(f"{what}: unknown axis name '{n}' in in_specs: the mesh has {list(axes) or 'no axes'}"))
+        out.append(None if e is None else e if isinstance(e, str) else list(e))
+    return out
+
+
+def _local_shape(shape, entries, axes, what):
+    local = list(shape)
+    for d, e in enumerate(entries):
+        if e is None:
+            continue
+        parts = math.prod(axes[n] for n in ([e] if isinstance(e, str) else e))
+        if shape[d] % parts:
+            raise ValueError(_source.here(f"{what}: dimension {d} of size {shape[d]} does not divide into {parts} shards"))
+        local[d] = shape[d] // parts
+    return local
+
+
+class JitFunction:
+    def __init__(self, fn, scratch_shapes):
+        self.fn = fn
+        self.scratch, self.scratch_kw = _trace._scratch_list(scratch_shapes)
+        self.__name__ = getattr(fn, "__name__", "thunky_program")
+        functools.update_wrapper(self, fn)
+
+    # ---- tracing
+    def trace(self, *args, mesh=None, in_specs=None):
+        """The schedule this function issues for `args` (arrays, Refs, or
+        anything with .shape and .dtype) on `mesh` (axis sizes), each
+        argument split as its `in_specs` entry says (None: replicated)."""
+        axes = _mesh_axes(mesh)
+        if in_specs is not None and not isinstance(in_specs, (tuple, list)):
+            in_specs = (in_specs,)
+        if in_specs is not None and len(in_specs) != len(args):
+            raise ValueError(_source.here(f"in_specs has {len(in_specs)} entries for {len(args)} arguments"))
+        t = _trace.Tracer(self.__name__, axes)
+        names = _trace._param_names(self.fn, len(args) + len(self.scratch))
+        refs = []
+        for k, a in enumerate(args):
+            refs.append(self._argument(t, names[k], a, None if in_specs is None else in_specs[k], axes))
+        for k, s in enumerate(self.scratch):
+            refs.append(self._scratch(t, names[len(args) + k], s))
+        kwrefs = {name: self._scratch(t, name, s) for name, s in self.scratch_kw.items()}
+        _trace._active.append(t)
+        try:
+            result = self.fn(*refs, **kwrefs)
+        finally:
+            _trace._active.pop()
+        if result is not None:
+            raise TypeError(_source.here(f"a thunky.jit function returns None (it writes its Refs), not {type(result).__name__}"))
+        for tok in t.tokens:
+            if not tok.done:
+                raise ValueError(f"{tok.where[0]}:{tok.where[1]}: the token of this async_start is never awaited (thunky.async_done)")
+        return _trace.Program(self._document(t), t.buffers, t.sources, self.__name__)
+
+    def _argument(self, t, name, a, spec, axes):
+        host = None
+        if isinstance(a, Ref):
+            if a._groups:
+                raise ValueError(_source.here(f"argument '{name}': pass the whole Ref, not a view of it"))
+            if isinstance(a._buffer, HostBuffer):
+                host = a._buffer
+                data = host.data
+            else:
+                raise TypeError(_source.here(f"argument '{name}' is a Ref of another trace"))
+        elif isinstance(a, np.ndarray) or np.isscalar(a):
+            data = np.asarray(a)
+        elif hasattr(a, "shape") and hasattr(a, "dtype"):
+            data = np.asarray(a) if hasattr(a, "__array__") else None
+        else:
+            raise TypeError(_source.here(f"argument '{name}' is an array, a Ref or has .shape and .dtype, not {type(a).__name__}"))
+        shape = tuple(data.shape) if data is not None else tuple(a.shape)
+        dtype = data.dtype if data is not None else np.dtype(a.dtype)
+        try:
+            dtype_name(dtype)
+        except TypeError as e:
+            raise TypeError(_source.here(f"argument '{name}': {e}")) from None
+        entries = _spec_entries(spec, len(shape), axes, f"argument '{name}'")
+        local = _local_shape(shape, entries, axes, f"argument '{name}'") if entries else shape
+        b = _trace.Buffer(_trace._unique(name, t.buffers), local, dtype, "arg", data=data, host=host, spec=entries)
+        # A read-only argument with no values (a ShapeDtypeStruct) may still be written.
+        if data is None:
+            b.host = HostBuffer(np.zeros(shape, dtype))
+        if entries:
+            b.global_shape = shape
+        t.buffers[b.name] = b
+        return Ref(b, local)
+
+    def _scratch(self, t, name, s):
+        b = _trace.Buffer(_trace._unique(name, t.buffers), tuple(s.shape), np.dtype(s.dtype), "scratch")
+        t.buffers[b.name] = b
+        return Ref(b, b.shape)
+
+    def _document(self, t, npy_dir=None):
+        doc = {"format": "thunky.sched/1", "name": self.__name__}
+        if t.mesh:
+            doc["mesh"] = {"axis_names": list(t.mesh), "shape": list(t.mesh.values())}
+        doc["buffers"] = {}
+        for b in t.buffers.values():
+            entry = {"shape": list(b.shape), "dtype": dtype_name(b.dtype)}
+            if b.kind == "arg":
+                entry["role"] = "input" if not b.written else ("output" if b.first == "write" else "inout")
+                if entry["role"] != "output" and b.data is not None:
+                    finite = np.asarray(b.data).dtype.kind != "f" or bool(np.all(np.isfinite(b.data)))
+                    # Values that JSON cannot hold (NaN, inf) go to an .npy file: Program.save writes it.
+                    entry["init"] = {"kind": "values", "values": _values(b.data)} if finite else {"kind": "npy", "path": b.name + ".npy"}
+                if b.global_shape is not None:
+                    entry["global"] = {"shape": list(b.global_shape), "spec": b.spec}
+            doc["buffers"][b.name] = entry
+        if t.functions:
+            doc["functions"] = t.functions
+        doc["program"] = t.program
+        return doc
+
+    # ---- nested calls
+    def __call__(self, *args, **kwargs):
+        t = _trace.active()
+        if t is None:
+            # Called eagerly, as upstream runs it on a GPU: on the cpu backend.
+            self.execute(*args, **kwargs)
+            return None
+        if kwargs:
+            raise TypeError(_source.here("a nested thunky.jit call takes its Refs positionally"))
+        return self._call(t, args)
+
+    def _call(self, t, args):
+        for k, a in enumerate(args):
+            if not isinstance(a, Ref) or not isinstance(a._buffer, _trace.Buffer):
+                raise TypeError(_source.here(f"argument {k} of a nested thunky.jit call is a Ref of the trace, not {type(a).__name__}"))
+        key = (self.fn, tuple((a.shape, a.dtype.str) for a in args))
+        cache = t.__dict__.setdefault("jit_cache", {})
+        if key not in cache:
+            cache[key] = self._trace_function(t, args)
+        fname, params, accesses = cache[key]
+        pointer = t.emit({"op": "call", "fn": fname, "args": {p: a.text for p, a in zip(params, args)}})
+        for p, a in zip(params, args):
+            for kind in accesses.get(p, ()):
+                t.access(a, kind)
+        return pointer
+
+    def _trace_function(self, t, args):
+        fname = _trace._unique(self.__name__, t.functions)
+        taken = set(t.buffers)
+        params = []
+        for name in _trace._param_names(self.fn, len(args) + len(self.scratch))[: len(args)]:
+            params.append(_trace._unique(name, taken | set(params)))
+        refs = [Ref(_trace.Buffer(p, a.shape, a.dtype, "param"), a.shape) for p, a in zip(params, args)]
+        scratch = {}
+        for k, s in enumerate(self.scratch):
+            name = _trace._unique(_trace._param_names(self.fn, len(args) + len(self.scratch))[len(args) + k], taken | set(params) | set(scratch))
+            scratch[name] = {"shape": list(s.shape), "dtype": dtype_name(s.dtype)}
+            refs.append(Ref(_trace.Buffer(name, s.shape, s.dtype, "scratch"), tuple(s.shape)))
+        body = []
+        t.functions[fname] = {"params": params, "program": body}
+        if scratch:
+            t.functions[fname]["scratch"] = scratch
+        saved_access, t.param_access = t.param_access, {}
+        t.blocks.append((body, f"/functions/{fname}/program", t.region_id()))
+        try:
+            self.fn(*refs)
+        finally:
+            t.blocks.pop()
+            accesses, t.param_access = t.param_access, saved_access
+        return fname, params, accesses
+
+    # ---- running
+    def execute(self, *args, mesh=None, in_specs=None, backend="cpu", iters=1, warmup=0, timeout=None):
+        """Runs the schedule with thunky-exec; returns a Result whose
+        .outputs are the written arguments (global for sharded ones) and
+        whose .report is the measured Report. Refs passed are updated."""
+        program = self.trace(*args, mesh=mesh, in_specs=in_specs)
+        return _tools.execute(program, backend=backend, iters=iters, warmup=warmup, timeout=timeout)
+
+    def simulate(self, *args, machine="h100-8gpu", mesh=None, in_specs=None, timeout=None):
+        """The predicted Report of thunky-sim on `machine`."""
+        program = self.trace(*args, mesh=mesh, in_specs=in_specs)
+        return _tools.simulate(program, machine=machine, timeout=timeout)
+
+
+def _values(data):
+    v = np.asarray(data)
+    if v.dtype == np.bool_:
+        v = v.astype(np.int64)
+    return v.astype(np.float64).tolist() if v.dtype.kind == "f" else v.astype(np.int64).tolist()
+
+
+def jit(fn=None, *, scratch_shapes=()):
+    """@thunky.jit or @thunky.jit(scratch_shapes=...): the function's
+    parameters are Refs, then its scratch buffers (a list or tuple gives
+    trailing arguments, a dict keyword arguments)."""
+    if fn is None:
+        return lambda f: JitFunction(f, scratch_shapes)
+    return JitFunction(fn, scratch_shapes)

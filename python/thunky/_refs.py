@@ -1,0 +1,221 @@
+"""Refs and their views: a buffer name, and the NumPy-style indices on its
+leading dimensions that thunky's ref syntax writes (`a[1][0:4]`)."""
+
+import numbers
+
+import numpy as np
+
+from . import _source
+
+_DTYPES = {
+    "float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
+    "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2",
+    "int64": "s64", "int32": "s32", "int16": "s16", "int8": "s8",
+    "uint32": "u32", "uint8": "u8", "bool": "bool",
+}
+
+
+def dtype_name(dtype):
+    """thunky's name of a NumPy (or ml_dtypes) dtype; TypeError for others."""
+    name = np.dtype(dtype).name
+    if name not in _DTYPES:
+        raise TypeError(f"thunky has no dtype for {name}: use one of {', '.join(sorted(_DTYPES))}")
+    return _DTYPES[name]
+
+
+class Index:
+    """An integer that may depend on the rank: `axis_index("x") * 8 + 2`.
+    It renders as the ref syntax's integer expression."""
+
+    def __init__(self, text, atomic=False):
+        self.text = text
+        self.atomic = atomic  # a name: needs no parentheses inside another expression
+
+    @staticmethod
+    def _text(v):
+        if isinstance(v, Index):
+            return v.text if v.atomic else "(" + v.text + ")"
+        if isinstance(v, numbers.Integral):
+            return str(int(v))
+        raise TypeError(f"an index is an integer or an axis_index expression, not {type(v).__name__}")
+
+    def _op(self, other, op, swap=False):
+        a, b = (Index._text(other), Index._text(self)) if swap else (Index._text(self), Index._text(other))
+        return Index(f"{a} {op} {b}")
+
+    def __add__(self, o): return self._op(o, "+")
+    def __radd__(self, o): return self._op(o, "+", True)
+    def __sub__(self, o): return self._op(o, "-")
+    def __rsub__(self, o): return self._op(o, "-", True)
+    def __mul__(self, o): return self._op(o, "*")
+    def __rmul__(self, o): return self._op(o, "*", True)
+    def __floordiv__(self, o): return self._op(o, "//")
+    def __rfloordiv__(self, o): return self._op(o, "//", True)
+    def __mod__(self, o): return self._op(o, "%")
+    def __rmod__(self, o): return self._op(o, "%", True)
+
+    def __repr__(self):
+        return f"Index({self.text!r})"
+
+
+def axis_index(axis_name):
+    """This rank's index along mesh axis `axis_name`, as jax.lax.axis_index:
+    usable in views (`ref.at[thunky.ds(thunky.axis_index("x") * 8, 8)]`)."""
+    if not isinstance(axis_name, str) or not axis_name.isidentifier():
+        raise ValueError(f"an axis name is an identifier, not {axis_name!r}")
+    from . import _trace
+    _trace.check_axis(axis_name)
+    return Index(axis_name, atomic=True)
+
+
+class ds:
+    """A dynamic slice of `size` elements from `start`, as jax.ds."""
+
+    def __init__(self, start, size):
+        if not isinstance(size, numbers.Integral) or size < 0:
+            raise ValueError(f"ds size must be a non-negative integer, not {size!r}")
+        self.start, self.size = start, int(size)
+
+
+class _At:
+    def __init__(self, ref):
+        self._ref = ref
+
+    def __getitem__(self, idx):
+        return self._ref._view(idx)
+
+
+class Ref:
+    """A mutable buffer, or a view of one (`ref.at[...]`): what a
+    thunky.jit function's parameters are. `thunky.new_ref(array)` makes one
+    outside a trace; after `execute` it holds the result (`ref[...]`)."""
+
+    def __init__(self, buffer, shape, groups=()):
+        self._buffer = buffer
+        self.shape = tuple(shape)
+        self._groups = tuple(groups)  # each a string "[...]"
+
+    @property
+    def dtype(self):
+        return self._buffer.dtype
+
+    @property
+    def at(self):
+        return _At(self)
+
+    @property
+    def text(self):
+        """The ref as thunky's schedule writes it (`a[1][0:4]`)."""
+        return self._buffer.name + "".join(self._groups)
+
+    def __repr__(self):
+        return f"Ref({self.text}, shape={self.shape}, dtype={self.dtype})"
+
+    def _view(self, idx):
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        shape = list(self.shape)
+        parts = []
+        dim = 0  # the dimension of `shape` the next item indexes
+        sliced = False
+        for item in idx:
+            if item is Ellipsis:
+                break
+            if dim >= len(shape):
+                raise ValueError(_source.here(f"too many indices for a view of shape {self.shape}"))
+            n = shape[dim]
+            if isinstance(item, slice):
+                if item.step not in (None, 1):
+                    raise ValueError(_source.here(f"a view must be contiguous: step {item.step} is not 1"))
+                if sliced and (item.start, item.stop) != (None, None):
+                    raise ValueError(_source.here("a view must be contiguous: only the leading dimension not yet fixed may be sliced"))
+                start = 0 if item.start is None else item.start
+                stop = n if item.stop is None else item.stop
+                if isinstance(start, numbers.Integral) and isinstance(stop, numbers.Integral):
+                    start = start + n if start < 0 else start
+                    stop = stop + n if stop < 0 else stop
+                    if not (0 <= start <= stop <= n):
+                        raise ValueError(_source.here(f"view [{item.start}:{item.stop}] is out of bounds for a dimension of {n}"))
+                    if (start, stop) != (0, n):
+                        parts.append(f"{start}:{stop}")
+                    elif not sliced:
+                        parts.append(":")
+                    shape[dim] = stop - start
+                else:
+                    raise ValueError(_source.here("a slice whose bounds depend on the rank is written thunky.ds(start, size)"))
+                sliced = True
+                dim += 1
+            elif isinstance(item, ds):
+                if sliced:
+                    raise ValueError(_source.here("a view must be contiguous: only the leading dimension not yet fixed may be sliced"))
+                if item.size > n:
+                    raise ValueError(_source.here(f"ds of size {item.size} is out of bounds for a dimension of {n}"))
+                start = item.start.text if isinstance(item.start, Index) else Index._text(item.start)
+                parts.append(f"ds({start}, {item.size})")
+                shape[dim] = item.size
+                sliced = True
+                dim += 1
+            elif isinstance(item, (numbers.Integral, Index)) and not isinstance(item, bool):
+                if sliced:
+                    raise ValueError(_source.here("a view must be contiguous: an index after a slice selects a strided set"))
+                if isinstance(item, numbers.Integral):
+                    k = int(item) + n if item < 0 else int(item)
+                    if not 0 <= k < n:
+                        raise ValueError(_source.here(f"index {item} is out of bounds for a dimension of {n}"))
+                    parts.append(str(k))
+                else:
+                    parts.append(item.text)
+                del shape[dim]
+            else:
+                raise TypeError(_source.here(f"a view is indexed by integers, slices and thunky.ds, not {type(item).__name__}"))
+        # Trailing full slices add nothing to the ref's text.
+        while parts and parts[-1] == ":":
+            parts.pop()
+        groups = self._groups + ((("[" + ", ".join(parts) + "]"),) if parts else ())
+        return Ref(self._buffer, shape, groups)
+
+    # ref[...] reads; dst[...] = src[...] copies (inside a trace).
+    def __getitem__(self, idx):
+        from . import _trace
+        if _trace.active() is None:
+            if self._buffer.data is None:
+                raise ValueError(f"{self.text} holds no values (it was never run)")
+            return np.asarray(self._buffer.data)[idx] if self._groups == () else self._host_view()[idx]
+        return _Read(self._view(idx))
+
+    def __setitem__(self, idx, value):
+        from . import _trace
+        if _trace.active() is None:
+            raise TypeError("assigning to a Ref outside a thunky.jit function: use thunky.new_ref(array)")
+        if not isinstance(value, _Read):
+            raise TypeError(_source.here("inside thunky.jit a Ref is assigned another Ref's view: dst[...] = src[...]"))
+        from . import ops
+        ops.copy(value.ref, self._view(idx))
+
+    def _host_view(self):
+        raise ValueError(f"{self.text} is a view: read the whole Ref")
+
+
+class _Read:
+    """`src[...]` inside a trace: the view, to be copied by an assignment."""
+
+    def __init__(self, ref):
+        self.ref = ref
+
+
+class HostBuffer:
+    """A buffer made by new_ref, outside a trace: its values, updated in
+    place by execute."""
+
+    def __init__(self, data):
+        self.name = None
+        self.data = data
+        self.dtype = data.dtype
+
+
+def new_ref(array):
+    """A mutable Ref holding a copy of `array`, as jax.new_ref: pass it to a
+    thunky.jit function for arguments it writes; read it back with ref[...]."""
+    data = np.array(array)
+    dtype_name(data.dtype)
+    return Ref(HostBuffer(data), data.shape)

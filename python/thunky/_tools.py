@@ -1,0 +1,174 @@
+"""Running thunky's tools on a traced Program: finding them, carrying their
+errors back to the user's source line, and reading what they write."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class ToolError(RuntimeError):
+    """A thunky tool refused or failed: its message (against the user's
+    source line where the tool named a command), and its exit code."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+def find_tool(name):
+    """The path of tool `name`: THUNKY_BIN, then PATH, then the
+    repository's build/."""
+    env = os.environ.get("THUNKY_BIN")
+    if env:
+        path = os.path.join(env, name)
+        if os.access(path, os.X_OK):
+            return path
+        raise ToolError(f"THUNKY_BIN is {env}, which has no {name}", 2)
+    found = shutil.which(name)
+    if found:
+        return found
+    build = os.path.join(_HERE, "..", "..", "build", name)
+    if os.access(build, os.X_OK):
+        return os.path.abspath(build)
+    raise ToolError(f"cannot find {name}: build thunky (bash scripts/test.sh, or cmake -S . -B build && cmake --build build), "
+                    "then put its build/ on PATH or set THUNKY_BIN", 2)
+
+
+def _run(tool, args, program, timeout):
+    try:
+        r = subprocess.run([find_tool(tool)] + args, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"{tool} did not finish within {timeout} s", 124) from None
+    if r.returncode != 0:
+        raise ToolError(_explain(r.stderr, program) + f" ({tool} exit {r.returncode})", r.returncode)
+    return r.stdout
+
+
+_LOCATED = re.compile(r"^[^:\n]*sched\.json:(/[^:\s]*): (.*)$")
+
+
+def _explain(stderr, program):
+    """The tool's first error line, against the user's line when it names a command."""
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    if not lines:
+        return "the tool failed without a message"
+    first = lines[0]
+    m = _LOCATED.match(first)
+    if m and program is not None:
+        where = program.source_of(m.group(1))
+        if where:
+            return f"{where[0]}:{where[1]}: {m.group(2)}"
+        return f"{m.group(1)}: {m.group(2)}"
+    return first
+
+
+class Report:
+    """A report of thunky-sim (predicted) or thunky-exec (measured)."""
+
+    def __init__(self, doc, table="", path=None):
+        self._doc = doc
+        self.table = table
+        self._path = path
+
+    @property
+    def makespan_s(self):
+        return self._doc["makespan_s"]
+
+    @property
+    def source(self):
+        return self._doc["source"]
+
+    @property
+    def ranks(self):
+        """Per rank: compute, communication and exposed seconds, and the overlap."""
+        out = []
+        for r in self._doc["ranks"]:
+            s = r.get("stats", {})
+            out.append({"rank": r["rank"], "compute_s": s.get("compute_s", 0.0), "comm_s": s.get("comm_s", 0.0),
+                        "exposed_comm_s": s.get("exposed_comm_s", 0.0), "overlap": s.get("overlap_fraction", 0.0)})
+        return out
+
+    @property
+    def ops(self):
+        """Every command of every rank: rank, id, op, name, stream, start_s, end_s."""
+        out = []
+        for r in self._doc["ranks"]:
+            for o in r.get("ops", []):
+                out.append({"rank": r["rank"], "id": o["id"], "op": o["op"], "name": o.get("name", ""), "stream": o["stream"],
+                            "start_s": o["start_s"], "end_s": o["end_s"]})
+        return out
+
+    def to_dict(self):
+        return json.loads(json.dumps(self._doc))
+
+    def to_pandas(self):
+        import pandas  # optional: only this method needs it
+        return pandas.DataFrame(self.ops)
+
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump(self._doc, f)
+        return path
+
+    def __repr__(self):
+        return f"<thunky.Report {self.source} makespan {self.makespan_s * 1e6:.3f} us>"
+
+
+class Result:
+    """What execute gives back: `outputs`, the written arguments in order
+    (global arrays for sharded ones), and the measured `report`."""
+
+    def __init__(self, outputs, report):
+        self.outputs = outputs
+        self.report = report
+
+
+def execute(program, backend="cpu", iters=1, warmup=0, timeout=None):
+    with tempfile.TemporaryDirectory(prefix="thunky_") as d:
+        sched = program.save(d)
+        out = os.path.join(d, "out")
+        report = os.path.join(d, "report.json")
+        table = _run("thunky-exec", [sched, "--backend", backend, "--iters", str(iters), "--warmup", str(warmup), "--dump", out,
+                                     "--report", report], program, timeout)
+        with open(report) as f:
+            rep = Report(json.load(f), table)
+        outputs = []
+        for name, b in program.buffers.items():
+            if b.kind != "arg" or not b.written:
+                continue
+            path = os.path.join(out, name + (".npy" if b.global_shape is not None else ".rank0.npy"))
+            value = np.load(path)
+            if value.dtype != b.dtype:
+                value = value.astype(b.dtype)  # bf16 and f8 are dumped widened to f32
+            outputs.append(value)
+            if b.host is not None:
+                b.host.data[...] = value
+    return Result(outputs, rep)
+
+
+def simulate(program, machine="h100-8gpu", timeout=None):
+    with tempfile.TemporaryDirectory(prefix="thunky_") as d:
+        sched = program.save(d)
+        report = os.path.join(d, "report.json")
+        table = _run("thunky-sim", [sched, "--machine", machine, "--report", report], program, timeout)
+        with open(report) as f:
+            return Report(json.load(f), table)
+
+
+def compare(predicted, measured):
+    """thunky-compare's figures (makespan error, mean error per command,
+    commands matched) and its table."""
+    with tempfile.TemporaryDirectory(prefix="thunky_") as d:
+        table = _run("thunky-compare", [predicted.save(os.path.join(d, "p.json")), measured.save(os.path.join(d, "m.json"))], None, None)
+    m = re.search(r"makespan error ([-+0-9.]+)%; (\d+) commands matched, mean \|error\| per command ([0-9.]+)%", table)
+    figures = {"table": table}
+    if m:
+        figures.update(makespan_error=float(m.group(1)) / 100, commands_matched=int(m.group(2)), mean_command_error=float(m.group(3)) / 100)
+    return figures

@@ -1,0 +1,199 @@
+"""Tracing a thunky.jit function into a schedule (thunky.sched/1): the
+commands its body issues, the buffers they touch (with the roles their
+first accesses give), its streams' tokens, and each command's source line."""
+
+import inspect
+import json
+import numbers
+
+import numpy as np
+
+from . import _source
+from ._refs import Ref, dtype_name
+
+_active = []  # the tracers of the traces under way, innermost last
+
+
+def active():
+    return _active[-1] if _active else None
+
+
+def check_axis(name):
+    t = active()
+    if t is not None and name not in t.mesh:
+        raise ValueError(_source.here(f"unknown axis name '{name}': the mesh has {list(t.mesh) or 'no axes'}"))
+
+
+class Buffer:
+    """A buffer of the schedule: an argument, a scratch buffer or a function
+    parameter (`param`: its accesses are the caller's)."""
+
+    def __init__(self, name, shape, dtype, kind, data=None, host=None, spec=None):
+        self.name = name
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.kind = kind  # "arg", "scratch" or "param"
+        self.data = data  # the argument's values (global when sharded)
+        self.host = host  # the HostBuffer that execute updates
+        self.spec = spec  # PartitionSpec entries, when sharded
+        self.global_shape = None
+        self.first = None  # "read" or "write": the first access
+        self.written = False
+
+
+class Token:
+    def __init__(self, name, region, where):
+        self.name, self.region, self.where = name, region, where
+        self.done = False
+
+
+class Program:
+    """A traced schedule: `to_dict()`, `to_json()`, and the data and source
+    lines that execute and error messages need."""
+
+    def __init__(self, doc, buffers, sources, fn_name):
+        self._doc = doc
+        self.buffers = buffers
+        self.sources = sources  # JSON pointer -> (file, line)
+        self.name = fn_name
+
+    def to_dict(self):
+        return json.loads(json.dumps(self._doc))
+
+    def to_json(self, indent=1):
+        return json.dumps(self._doc, indent=indent)
+
+    def save(self, directory):
+        """Writes sched.json and, beside it, an .npy file of every argument's
+        values (exact, whatever they hold); returns the schedule's path."""
+        import os
+        os.makedirs(directory, exist_ok=True)
+        doc = self.to_dict()
+        for name, b in self.buffers.items():
+            entry = doc["buffers"][name]
+            # .npy holds the dtypes NumPy itself has; bf16 and f8 stay as values.
+            if "init" in entry and b.data is not None and dtype_name(b.dtype) not in ("bf16", "f8e4m3", "f8e5m2"):
+                np.save(os.path.join(directory, name + ".npy"), _global_or_local(b))
+                entry["init"] = {"kind": "npy", "path": name + ".npy"}
+        path = os.path.join(directory, "sched.json")
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+        return path
+
+    def source_of(self, pointer):
+        """The user's (file, line) of the command at `pointer`, or of the
+        command that contains it."""
+        best = None
+        for p, where in self.sources.items():
+            if (pointer == p or pointer.startswith(p + "/")) and (best is None or len(p) > len(best[0])):
+                best = (p, where)
+        return best[1] if best else None
+
+
+def _global_or_local(b):
+    return np.asarray(b.data)
+
+
+class Tracer:
+    def __init__(self, name, mesh):
+        self.name = name
+        self.mesh = mesh  # axis name -> size
+        self.buffers = {}
+        self.functions = {}
+        self.program = []
+        self.sources = {}
+        self.blocks = [(self.program, "/program", 0)]  # (list, pointer, region)
+        self.regions = 0
+        self.tokens = []
+        self.param_access = None  # while tracing a function body: its params' first accesses
+
+    # ---- commands
+    def emit(self, cmd, reads=(), writes=()):
+        block, base, _ = self.blocks[-1]
+        pointer = f"{base}/{len(block)}"
+        self.sources[pointer] = _source.caller()
+        for r in reads:
+            self.access(r, "read")
+        for r in writes:
+            self.access(r, "write")
+        block.append(cmd)
+        return pointer
+
+    def region(self, pointer_suffix, body_fn, new_region=True):
+        """Traces body_fn() into a new command list at `pointer_suffix` of the
+        command about to be emitted; returns the list."""
+        block, base, region = self.blocks[-1]
+        commands = []
+        if new_region:
+            self.regions += 1
+            region = self.regions
+        self.blocks.append((commands, f"{base}/{len(block)}/{pointer_suffix}", region))
+        try:
+            body_fn()
+        finally:
+            self.blocks.pop()
+        return commands
+
+    def access(self, ref, kind):
+        b = ref._buffer
+        if not isinstance(b, Buffer):
+            raise TypeError(_source.here(f"{ref.text} is not a Ref of this trace"))
+        if b.first is None:
+            b.first = kind
+        if kind == "write":
+            if b.kind == "arg" and b.host is None and b.data is not None:
+                raise TypeError(_source.here(f"argument '{b.name}' is written but was passed as a plain array: pass thunky.new_ref(...) for it"))
+            b.written = True
+        if b.kind == "param" and self.param_access is not None:
+            self.param_access.setdefault(b.name, []).append(kind)
+
+    def new_token(self):
+        _, _, region = self.blocks[-1]
+        t = Token(f"t{len(self.tokens)}", region, _source.caller())
+        self.tokens.append(t)
+        return t
+
+    def region_id(self):
+        return self.blocks[-1][2]
+
+
+def _scratch_list(scratch_shapes):
+    """(positional, keyword) scratch shapes: a single shape, a list or tuple
+    (trailing arguments) or a dict (keyword arguments)."""
+    if hasattr(scratch_shapes, "shape") and hasattr(scratch_shapes, "dtype"):
+        return [scratch_shapes], {}
+    if isinstance(scratch_shapes, dict):
+        return [], dict(scratch_shapes)
+    if isinstance(scratch_shapes, (list, tuple)):
+        for s in scratch_shapes:
+            if not (hasattr(s, "shape") and hasattr(s, "dtype")):
+                raise TypeError(f"scratch_shapes entries need .shape and .dtype (a ShapeDtypeStruct), not {type(s).__name__}")
+        return list(scratch_shapes), {}
+    raise TypeError(f"scratch_shapes is a ShapeDtypeStruct, a list, a tuple or a dict, not {type(scratch_shapes).__name__}")
+
+
+def _param_names(fn, count):
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()]
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for k in range(count):
+        if k < len(params) and params[k].kind in (params[k].POSITIONAL_ONLY, params[k].POSITIONAL_OR_KEYWORD):
+            names.append(params[k].name)
+        elif params and params[-1].kind == params[-1].VAR_POSITIONAL or k >= len(params):
+            base = params[-1].name if params and params[-1].kind == params[-1].VAR_POSITIONAL else "arg"
+            names.append(f"{base}{k}")
+        else:
+            names.append(f"arg{k}")
+    return names
+
+
+def _unique(name, taken):
+    if not name.isidentifier():
+        name = "b_" + "".join(c if c.isalnum() else "_" for c in name)
+    out, k = name, 1
+    while out in taken or out in ("ds", "min", "max"):
+        out = f"{name}_{k}"
+        k += 1
+    return out

@@ -1,0 +1,214 @@
+"""The commands a thunky.jit function issues, as the user guide names them."""
+
+import numbers
+
+import numpy as np
+
+from . import _source, _trace
+from ._refs import Ref, dtype_name
+
+
+def _tracer(what):
+    t = _trace.active()
+    if t is None:
+        raise RuntimeError(_source.here(f"thunky.{what} is called inside a thunky.jit function"))
+    return t
+
+
+def _ref(r, what):
+    if not isinstance(r, Ref):
+        raise TypeError(_source.here(f"{what} is a Ref, not {type(r).__name__}"))
+    return r
+
+
+def _size(r):
+    return int(np.prod(r.shape, dtype=np.int64)) * r.dtype.itemsize
+
+
+def memzero(dst):
+    """Zeroes `dst` (cudaMemsetAsync)."""
+    t = _tracer("memzero")
+    _ref(dst, "memzero's dst")
+    t.emit({"op": "memzero", "dst": dst.text}, writes=[dst])
+
+
+def memset(dst, value):
+    """Fills `dst` with the 32-bit pattern of `value` (cuMemsetD32Async), as
+    upstream: `value` is a 32-bit scalar (np.float32, np.int32, np.uint32,
+    or a Python float or int, taken as float32 and int32), and `dst` has a
+    4-byte dtype, whose elements all take that pattern."""
+    t = _tracer("memset")
+    _ref(dst, "memset's dst")
+    if isinstance(value, bool) or not isinstance(value, (numbers.Number, np.generic)):
+        raise TypeError(_source.here(f"memset's value is a 32-bit scalar, not {type(value).__name__}"))
+    v = np.asarray(value)
+    if v.dtype.itemsize != 4:
+        v = v.astype(np.float32) if v.dtype.kind == "f" else v.astype(np.int32)
+    if dst.dtype.itemsize != 4:
+        raise ValueError(_source.here(f"memset writes a 32-bit pattern: dst is {dtype_name(dst.dtype)} ({dst.dtype.itemsize} bytes an element)"))
+    as_dst = v.reshape(1).view(dst.dtype)[0]
+    if np.asarray(as_dst).dtype.kind == "f" and not np.isfinite(as_dst):
+        raise ValueError(_source.here("memset's pattern is NaN or inf in dst's dtype: thunky writes values, not patterns"))
+    t.emit({"op": "memset", "dst": dst.text, "value": as_dst.item()}, writes=[dst])
+
+
+def copy(src, dst):
+    """Copies `src` into `dst` (cudaMemcpyAsync); their byte sizes match."""
+    t = _tracer("copy")
+    _ref(src, "copy's src")
+    _ref(dst, "copy's dst")
+    if _size(src) != _size(dst):
+        raise ValueError(_source.here(f"copy of {_size(src)} bytes ({src.text}) into {_size(dst)} ({dst.text}): the sizes differ"))
+    t.emit({"op": "copy", "src": src.text, "dst": dst.text}, reads=[src], writes=[dst])
+
+
+class Token:
+    """What async_start returns: async_done(token) joins its stream."""
+
+    def __init__(self, inner, stream):
+        self._inner, self.stream = inner, stream
+
+
+def async_start(fn, *, stream_id=0, stream_kind="computation", is_communication=None):
+    """Runs fn() on stream (stream_kind, stream_id), after what this stream
+    issued so far; returns the token that async_done awaits."""
+    t = _tracer("async_start")
+    if is_communication is not None:
+        stream_kind = "communication" if is_communication else "computation"
+    if stream_kind not in ("computation", "communication"):
+        raise ValueError(_source.here(f"stream_kind is 'computation' or 'communication', not {stream_kind!r}"))
+    if not isinstance(stream_id, numbers.Integral) or stream_id < 0:
+        raise ValueError(_source.here(f"stream_id is a non-negative integer, not {stream_id!r}"))
+    tok = t.new_token()
+    body = t.region("body", fn, new_region=False)
+    t.emit({"op": "async_start", "token": tok.name, "stream": {"kind": stream_kind, "id": int(stream_id)}, "body": body})
+    return Token(tok, (stream_kind, int(stream_id)))
+
+
+def async_done(token):
+    """Makes this stream wait for `token`'s body."""
+    t = _tracer("async_done")
+    if not isinstance(token, Token):
+        raise TypeError(_source.here(f"async_done takes the token async_start returned, not {type(token).__name__}"))
+    if token._inner.done:
+        raise ValueError(_source.here("this token was awaited already"))
+    if token._inner.region != t.region_id():
+        raise ValueError(_source.here("async_done of a token started in another cond, switch or while body (or outside it)"))
+    token._inner.done = True
+    t.emit({"op": "async_done", "token": token._inner.name})
+
+
+def _scalar(r, dtypes, what):
+    _ref(r, what)
+    if r.shape not in ((), (1,)) or dtype_name(r.dtype) not in dtypes:
+        raise TypeError(_source.here(f"{what} is a scalar {' or '.join(dtypes)} Ref, not {dtype_name(r.dtype)}{list(r.shape)}"))
+
+
+def cond(pred, true_fn, false_fn=None):
+    """true_fn() where the bool scalar `pred` holds on the device, else false_fn()."""
+    t = _tracer("cond")
+    _scalar(pred, ("bool",), "cond's predicate")
+    then = t.region("then", true_fn)
+    other = t.region("else", false_fn) if false_fn is not None else []
+    t.emit({"op": "cond", "pred": pred.text, "then": then, "else": other}, reads=[pred])
+
+
+def switch(index, branches):
+    """branches[index]() for the s32 scalar `index` (clamped, as lax.switch)."""
+    t = _tracer("switch")
+    _scalar(index, ("s32",), "switch's index")
+    if not branches:
+        raise ValueError(_source.here("switch needs at least one branch"))
+    blocks = [t.region(f"branches/{k}", fn) for k, fn in enumerate(branches)]
+    t.emit({"op": "switch", "index": index.text, "branches": blocks}, reads=[index])
+
+
+def while_loop(cond_buf, cond_fn, body_fn):
+    """cond_fn(), then body_fn() while the bool scalar `cond_buf` holds, then cond_fn() again."""
+    t = _tracer("while_loop")
+    _scalar(cond_buf, ("bool",), "while_loop's cond_buf")
+    c = t.region("cond", cond_fn)
+    b = t.region("body", body_fn)
+    t.emit({"op": "while", "cond_buf": cond_buf.text, "cond": c, "body": b}, reads=[cond_buf])
+
+
+def _collective(op, src, dst, axis_name, extra, what):
+    t = _tracer(op)
+    _ref(src, f"{what}'s src")
+    _ref(dst, f"{what}'s dst")
+    names = [axis_name] if isinstance(axis_name, str) else list(axis_name)
+    for n in names:
+        _trace.check_axis(n)
+    cmd = {"op": op, "src": src.text, "dst": dst.text, "axis": axis_name if isinstance(axis_name, str) else names}
+    cmd.update(extra)
+    return t.emit(cmd, reads=[src], writes=[dst])
+
+
+def _groups(axis_index_groups):
+    return {} if axis_index_groups is None else {"groups": [list(map(int, g)) for g in axis_index_groups]}
+
+
+def _reduction(reduction):
+    if reduction not in ("sum", "prod", "min", "max"):
+        raise ValueError(_source.here(f"reduction is 'sum', 'prod', 'min' or 'max', not {reduction!r}"))
+    return {"reduction": reduction}
+
+
+def all_reduce(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None):
+    _collective("all_reduce", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "all_reduce")
+
+
+def all_gather(src_ref, dst_ref, axis_name, *, axis_index_groups=None):
+    _collective("all_gather", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_gather")
+
+
+def reduce_scatter(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None):
+    _collective("reduce_scatter", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "reduce_scatter")
+
+
+def all_to_all(src_ref, dst_ref, axis_name, *, axis_index_groups=None, has_split_dimension=True):
+    if not has_split_dimension:
+        raise ValueError(_source.here("all_to_all without a split dimension is not in thunky's format"))
+    _collective("all_to_all", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_to_all")
+
+
+def collective_permute(src_ref, dst_ref, axis_name, source_target_pairs=((0, 1), (1, 0)), *, axis_index_groups=None):
+    pairs = [[int(a), int(b)] for a, b in source_target_pairs]
+    _collective("collective_permute", src_ref, dst_ref, axis_name, {"pairs": pairs, **_groups(axis_index_groups)}, "collective_permute")
+
+
+def collective_group(fn):
+    """The collectives fn() issues, as one NCCL group (ncclGroupStart/End)."""
+    t = _tracer("collective_group")
+    body = t.region("body", fn, new_region=False)
+    for k, c in enumerate(body):
+        if not c["op"] in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"):
+            file, line = t.sources.get(f"{t.blocks[-1][1]}/{len(t.blocks[-1][0])}/body/{k}", ("<unknown>", 0))
+            raise ValueError(f"{file}:{line}: collective_group holds collectives only, not {c['op']}")
+    t.emit({"op": "collective_group", "body": body})
+
+
+def ptx_kernel(*args, written, kernel_name, ptx, grid_dim, block_dim, shmem_bytes=0, cpu=None):
+    """A raw PTX kernel launch over the Refs `args`; written[k] says whether
+    args[k] is written. `cpu` (a map: {"out", "expr", "in"}) is what the cpu
+    backend runs instead."""
+    t = _tracer("ptx_kernel")
+    if len(written) != len(args):
+        raise ValueError(_source.here(f"written has {len(written)} entries for {len(args)} args"))
+    refs = [_ref(a, f"ptx_kernel's argument {k}") for k, a in enumerate(args)]
+    cmd = {"op": "ptx_kernel", "args": [r.text for r in refs], "written": [bool(w) for w in written], "kernel_name": kernel_name,
+           "ptx": ptx, "grid": list(grid_dim), "block": list(block_dim), "shmem_bytes": int(shmem_bytes)}
+    if cpu is not None:
+        cmd["cpu"] = cpu
+    t.emit(cmd, reads=[r for r, w in zip(refs, written) if not w], writes=[r for r, w in zip(refs, written) if w])
+
+
+def custom_call(target, *, operands, results, backend_config=None):
+    """An XLA FFI handler: thunky runs cholesky ("cusolver_potrf_ffi")."""
+    t = _tracer("custom_call")
+    ops = [_ref(r, "a custom_call operand") for r in operands]
+    res = [_ref(r, "a custom_call result") for r in results]
+    cmd = {"op": "custom_call", "target": target, "operands": [r.text for r in ops], "results": [r.text for r in res]}
+    if backend_config is not None:
+        cmd["backend_config"] = dict(backend_config)
+    t.emit(cmd, reads=ops, writes=res)
