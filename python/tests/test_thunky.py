@@ -234,3 +234,15 @@ def test_a_missing_tool_says_how_to_build_it(monkeypatch, tmp_path):
     monkeypatch.setenv("THUNKY_BIN", str(tmp_path))
     with pytest.raises(thunky.ToolError, match="THUNKY_BIN is .* which has no thunky-exec"):
         init_and_copy.execute(np.zeros(8, np.float32), thunky.new_ref(np.zeros(8, np.float32)))
+
+
+def test_the_readme_tour_prints_what_the_readme_says():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, os.path.join(REPO, "python", "examples", "readme_tour.py")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "[0. 1. 2. 3. 1. 1. 1. 1.]"
+    # Rank r's pair [2r, 2r + 1] goes to rank r + 1: rank 0 gets rank 3's [6, 7].
+    assert lines[1] == "[6. 7. 0. 1. 2. 3. 4. 5.]"
+    assert lines[2].startswith("predicted ") and "on h100-8gpu, measured" in lines[2]
