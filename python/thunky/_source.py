@@ -5,12 +5,20 @@ import os
 import sys
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_inside = {}  # file name -> whether it is one of the package's
+
+
+def _ours(filename):
+    known = _inside.get(filename)
+    if known is None:
+        known = _inside[filename] = os.path.dirname(os.path.abspath(filename)) == _PACKAGE
+    return known
 
 
 def caller():
     """(file, line) of the innermost frame outside the thunky package."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PACKAGE:
+    while f is not None and _ours(f.f_code.co_filename):
         f = f.f_back
     if f is None:
         return ("<unknown>", 0)

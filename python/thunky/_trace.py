@@ -60,7 +60,7 @@ class Program:
     def to_dict(self):
         return json.loads(json.dumps(self._doc))
 
-    def to_json(self, indent=1):
+    def to_json(self, indent=None):
         return json.dumps(self._doc, indent=indent)
 
     def save(self, directory):
@@ -77,7 +77,7 @@ class Program:
                 entry["init"] = {"kind": "npy", "path": name + ".npy"}
         path = os.path.join(directory, "sched.json")
         with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
+            json.dump(doc, f)
         return path
 
     def source_of(self, pointer):

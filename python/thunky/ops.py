@@ -1,5 +1,6 @@
 """The commands a thunky.jit function issues, as the user guide names them."""
 
+import math
 import numbers
 
 import numpy as np
@@ -22,7 +23,7 @@ def _ref(r, what):
 
 
 def _size(r):
-    return int(np.prod(r.shape, dtype=np.int64)) * r.dtype.itemsize
+    return math.prod(r.shape) * r.dtype.itemsize
 
 
 def memzero(dst):
