@@ -27,3 +27,35 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+@thunky.jit
+def init_and_copy(src_ref, dst_ref):
+    thunky.memzero(dst_ref)
+    thunky.copy(src_ref.at[:4], dst_ref.at[:4])
+    thunky.memset(dst_ref.at[4:], np.float32(1.0))
+
+
+def simulate_overhead():
+    """simulate()'s time beyond thunky-sim's own on a 3-command schedule."""
+    import os
+    import subprocess
+    import tempfile
+    args = (np.arange(8, dtype=np.float32), thunky.new_ref(np.zeros(8, np.float32)))
+    with tempfile.TemporaryDirectory() as d:
+        sched = init_and_copy.trace(*args).save(d)
+        tool = thunky.find_tool("thunky-sim")
+        direct, through = [], []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            subprocess.run([tool, sched, "--machine", "h100-8gpu", "--report", os.path.join(d, "r.json")], capture_output=True, check=True)
+            direct.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            init_and_copy.simulate(*args, machine="h100-8gpu")
+            through.append(time.perf_counter() - t0)
+    print(f"simulate on a 3-command schedule: {min(through) * 1e3:.1f} ms, thunky-sim alone {min(direct) * 1e3:.1f} ms "
+          f"(best of 10): {1e3 * (min(through) - min(direct)):.1f} ms added")
+
+
+if __name__ == "__main__":
+    simulate_overhead()
