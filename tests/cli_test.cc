@@ -499,6 +499,18 @@ TEST(CompareCli, PredictedAgainstMeasuredCommandByCommand) {
   // It never replaces an input.
   r = compare((dir / "p.json").string() + " " + (dir / "m.json").string() + " --svg " + (dir / "m.json").string());
   EXPECT_EQ(r.code, 2);
+  // thunky-exec draws its own timeline too: a lane per rank and stream
+  // (4 x 2), a bar and a tooltip per command (28).
+  const std::string exec_svg = (dir / "exec.svg").string();
+  ASSERT_EQ(run(sched + " --svg " + exec_svg).code, 0);
+  std::ifstream exec_in(exec_svg);
+  const std::string drawn((std::istreambuf_iterator<char>(exec_in)), std::istreambuf_iterator<char>());
+  size_t stream_lanes = 0, bars = 0;
+  for (size_t pos = drawn.find(":0</text>"); pos != std::string::npos; pos = drawn.find(":0</text>", pos + 1)) ++stream_lanes;
+  for (size_t pos = drawn.find("<title>/program/"); pos != std::string::npos; pos = drawn.find("<title>/program/", pos + 1)) ++bars;
+  EXPECT_EQ(stream_lanes, 8u);
+  EXPECT_EQ(bars, 28u);
+  EXPECT_EQ(run(sched + " --svg " + sched).code, 2);  // never over an input
   // A schedule is not a report: exit 2 naming the file and the pointer.
   r = compare(sched + " " + (dir / "m.json").string());
   EXPECT_EQ(r.code, 2);

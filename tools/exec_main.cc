@@ -9,6 +9,7 @@
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "traces/report.h"
+#include "traces/svg.h"
 
 namespace {
 
@@ -17,7 +18,7 @@ struct Options {
   std::string backend = "cpu";
   int warmup = 0;
   int iters = 1;
-  std::string report, trace, trace_ranks, dump;
+  std::string report, trace, trace_ranks, dump, svg;
   int64_t max_trip_count = 1'000'000;
   bool graph = false;
   std::string devices;
@@ -102,7 +103,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "timed iterations; the report shows the median one")->check(CLI::Range(1, 1000000));
   app.add_option("--report", o.report, "write report.json (thunky.report/1)");
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
-  app.add_option("--trace-ranks", o.trace_ranks, "ranks in the trace: all, or a list such as 0-7,12 (default: all up to 32 ranks, else 0-15)");
+  app.add_option("--trace-ranks", o.trace_ranks, "ranks in the trace and SVG: all, or a list such as 0-7,12 (default: all up to 32 ranks, else 0-15)");
+  app.add_option("--svg", o.svg, "write an SVG timeline of the measured run (one lane per stream, rank rows)");
   app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
@@ -115,7 +117,7 @@ int run_main(int argc, char** argv) {
   if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(o.schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
-  if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}}, inputs_of(*prog))) return *code;
+  if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, inputs_of(*prog))) return *code;
   auto backend = thunky::make_backend(o.backend);
   if (!backend) return fail(backend.errors(), 2);
   thunky::ExecOptions eo;
@@ -145,12 +147,18 @@ int run_main(int argc, char** argv) {
     auto err = thunky::write_file(o.report, [&](std::ostream& os) { thunky::write_report(result->report, os); });
     if (!err.empty()) return std::cerr << o.report << ": " << err << "\n", 2;
   }
-  if (!o.trace.empty()) {
+  if (!o.trace.empty() || !o.svg.empty()) {
     auto ranks = thunky::cli::traced_ranks("thunky-exec", o.trace_ranks, static_cast<int64_t>(result->report.ranks.size()));
     if (!ranks) return 2;
     const thunky::Report shown = thunky::select_ranks(result->report, *ranks);
-    auto err = thunky::write_file(o.trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
-    if (!err.empty()) return std::cerr << o.trace << ": " << err << "\n", 2;
+    if (!o.trace.empty()) {
+      auto err = thunky::write_file(o.trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
+      if (!err.empty()) return std::cerr << o.trace << ": " << err << "\n", 2;
+    }
+    if (!o.svg.empty()) {
+      auto err = thunky::write_file(o.svg, [&](std::ostream& os) { os << thunky::timeline_svg(shown); });
+      if (!err.empty()) return std::cerr << o.svg << ": " << err << "\n", 2;
+    }
   }
   if (!o.dump.empty()) return dump(*prog, *result, o.dump);
   return 0;

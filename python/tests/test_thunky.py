@@ -200,7 +200,7 @@ def test_collectives_on_a_mesh_with_sharded_arguments():
         grouped.trace(x, out, mesh={"x": 2})
 
 
-def test_rank_dependent_views_and_predicted_against_measured():
+def test_rank_dependent_views_and_predicted_against_measured(tmp_path):
     @thunky.jit
     def place(x_ref, out_ref):
         thunky.memzero(out_ref)
@@ -217,6 +217,13 @@ def test_rank_dependent_views_and_predicted_against_measured():
     # 4 ranks x 2 commands, all matched.
     assert figures["commands_matched"] == 8
     assert "makespan error" in figures["table"]
+    # Both reports draw themselves (a notebook shows _repr_svg_): 4 ranks' lanes.
+    for report in (predicted, measured):
+        svg = report._repr_svg_()
+        assert svg.startswith("<svg") and svg.count("computation:0</text>") == 4
+    assert len(measured.ops) == 8 and {o["op"] for o in measured.ops} == {"memzero", "copy"}
+    trace = json.loads(open(measured.trace(str(tmp_path / "t.json"))).read())
+    assert any(e.get("name") == "copy" or "copy" in str(e.get("args", "")) for e in trace["traceEvents"])
 
 
 def test_a_tool_error_names_the_users_line(tmp_path):

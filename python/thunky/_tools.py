@@ -72,10 +72,11 @@ def _explain(stderr, program):
 class Report:
     """A report of thunky-sim (predicted) or thunky-exec (measured)."""
 
-    def __init__(self, doc, table="", path=None):
+    def __init__(self, doc, table="", svg_text="", trace_text=""):
         self._doc = doc
         self.table = table
-        self._path = path
+        self._svg = svg_text
+        self._trace = trace_text
 
     @property
     def makespan_s(self):
@@ -117,6 +118,24 @@ class Report:
             json.dump(self._doc, f)
         return path
 
+    def svg(self, path=None):
+        """The timeline as SVG (one lane per stream, rank rows): its text, or
+        written to `path`."""
+        if path is None:
+            return self._svg
+        with open(path, "w") as f:
+            f.write(self._svg)
+        return path
+
+    def trace(self, path):
+        """Writes the Chrome trace (Perfetto UI, chrome://tracing) to `path`."""
+        with open(path, "w") as f:
+            f.write(self._trace)
+        return path
+
+    def _repr_svg_(self):  # a notebook shows the timeline
+        return self._svg
+
     def __repr__(self):
         return f"<thunky.Report {self.source} makespan {self.makespan_s * 1e6:.3f} us>"
 
@@ -136,9 +155,9 @@ def execute(program, backend="cpu", iters=1, warmup=0, timeout=None):
         out = os.path.join(d, "out")
         report = os.path.join(d, "report.json")
         table = _run("thunky-exec", [sched, "--backend", backend, "--iters", str(iters), "--warmup", str(warmup), "--dump", out,
-                                     "--report", report], program, timeout)
-        with open(report) as f:
-            rep = Report(json.load(f), table)
+                                     "--report", report, "--svg", os.path.join(d, "t.svg"), "--trace", os.path.join(d, "t.json")],
+                     program, timeout)
+        rep = _read_report(d, table)
         outputs = []
         for name, b in program.buffers.items():
             if b.kind != "arg" or not b.written:
@@ -157,9 +176,17 @@ def simulate(program, machine="h100-8gpu", timeout=None):
     with tempfile.TemporaryDirectory(prefix="thunky_") as d:
         sched = program.save(d)
         report = os.path.join(d, "report.json")
-        table = _run("thunky-sim", [sched, "--machine", machine, "--report", report], program, timeout)
-        with open(report) as f:
-            return Report(json.load(f), table)
+        table = _run("thunky-sim", [sched, "--machine", machine, "--report", report, "--svg", os.path.join(d, "t.svg"), "--trace",
+                                    os.path.join(d, "t.json")], program, timeout)
+        return _read_report(d, table)
+
+
+def _read_report(d, table):
+    texts = []
+    for name in ("report.json", "t.svg", "t.json"):
+        with open(os.path.join(d, name)) as f:
+            texts.append(f.read())
+    return Report(json.loads(texts[0]), table, texts[1], texts[2])
 
 
 def compare(predicted, measured):
