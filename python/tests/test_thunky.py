@@ -187,6 +187,10 @@ def test_collectives_on_a_mesh_with_sharded_arguments():
     r = sum_across.execute(x, out, mesh={"x": 4}, in_specs=(thunky.P("x"), thunky.P("x")))
     # Every rank's 2 elements summed over the 4: [0+2+4+6, 1+3+5+7] on each.
     np.testing.assert_array_equal(r.outputs[0], [12, 16] * 4)
+    # One all_reduce of 2 f32 (8 bytes) on rank 0.
+    [row] = r.report.collectives
+    assert (row["id"], row["op"], row["count"], row["bytes"]) == ("/program/0", "all_reduce", 1, 8)
+    assert row["min_s"] == row["max_s"] == row["mean_s"] > 0
     with pytest.raises(ValueError, match="unknown axis name 'y'"):
         thunky.jit(lambda a, b: thunky.all_gather(a, b, "y")).trace(x, out, mesh={"x": 4})
     with pytest.raises(ValueError, match="does not divide into 3 shards"):

@@ -106,6 +106,25 @@ class Report:
                             "start_s": o["start_s"], "end_s": o["end_s"]})
         return out
 
+    _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
+
+    @property
+    def collectives(self):
+        """Rank 0's collectives, one entry a command (a loop's instances
+        together): id, op, count, bytes, and the mean, least and most seconds."""
+        rows = {}
+        rank0 = self._doc["ranks"][0] if self._doc["ranks"] else {"ops": []}
+        for o in rank0.get("ops", []):
+            if o["op"] not in self._COLLECTIVES:
+                continue
+            key = o["id"].split("#")[0]
+            rows.setdefault(key, {"id": key, "op": o["op"], "bytes": o.get("bytes", 0), "times": []})["times"].append(o["end_s"] - o["start_s"])
+        out = []
+        for r in rows.values():
+            t = r.pop("times")
+            out.append({**r, "count": len(t), "mean_s": sum(t) / len(t), "min_s": min(t), "max_s": max(t)})
+        return out
+
     def to_dict(self):
         return json.loads(json.dumps(self._doc))
 
