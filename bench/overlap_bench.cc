@@ -39,6 +39,7 @@
 #include "sim/machine.h"
 #include "tools/calibrate_exec.h"
 #include "tools/gen.h"
+#include "tools/models_dir.h"
 
 namespace {
 
@@ -78,7 +79,7 @@ const thunky::sim::Machine& machine(const std::string& be) {
     if (!m) throw std::runtime_error("calibrating this host: " + m.errors().front().str());
     return models[be] = thunky::sim::parse_machine(*m);
   }
-  auto r = thunky::sim::load_machine(env ? env : "h200-8gpu", THUNKY_MODELS_DIR);
+  auto r = thunky::sim::load_machine(env ? env : "h200-8gpu", thunky::cli::models_dir());
   if (!r) throw std::runtime_error("machine model: " + r.errors().front().str());
   return models[be] = r.value();
 }

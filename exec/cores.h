@@ -4,11 +4,11 @@
 // end, taken first come first served. So the OS is never handed more
 // runnable commands than there are cores, and none is time-sliced against
 // another rank's: the discipline the simulator's host model
-// (chip.host_cores) describes. The workers run at the lowest priority
-// (SCHED_IDLE, else nice 19), so a stream's thread that wakes to issue
-// its next command, record an event or meet a collective runs at once,
-// as a GPU's front end does beside its busy SMs, instead of waiting
-// milliseconds for a time slice.
+// (chip.host_cores) describes. The workers run a little below the
+// streams' threads (nice 5) and yield before each job, so a stream's
+// thread that wakes to issue its next command, record an event or meet a
+// collective runs at once, as a GPU's front end does beside its busy SMs,
+// instead of waiting milliseconds for a time slice.
 #pragma once
 
 #include <chrono>
