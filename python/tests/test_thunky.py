@@ -257,3 +257,16 @@ def test_the_readme_tour_prints_what_the_readme_says():
     # Rank r's pair [2r, 2r + 1] goes to rank r + 1: rank 0 gets rank 3's [6, 7].
     assert lines[1] == "[6. 7. 0. 1. 2. 3. 4. 5.]"
     assert lines[2].startswith("predicted ") and "on h100-8gpu, measured" in lines[2]
+
+
+def test_a_run_past_its_timeout_and_an_unknown_dtype_are_clear_errors():
+    @thunky.jit(scratch_shapes=[thunky.ShapeDtypeStruct((), np.bool_)])
+    def forever(flag, go):
+        # The loop's cond copies a flag that stays true: it runs until thunky-exec's trip cap.
+        thunky.while_loop(go, lambda: thunky.copy(flag, go), lambda: thunky.memzero(go))
+
+    with pytest.raises(thunky.ToolError, match="did not finish within 0.5 s") as e:
+        forever.execute(np.array(True), timeout=0.5)
+    assert e.value.code == 124
+    with pytest.raises(TypeError, match="argument 'src_ref': thunky has no dtype for complex64"):
+        init_and_copy.trace(np.zeros(8, np.complex64), thunky.new_ref(np.zeros(8, np.float32)))
