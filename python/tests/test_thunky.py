@@ -270,3 +270,27 @@ def test_a_run_past_its_timeout_and_an_unknown_dtype_are_clear_errors():
     assert e.value.code == 124
     with pytest.raises(TypeError, match="argument 'src_ref': thunky has no dtype for complex64"):
         init_and_copy.trace(np.zeros(8, np.complex64), thunky.new_ref(np.zeros(8, np.float32)))
+
+
+def test_cholesky_and_a_ptx_kernel_with_its_cpu_map_run_as_the_guide_says():
+    @thunky.jit(scratch_shapes=thunky.ShapeDtypeStruct((), np.int32))
+    def cholesky_in_place(a_ref, info_ref):
+        thunky.custom_call("cusolver_potrf_ffi", operands=[a_ref], results=[a_ref, info_ref], backend_config={"lower": False})
+
+    a = thunky.new_ref(np.array([[4.0, 12.0, -16.0], [12.0, 37.0, -43.0], [-16.0, -43.0, 98.0]], np.float32))
+    bundled = json.load(open(os.path.join(REPO, "examples", "cholesky.json")))
+    assert [c["op"] for c in cholesky_in_place.trace(a).to_dict()["program"]] == [c["op"] for c in bundled["program"]]
+    cholesky_in_place(a)
+    # The guide prints tril: [[2 0 0] [6 1 0] [-8 5 3]].
+    np.testing.assert_array_equal(np.tril(a[...]), [[2, 0, 0], [6, 1, 0], [-8, 5, 3]])
+
+    ptx = open(os.path.join(REPO, "examples", "add_one.ptx")).read()
+
+    @thunky.jit
+    def run_ptx_add_one(in_ref, out_ref):
+        thunky.ptx_kernel(in_ref, out_ref, written=[False, True], kernel_name="add_one_kernel", ptx=ptx, grid_dim=(1, 1, 1),
+                          block_dim=(4, 1, 1), cpu={"out": out_ref, "expr": "x + 1.0", "in": {"x": in_ref}})
+
+    out = thunky.new_ref(np.zeros(4, np.float32))
+    run_ptx_add_one(np.array([10, 20, 30, 40], np.float32), out)
+    np.testing.assert_array_equal(out[...], [11, 21, 31, 41])

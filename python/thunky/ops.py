@@ -191,8 +191,8 @@ def collective_group(fn):
 
 def ptx_kernel(*args, written, kernel_name, ptx, grid_dim, block_dim, shmem_bytes=0, cpu=None):
     """A raw PTX kernel launch over the Refs `args`; written[k] says whether
-    args[k] is written. `cpu` (a map: {"out", "expr", "in"}) is what the cpu
-    backend runs instead."""
+    args[k] is written. `cpu` (a map: {"out": ref, "expr": text, "in":
+    {name: ref}}) is what the cpu backend runs instead."""
     t = _tracer("ptx_kernel")
     if len(written) != len(args):
         raise ValueError(_source.here(f"written has {len(written)} entries for {len(args)} args"))
@@ -200,7 +200,9 @@ def ptx_kernel(*args, written, kernel_name, ptx, grid_dim, block_dim, shmem_byte
     cmd = {"op": "ptx_kernel", "args": [r.text for r in refs], "written": [bool(w) for w in written], "kernel_name": kernel_name,
            "ptx": ptx, "grid": list(grid_dim), "block": list(block_dim), "shmem_bytes": int(shmem_bytes)}
     if cpu is not None:
-        cmd["cpu"] = cpu
+        # The map the cpu backend runs: {"out": ref, "expr": text, "in": {name: ref}}.
+        text = lambda v: v.text if isinstance(v, Ref) else v
+        cmd["cpu"] = {"out": text(cpu["out"]), "expr": cpu["expr"], "in": {k: text(v) for k, v in cpu.get("in", {}).items()}}
     t.emit(cmd, reads=[r for r, w in zip(refs, written) if not w], writes=[r for r, w in zip(refs, written) if w])
 
 
