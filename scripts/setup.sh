@@ -16,12 +16,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The Python package (python/, `import thunky`) in a virtual environment
-# of the repository, .venv, with numpy and pytest: made once, again when
-# something is missing from it.
+# of the repository, .venv, with numpy, pytest and JAX (CPU, pinned: 0.10.2
+# is the newest for Python 3.11): made once, again when something is
+# missing from it.
 cd "$(dirname "$0")/.."
-if ! .venv/bin/python -c 'import numpy, pytest, thunky' > /dev/null 2>&1; then
-  echo "setup: making .venv (numpy, pytest, thunky from python/)"
+if ! .venv/bin/python -c 'import numpy, pytest, jax, thunky' > /dev/null 2>&1; then
+  echo "setup: making .venv (numpy, pytest, jax, thunky from python/)"
   python3 -m venv .venv 2> /dev/null || /usr/bin/python3 -m venv .venv
-  .venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+  .venv/bin/python -m pip install -q --disable-pip-version-check numpy pytest "jax==0.10.2" "jaxlib==0.10.2"
   .venv/bin/python -m pip install -q --disable-pip-version-check -e python
 fi

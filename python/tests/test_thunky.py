@@ -294,3 +294,29 @@ def test_cholesky_and_a_ptx_kernel_with_its_cpu_map_run_as_the_guide_says():
     out = thunky.new_ref(np.zeros(4, np.float32))
     run_ptx_add_one(np.array([10, 20, 30, 40], np.float32), out)
     np.testing.assert_array_equal(out[...], [11, 21, 31, 41])
+
+
+def test_a_jax_mesh_and_partition_specs_are_accepted():
+    # JAX's own Mesh over 4 CPU devices (in a process of its own, which
+    # asks XLA for them before JAX starts) and its PartitionSpec.
+    import subprocess
+    import sys
+    pytest.importorskip("jax")
+    script = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax, numpy as np, thunky
+from jax.sharding import Mesh, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()), ("x",))
+@thunky.jit
+def sum_across_gpus(x_ref, out_ref):
+    thunky.all_reduce(x_ref, out_ref, "x", reduction="sum")
+x = np.arange(8, dtype=np.float32)
+out = thunky.new_ref(np.zeros(8, np.float32))
+r = sum_across_gpus.execute(x, out, mesh=mesh, in_specs=(P("x"), P("x")))
+print(r.outputs[0].tolist())
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # Each rank's pair summed over 4 ranks: [0+2+4+6, 1+3+5+7] on each.
+    assert r.stdout.strip() == str([12.0, 16.0] * 4)
