@@ -489,13 +489,16 @@ TEST(CompareCli, PredictedAgainstMeasuredCommandByCommand) {
   r = compare((dir / "p.json").string() + " " + (dir / "m.json").string() + " --svg " + svg);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("both timelines: " + svg), std::string::npos) << r.out;
-  std::ifstream in(svg);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t lanes = 0, titles = 0;
-  for (size_t pos = text.find(" predicted</text>"); pos != std::string::npos; pos = text.find(" predicted</text>", pos + 1)) ++lanes;
-  for (size_t pos = text.find("<title>/program/"); pos != std::string::npos; pos = text.find("<title>/program/", pos + 1)) ++titles;
-  EXPECT_EQ(lanes, 8u);
-  EXPECT_EQ(titles, 56u);
+  // How often `needle` occurs in the file at `path`.
+  auto occurrences = [](const std::string& path, const std::string& needle) {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t n = 0;
+    for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(occurrences(svg, " predicted</text>"), 8u);
+  EXPECT_EQ(occurrences(svg, "<title>/program/"), 56u);
   // It never replaces an input.
   r = compare((dir / "p.json").string() + " " + (dir / "m.json").string() + " --svg " + (dir / "m.json").string());
   EXPECT_EQ(r.code, 2);
@@ -503,13 +506,8 @@ TEST(CompareCli, PredictedAgainstMeasuredCommandByCommand) {
   // (4 x 2), a bar and a tooltip per command (28).
   const std::string exec_svg = (dir / "exec.svg").string();
   ASSERT_EQ(run(sched + " --svg " + exec_svg).code, 0);
-  std::ifstream exec_in(exec_svg);
-  const std::string drawn((std::istreambuf_iterator<char>(exec_in)), std::istreambuf_iterator<char>());
-  size_t stream_lanes = 0, bars = 0;
-  for (size_t pos = drawn.find(":0</text>"); pos != std::string::npos; pos = drawn.find(":0</text>", pos + 1)) ++stream_lanes;
-  for (size_t pos = drawn.find("<title>/program/"); pos != std::string::npos; pos = drawn.find("<title>/program/", pos + 1)) ++bars;
-  EXPECT_EQ(stream_lanes, 8u);
-  EXPECT_EQ(bars, 28u);
+  EXPECT_EQ(occurrences(exec_svg, ":0</text>"), 8u);
+  EXPECT_EQ(occurrences(exec_svg, "<title>/program/"), 28u);
   EXPECT_EQ(run(sched + " --svg " + sched).code, 2);  // never over an input
   // A schedule is not a report: exit 2 naming the file and the pointer.
   r = compare(sched + " " + (dir / "m.json").string());

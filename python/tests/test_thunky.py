@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -21,11 +22,8 @@ def line_of(fn, text):
     raise AssertionError(text)
 
 
-@thunky.jit
-def init_and_copy(src_ref, dst_ref):
-    thunky.memzero(dst_ref)
-    thunky.copy(src_ref.at[:4], dst_ref.at[:4])
-    thunky.memset(dst_ref.at[4:], np.float32(1.0))
+sys.path.insert(0, os.path.join(REPO, "python", "examples"))
+from init_and_copy import init_and_copy  # noqa: E402  (the guide's hello world)
 
 
 def test_init_and_copy_traces_to_the_bundled_schedule_and_runs_to_the_guides_result():
