@@ -3,7 +3,6 @@ then predicted (simulate) or run (execute) by thunky's tools."""
 
 import functools
 import math
-import os
 
 import numpy as np
 

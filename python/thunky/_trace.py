@@ -4,12 +4,11 @@ first accesses give), its streams' tokens, and each command's source line."""
 
 import inspect
 import json
-import numbers
 
 import numpy as np
 
 from . import _source
-from ._refs import Ref, dtype_name
+from ._refs import dtype_name
 
 _active = []  # the tracers of the traces under way, innermost last
 
