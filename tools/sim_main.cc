@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include "api/predict.h"
 #include "core/load.h"
 #include "core/validate.h"
-#include "exec/backend.h"
 #include "sim/collective_table.h"
 #include "sim/engine.h"
 #include "sim/machine.h"
@@ -15,13 +15,6 @@
 #include <fstream>
 
 namespace {
-
-bool unhinted_control_flow(const thunky::Block& b) {
-  return thunky::any_command(b, [](const thunky::Command& c) {
-    return (c.op == thunky::Op::cond && !c.rare().sim.taken) || (c.op == thunky::Op::switch_ && !c.rare().sim.branch) ||
-           (c.op == thunky::Op::while_ && !c.rare().sim.trip_count);
-  });
-}
 
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
   for (const auto& e : errors) std::cerr << e.str() << "\n";
@@ -54,20 +47,10 @@ int run_main(int argc, char** argv) {
   if (!m) return fail(m.errors(), 2);
   if (auto code = thunky::cli::refuse_overwrite("thunky-sim", {{"--report", report}, {"--trace", trace}, {"--svg", svg}}, {schedule, machine}))
     return *code;
-  // Data-dependent control flow: run the functional model (the CPU backend) once.
-  thunky::sim::Decisions decisions;
-  const thunky::sim::Decisions* dp = nullptr;
-  if (unhinted_control_flow(prog->program)) {
-    auto backend = thunky::make_cpu_backend();
-    auto fr = backend->run(*prog, {});
-    if (!fr) return fail(fr.errors(), fr.exit_code());
-    decisions = std::move(fr->decisions);
-    dp = &decisions;
-  }
   // Without output files only the table is printed: each rank's statistics
   // are gathered as the simulation runs instead of its every op.
   const bool timelines = !report.empty() || !trace.empty() || !svg.empty();
-  auto r = thunky::sim::simulate(*prog, *m, dp, thunky::sim::SimOptions{!every_rank, timelines});
+  auto r = thunky::predict(*prog, *m, thunky::sim::SimOptions{!every_rank, timelines});
   if (!r) return fail(r.errors(), r.exit_code());
   thunky::print_table(r->report, std::cout);
   thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from . import _source, _tools, _trace
+from . import _jax, _source, _tools, _trace
 from ._refs import HostBuffer, Ref, dtype_name
 
 
@@ -174,6 +174,8 @@ class JitFunction:
     # ---- nested calls
     def __call__(self, *args, **kwargs):
         t = _trace.active()
+        if t is None and not kwargs and any(_jax.is_jax_value(a) for a in args):
+            return _jax.call(self, args)  # from jax.jit, shard_map, or with jax arrays and Refs
         if t is None:
             # Called eagerly, as upstream runs it on a GPU: on the cpu backend.
             self.execute(*args, **kwargs)
@@ -223,12 +225,13 @@ class JitFunction:
         return fname, params, accesses
 
     # ---- running
-    def execute(self, *args, mesh=None, in_specs=None, backend="cpu", iters=1, warmup=0, timeout=None):
+    def execute(self, *args, mesh=None, in_specs=None, backend="cpu", iters=1, warmup=0, timeout=None, ranks=False):
         """Runs the schedule with thunky-exec; returns a Result whose
         .outputs are the written arguments (global for sharded ones) and
-        whose .report is the measured Report. Refs passed are updated."""
+        whose .report is the measured Report. Refs passed are updated.
+        With ranks=True, .rank_outputs also holds each rank's values."""
         program = self.trace(*args, mesh=mesh, in_specs=in_specs)
-        return _tools.execute(program, backend=backend, iters=iters, warmup=warmup, timeout=timeout)
+        return _tools.execute(program, backend=backend, iters=iters, warmup=warmup, timeout=timeout, ranks=ranks)
 
     def simulate(self, *args, machine="h100-8gpu", mesh=None, in_specs=None, timeout=None):
         """The predicted Report of thunky-sim on `machine`."""

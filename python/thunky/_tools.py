@@ -2,6 +2,7 @@
 errors back to the user's source line, and reading what they write."""
 
 import json
+import math
 import os
 import re
 import shutil
@@ -163,12 +164,13 @@ class Result:
     """What execute gives back: `outputs`, the written arguments in order
     (global arrays for sharded ones), and the measured `report`."""
 
-    def __init__(self, outputs, report):
+    def __init__(self, outputs, report, rank_outputs=None):
         self.outputs = outputs
         self.report = report
+        self.rank_outputs = rank_outputs  # per written argument, each rank's values (execute(..., ranks=True))
 
 
-def execute(program, backend="cpu", iters=1, warmup=0, timeout=None):
+def execute(program, backend="cpu", iters=1, warmup=0, timeout=None, ranks=False):
     with tempfile.TemporaryDirectory(prefix="thunky_") as d:
         sched = program.save(d)
         out = os.path.join(d, "out")
@@ -177,18 +179,23 @@ def execute(program, backend="cpu", iters=1, warmup=0, timeout=None):
                                      "--report", report, "--svg", os.path.join(d, "t.svg"), "--trace", os.path.join(d, "t.json")],
                      program, timeout)
         rep = _read_report(d, table)
-        outputs = []
+        n_ranks = math.prod(program.to_dict().get("mesh", {}).get("shape", [1])) if ranks else 0
+        outputs, rank_outputs = [], []
         for name, b in program.buffers.items():
             if b.kind != "arg" or not b.written:
                 continue
-            path = os.path.join(out, name + (".npy" if b.global_shape is not None else ".rank0.npy"))
-            value = np.load(path)
-            if value.dtype != b.dtype:
-                value = value.astype(b.dtype)  # bf16 and f8 are dumped widened to f32
+            value = _load(os.path.join(out, name + (".npy" if b.global_shape is not None else ".rank0.npy")), b.dtype)
             outputs.append(value)
             if b.host is not None:
                 b.host.data[...] = value
-    return Result(outputs, rep)
+            if ranks:
+                rank_outputs.append([_load(os.path.join(out, f"{name}.rank{r}.npy"), b.dtype) for r in range(n_ranks)])
+    return Result(outputs, rep, rank_outputs if ranks else None)
+
+
+def _load(path, dtype):
+    value = np.load(path)
+    return value.astype(dtype) if value.dtype != dtype else value  # bf16 and f8 are dumped widened to f32
 
 
 def simulate(program, machine="h100-8gpu", timeout=None):

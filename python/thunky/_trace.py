@@ -105,6 +105,7 @@ class Tracer:
         self.regions = 0
         self.tokens = []
         self.param_access = None  # while tracing a function body: its params' first accesses
+        self.conditional = 0  # how many branches and loop bodies enclose the command being traced
 
     # ---- commands
     def emit(self, cmd, reads=(), writes=()):
@@ -118,28 +119,38 @@ class Tracer:
         block.append(cmd)
         return pointer
 
-    def region(self, pointer_suffix, body_fn, new_region=True):
+    def region(self, pointer_suffix, body_fn, new_region=True, conditional=None):
         """Traces body_fn() into a new command list at `pointer_suffix` of the
-        command about to be emitted; returns the list."""
+        command about to be emitted; returns the list. A new region (a
+        branch, a loop) is conditional unless told otherwise: its writes
+        may not happen, so they do not make an argument an output."""
+        conditional = new_region if conditional is None else conditional
         block, base, region = self.blocks[-1]
         commands = []
         if new_region:
             self.regions += 1
             region = self.regions
         self.blocks.append((commands, f"{base}/{len(block)}/{pointer_suffix}", region))
+        self.conditional += conditional
         try:
             body_fn()
         finally:
             self.blocks.pop()
+            self.conditional -= conditional
         return commands
 
     def access(self, ref, kind):
+        """Notes a read or a write of `ref`. A write of part of a buffer, or
+        one that a branch or loop may skip, is an "update": the buffer's
+        other values survive it, so they are an input too."""
         b = ref._buffer
         if not isinstance(b, Buffer):
             raise TypeError(_source.here(f"{ref.text} is not a Ref of this trace"))
+        if kind == "write" and (ref.shape != b.shape or self.conditional):
+            kind = "update"
         if b.first is None:
             b.first = kind
-        if kind == "write":
+        if kind != "read":
             if b.kind == "arg" and b.host is None and b.data is not None:
                 raise TypeError(_source.here(f"argument '{b.name}' is written but was passed as a plain array: pass thunky.new_ref(...) for it"))
             b.written = True

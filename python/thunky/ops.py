@@ -128,7 +128,7 @@ def while_loop(cond_buf, cond_fn, body_fn):
     """cond_fn(), then body_fn() while the bool scalar `cond_buf` holds, then cond_fn() again."""
     t = _tracer("while_loop")
     _scalar(cond_buf, ("bool",), "while_loop's cond_buf")
-    c = t.region("cond", cond_fn)
+    c = t.region("cond", cond_fn, conditional=False)  # runs at least once
     b = t.region("body", body_fn)
     t.emit({"op": "while", "cond_buf": cond_buf.text, "cond": c, "body": b}, reads=[cond_buf])
 

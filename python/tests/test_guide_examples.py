@@ -1,0 +1,163 @@
+"""The user guide's examples that do not use call_jax, in python/examples/
+as the guide writes them (only the import changed), run from JAX as the
+guide runs them: each prints the guide's result, traces to the commands of
+its bundled schedule, and is predicted as thunky-sim predicts that file."""
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import thunky
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EXAMPLES = os.path.join(REPO, "python", "examples")
+
+# (example file, its thunky.jit function, the bundled schedule)
+GUIDE = [
+    ("init_and_copy.py", "init_and_copy", "init_and_copy.json"),
+    ("swap_halves.py", "swap_halves", "swap_halves.json"),
+    ("copy_slices.py", "copy_slices", "copy_slices.json"),
+    ("ptx_add_one.py", "run_ptx_add_one", "ptx_add_one.json"),
+    ("cholesky.py", "cholesky_in_place", "cholesky.json"),
+    ("sum_across_gpus.py", "sum_across_gpus", "sum_across_gpus.json"),
+    ("grouped_exchange_and_reduce.py", "grouped_exchange_and_reduce", "grouped_exchange_and_reduce.json"),
+]
+
+
+def example(name):
+    return runpy.run_path(os.path.join(EXAMPLES, name))
+
+
+def ops(program):
+    """The ops of a program in order, control-flow bodies inlined."""
+    out = []
+    for c in program:
+        out.append(c["op"])
+        for key in ("body", "true", "false", "cond", "branches"):
+            v = c.get(key)
+            if isinstance(v, list) and v and isinstance(v[0], list):
+                for b in v:
+                    out += ops(b)
+            elif isinstance(v, list):
+                out += ops(v)
+    return out
+
+
+def bundled_arguments(doc):
+    """Zeros shaped as the bundled file's arguments (global when sharded),
+    each a Ref, with the file's mesh and in_specs."""
+    args, specs = [], []
+    for b in doc["buffers"].values():
+        if b["role"] == "scratch":
+            continue
+        shape = b.get("global", {}).get("shape", b["shape"])
+        args.append(thunky.new_ref(np.zeros(shape, {"f32": np.float32, "s32": np.int32}[b["dtype"]])))
+        specs.append(thunky.P(*b["global"]["spec"]) if "global" in b else None)
+    mesh = dict(zip(doc["mesh"]["axis_names"], doc["mesh"]["shape"])) if "mesh" in doc else None
+    return args, dict(mesh=mesh, in_specs=tuple(specs) if mesh else None)
+
+
+@pytest.mark.parametrize("file,fn,bundled", GUIDE, ids=[g[0] for g in GUIDE])
+def test_a_guide_example_traces_to_its_bundled_commands_and_predicts_its_makespan(file, fn, bundled, tmp_path):
+    doc = json.load(open(os.path.join(REPO, "examples", bundled)))
+    args, where = bundled_arguments(doc)
+    f = example(file)[fn]
+    traced = f.trace(*args, **where).to_dict()
+    assert ops(traced["program"]) == ops(doc["program"])
+    # Same roles for the same arguments, in order.
+    ours = [b["role"] for b in traced["buffers"].values() if "role" in b]  # scratch buffers have none
+    assert ours == [b["role"] for b in doc["buffers"].values() if b["role"] != "scratch"]
+    report = tmp_path / "r.json"
+    r = subprocess.run([thunky.find_tool("thunky-sim"), os.path.join(REPO, "examples", bundled), "--machine", "h100-8gpu", "--report",
+                        str(report)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f.simulate(*args, machine="h100-8gpu", **where).makespan_s == pytest.approx(json.load(open(report))["makespan_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("file,printed", [
+    ("init_and_copy.py", "[0. 1. 2. 3. 1. 1. 1. 1.]"),
+    # The guide's tril of the factor: A = L L^T with L = [[2 0 0] [6 1 0] [-8 5 3]].
+    ("cholesky.py", "[[ 2.  0.  0.]\n [ 6.  1.  0.]\n [-8.  5.  3.]]"),
+])
+def test_a_guide_example_prints_what_the_guide_prints(file, printed):
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, file)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == printed
+
+
+def test_scratch_and_slice_assignment_on_jax_refs_run_eagerly():
+    buf = jax.new_ref(jnp.arange(8, dtype=jnp.float32))
+    example("swap_halves.py")["swap_halves"](buf)
+    # The halves swapped through the 4-element scratch buffer.
+    np.testing.assert_array_equal(np.asarray(buf[...]), [4, 5, 6, 7, 0, 1, 2, 3])
+
+    copy_slices = example("copy_slices.py")["copy_slices"]
+
+    @jax.jit
+    def run(src):
+        dst = jax.new_ref(jnp.full((8,), -1.0, jnp.float32))
+        copy_slices(src, dst)
+        return dst[...]
+
+    # dst[:4] = src[4:8]; the rest of dst keeps its -1 (dst is inout).
+    np.testing.assert_array_equal(np.asarray(run(jnp.arange(8, dtype=jnp.float32) * 10)), [40, 50, 60, 70, -1, -1, -1, -1])
+
+
+def test_collectives_run_inside_shard_map_as_the_guide_calls_them():
+    run_all_reduce = example("sum_across_gpus.py")["run_all_reduce"]
+    # Rank 0 holds [0 1 2 3], rank 1 [4 5 6 7]: both get [4 6 8 10]; out_specs P("x") stacks them.
+    np.testing.assert_array_equal(np.asarray(run_all_reduce(jnp.arange(8, dtype=jnp.float32))), [4, 6, 8, 10] * 2)
+    # Run again: the same compiled function meets its devices once a run.
+    np.testing.assert_array_equal(np.asarray(run_all_reduce(jnp.ones(8, jnp.float32))), [2] * 8)
+
+    grouped = example("grouped_exchange_and_reduce.py")["grouped_exchange_and_reduce"]
+    mesh = Mesh(jax.devices()[:2], ("x",))
+
+    @jax.jit
+    @jax.shard_map(mesh=mesh, in_specs=(P("x"), P("x")), out_specs=(P("x"), P("x")), check_vma=False)
+    def run(a, b):
+        out_a, out_b = jax.new_ref(jnp.zeros_like(a)), jax.new_ref(jnp.zeros_like(b))
+        grouped(a, b, out_a, out_b)
+        return out_a[...], out_b[...]
+
+    out_a, out_b = run(jnp.arange(8, dtype=jnp.float32), 10 + jnp.arange(8, dtype=jnp.float32))
+    # all_reduce: [0 1 2 3] + [4 5 6 7] on both; permute (0,1),(1,0): the shards trade places.
+    np.testing.assert_array_equal(np.asarray(out_a), [4, 6, 8, 10] * 2)
+    np.testing.assert_array_equal(np.asarray(out_b), [14, 15, 16, 17, 10, 11, 12, 13])
+
+
+def test_mistakes_from_jax_are_raised_at_trace_time_at_the_users_line():
+    init_and_copy = example("init_and_copy.py")["init_and_copy"]
+
+    @jax.jit
+    def written_plain(x):
+        init_and_copy(x, x)
+        return x
+
+    with pytest.raises(TypeError, match=r"init_and_copy\.py:\d+: argument 'dst_ref' is written but was passed as a plain array"):
+        written_plain(jnp.arange(8, dtype=jnp.float32))
+
+    run_ptx_add_one = example("ptx_add_one.py")["run_ptx_add_one"]
+    with pytest.raises(ValueError, match=r"ptx_add_one\.py:\d+: ptx_kernel 'add_one_kernel' cannot run on thunky's cpu backend"):
+        run_ptx_add_one(jnp.arange(4, dtype=jnp.float32), jax.new_ref(jnp.zeros(4, jnp.float32)))
+
+    sum_across_gpus = example("sum_across_gpus.py")["sum_across_gpus"]
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+
+    @jax.jit
+    def automatic(x):
+        out = jax.new_ref(jnp.zeros_like(x))
+        sum_across_gpus(x, out)
+        return out[...]
+
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match="runs per device: call it inside shard_map"):
+        automatic(jnp.arange(8, dtype=jnp.float32))

@@ -1,0 +1,153 @@
+"""A thunky.jit function called from JAX, as the user guide calls it: inside
+jax.jit, inside shard_map, or eagerly, with jax arrays for what it reads
+and jax.new_ref Refs for what it writes.
+
+The body is traced when JAX traces the caller, so its mistakes (a written
+argument passed as a plain array, a bad view) are raised there, at the
+user's line. The schedule runs on thunky's cpu backend from a JAX host
+callback when JAX runs the caller. Inside shard_map each device's callback
+brings its shard; the last of them to arrive runs the whole mesh at once
+with thunky-exec and hands every device its own results."""
+
+import sys
+import threading
+
+import numpy as np
+
+from . import _source
+from ._refs import new_ref
+
+RENDEZVOUS_TIMEOUT_S = 600  # how long the first shard waits for the last
+
+
+def is_jax_value(a):
+    """Whether `a` is a jax array, a jax Ref or a tracer of either."""
+    return "jax" in sys.modules and type(a).__module__.split(".")[0] in ("jax", "jaxlib")
+
+
+def call(jf, args):
+    """`jf(*args)` where some args are jax values: the written jax Refs
+    receive the schedule's results."""
+    import jax
+    from jax.ref import AbstractRef
+
+    avals = [jax.typeof(a) for a in args]
+    is_ref = [isinstance(v, AbstractRef) for v in avals]
+    mesh = jax.sharding.get_abstract_mesh()
+    manual = tuple(n for n, kind in zip(mesh.axis_names, mesh.axis_types) if getattr(kind, "name", str(kind)) == "Manual")
+    if mesh.axis_names and not manual:
+        raise ValueError(_source.here(f"{jf.__name__} runs per device: call it inside shard_map, not under an automatic mesh "
+                                      f"{dict(zip(mesh.axis_names, mesh.axis_sizes))}"))
+    axes = {n: s for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n in manual}
+
+    # Trace now, on shapes alone: the user's mistakes surface at JAX's trace time.
+    probes = [new_ref(np.zeros(v.shape, v.dtype)) if r else np.zeros(v.shape, v.dtype) for v, r in zip(avals, is_ref)]
+    program = jf.trace(*probes, mesh=axes)
+    names = list(program.buffers)[: len(args)]
+    written = [program.buffers[n].written for n in names]
+    out_shapes = tuple(jax.ShapeDtypeStruct(v.shape, v.dtype) for v, w in zip(avals, written) if w)
+
+    _refuse_what_the_cpu_backend_cannot_run(program)
+
+    values = [a[...] if r else a for a, r in zip(args, is_ref)]
+    if not out_shapes:
+        return None  # nothing written: nothing to run for the caller
+    if not axes and not any(isinstance(v, jax.core.Tracer) for v in values):
+        outs = _run_one(jf, is_ref, values)  # eager: run now, and errors are the tool's own
+    elif axes:
+        rank = sum(jax.lax.axis_index(n) * int(np.prod([axes[m] for m in list(axes)[i + 1:]], dtype=np.int64))
+                   for i, n in enumerate(axes))
+        meet = _Rendezvous(int(np.prod(list(axes.values()))), lambda per_rank: _run_mesh(jf, axes, is_ref, written, per_rank))
+        outs = jax.pure_callback(meet, out_shapes, jax.numpy.int32(rank), *values)
+    else:
+        outs = jax.pure_callback(lambda *vs: _run_one(jf, is_ref, vs), out_shapes, *values)
+    outs = iter(outs)
+    for a, w in zip(args, written):
+        if w:
+            a[...] = next(outs)
+    return None
+
+
+def _refuse_what_the_cpu_backend_cannot_run(program):
+    """A PTX kernel without its cpu map cannot run here: say so at trace
+    time, at its line, rather than from inside JAX's callback."""
+
+    def walk(node, pointer):
+        if isinstance(node, dict):
+            if node.get("op") == "ptx_kernel" and "cpu" not in node:
+                file, line = program.sources.get(pointer, ("<unknown>", 0))
+                raise ValueError(f"{file}:{line}: ptx_kernel '{node.get('kernel_name')}' cannot run on thunky's cpu backend: "
+                                 "give thunky.ptx_kernel a cpu= map to run in its place, or simulate it (f.simulate)")
+            for k, v in node.items():
+                walk(v, f"{pointer}/{k}")
+        elif isinstance(node, list):
+            for k, v in enumerate(node):
+                walk(v, f"{pointer}/{k}")
+
+    walk(program.to_dict(), "")
+
+
+def _host_args(is_ref, values):
+    return [new_ref(np.array(v)) if r else np.asarray(v) for v, r in zip(values, is_ref)]
+
+
+def _run_one(jf, is_ref, values):
+    return tuple(jf.execute(*_host_args(is_ref, values)).outputs)
+
+
+def _run_mesh(jf, axes, is_ref, written, per_rank):
+    """Runs every rank's shard at once; returns each rank's written values."""
+    n = len(per_rank)
+    args, specs = [], []
+    for k in range(len(is_ref)):
+        shards = [np.asarray(per_rank[r][k]) for r in range(n)]
+        if all(np.array_equal(shards[0], s, equal_nan=shards[0].dtype.kind in "fc") for s in shards[1:]):
+            args.append(shards[0])
+            specs.append(None)
+        elif shards[0].ndim:
+            args.append(np.concatenate(shards, axis=0))  # rank r's shard is block r of dimension 0
+            specs.append((tuple(axes),) if len(axes) > 1 else (next(iter(axes)),))
+        else:
+            raise ValueError(f"{jf.__name__}: argument {k} is a scalar that differs between devices; "
+                             "thunky splits arrays along a dimension: pass it with shape (1,)")
+    result = jf.execute(*_host_args(is_ref, args), mesh=axes, in_specs=tuple(specs), ranks=True)
+    return [tuple(out[r] for out in result.rank_outputs) for r in range(n)]
+
+
+class _Rendezvous:
+    """Meets one callback from each device of a shard_map, runs them
+    together, and gives each its results; it serves one run of the mesh
+    after another."""
+
+    def __init__(self, n, run):
+        self.n, self.run = n, run
+        self.cv = threading.Condition()
+        self.generation = 0
+        self.arrived = {}
+        self.results = {}  # generation -> [rank results] or the exception
+
+    def __call__(self, rank, *values):
+        rank = int(rank)
+        with self.cv:
+            gen = self.generation
+            self.arrived[rank] = values
+            if len(self.arrived) == self.n:
+                per_rank = [self.arrived[r] for r in range(self.n)]
+                self.arrived = {}
+                try:
+                    self.results[gen] = [list(x) for x in self.run(per_rank)]
+                except Exception as e:  # every device reports it
+                    self.results[gen] = e
+                self.generation += 1
+                self.cv.notify_all()
+            elif not self.cv.wait_for(lambda: self.generation != gen, RENDEZVOUS_TIMEOUT_S):
+                missing = sorted(set(range(self.n)) - set(self.arrived))
+                raise RuntimeError(f"thunky: devices {missing} never reached this call within {RENDEZVOUS_TIMEOUT_S} s")
+            got = self.results[gen]
+            if isinstance(got, Exception):
+                raise got
+            mine = tuple(got[rank])
+            got[rank] = None
+            if all(x is None for x in got):
+                del self.results[gen]
+            return mine
