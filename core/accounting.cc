@@ -91,7 +91,13 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
       // The payload: the larger of src and dst (the gathered or unreduced array).
       w.bytes = std::max(B(*c.src), B(*c.dst));
       break;
-    default: break;
+    case Op::collective_group:  // its members are priced one by one
+    case Op::async_start:
+    case Op::async_done:
+    case Op::cond:
+    case Op::switch_:
+    case Op::while_:
+    case Op::call: break;
   }
   if (c.cost) {
     if (c.cost->bytes) w.bytes = static_cast<int64_t>(*c.cost->bytes);

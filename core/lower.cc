@@ -84,13 +84,9 @@ class Lowerer {
     int64_t n = 0;
     for (const auto& c : b) {
       if (n > kMaxLoweredCommands) break;
-      n += 1 + expanded(c.body);
-      if (c.has_rare()) {
-        const Command::Rare& x = c.rare();
-        n += expanded(x.then_) + expanded(x.else_) + expanded(x.cond);
-        for (const auto& br : x.branches) n += expanded(br);
-        if (c.op == Op::call) n += function_size(x.fn);
-      }
+      n += 1;
+      for_each_sub_block(c, [&](const Block& sub) { n += expanded(sub); });
+      if (c.op == Op::call) n += function_size(c.rare().fn);
     }
     return n;
   }

@@ -70,6 +70,37 @@ std::string_view op_name(Op op);
 // The five NCCL-style collectives (not the group).
 constexpr bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
 
+// What kind of command an op is. A new op does not compile until it has
+// its family here; switches over Op have no `default:` and are built with
+// -Werror=switch, so each names every op.
+enum class OpFamily { compute, collective, group, stream, control, call };
+constexpr OpFamily op_family(Op op) {
+  switch (op) {
+    case Op::memzero:
+    case Op::memset:
+    case Op::copy:
+    case Op::gemm:
+    case Op::map:
+    case Op::reduce:
+    case Op::kernel:
+    case Op::ptx_kernel:
+    case Op::custom_call: return OpFamily::compute;
+    case Op::all_reduce:
+    case Op::all_gather:
+    case Op::reduce_scatter:
+    case Op::all_to_all:
+    case Op::collective_permute: return OpFamily::collective;
+    case Op::collective_group: return OpFamily::group;
+    case Op::async_start:
+    case Op::async_done: return OpFamily::stream;
+    case Op::cond:
+    case Op::switch_:
+    case Op::while_: return OpFamily::control;
+    case Op::call: return OpFamily::call;
+  }
+  return OpFamily::compute;  // unreachable: every op is listed above
+}
+
 struct Ref {
   std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs
   int buffer = -1;  // index into Program::buffers once lowered
@@ -333,17 +364,37 @@ bool any_ref(const Command& c, F pred) {
   return false;
 }
 
+// Calls f(block) for every block nested directly in the command, in this
+// order: its body (async_start, collective_group, a while's body, a lowered
+// call), a cond's then and else, a while's cond, a switch's branches. Every
+// walk of nested blocks that treats them alike goes through here; walks
+// that run control flow pick the block they enter by op.
+template <typename F>
+void for_each_sub_block(const Command& c, F f) {
+  f(c.body);
+  if (!c.has_rare()) return;
+  const Command::Rare& x = c.rare();
+  for (const Block* sub : {&x.then_, &x.else_, &x.cond}) f(*sub);
+  for (const auto& br : x.branches) f(br);
+}
+template <typename F>
+void for_each_sub_block(Command& c, F f) {
+  f(c.body);
+  if (!c.has_rare()) return;
+  Command::Rare& x = c.set_rare();
+  for (Block* sub : {&x.then_, &x.else_, &x.cond}) f(*sub);
+  for (auto& br : x.branches) f(br);
+}
+
 // Whether `pred` holds for a command of the block or of any block nested in
 // it (a PTX kernel's CPU fallback included).
 template <typename F>
 bool any_command(const Block& b, F pred) {
   for (const auto& c : b) {
-    const Command::Rare& x = c.rare();
-    if (pred(c) || (x.cpu && pred(*x.cpu))) return true;
-    for (const Block* sub : {&c.body, &x.then_, &x.else_, &x.cond})
-      if (any_command(*sub, pred)) return true;
-    for (const auto& br : x.branches)
-      if (any_command(br, pred)) return true;
+    if (pred(c) || (c.rare().cpu && pred(*c.rare().cpu))) return true;
+    bool found = false;
+    for_each_sub_block(c, [&](const Block& sub) { found = found || any_command(sub, pred); });
+    if (found) return true;
   }
   return false;
 }

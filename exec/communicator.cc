@@ -218,7 +218,22 @@ void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*
       if (!received) std::memset(dst, 0, c.dst_count * es);
       break;
     }
-    default: break;
+    case Op::memzero:  // not a collective: never called so
+    case Op::memset:
+    case Op::copy:
+    case Op::gemm:
+    case Op::map:
+    case Op::reduce:
+    case Op::kernel:
+    case Op::ptx_kernel:
+    case Op::custom_call:
+    case Op::collective_group:
+    case Op::async_start:
+    case Op::async_done:
+    case Op::cond:
+    case Op::switch_:
+    case Op::while_:
+    case Op::call: break;
   }
 }
 

@@ -17,8 +17,27 @@ double op_volume(Op op) {
   switch (op) {
     case Op::all_reduce: return 2.0;
     case Op::all_to_all: return 0.25;
-    default: return 1.0;
+    case Op::all_gather:
+    case Op::reduce_scatter:
+    case Op::collective_permute: return 1.0;
+    case Op::memzero:  // not collectives: never priced here
+    case Op::memset:
+    case Op::copy:
+    case Op::gemm:
+    case Op::map:
+    case Op::reduce:
+    case Op::kernel:
+    case Op::ptx_kernel:
+    case Op::custom_call:
+    case Op::collective_group:
+    case Op::async_start:
+    case Op::async_done:
+    case Op::cond:
+    case Op::switch_:
+    case Op::while_:
+    case Op::call: break;
   }
+  return 1.0;
 }
 
 // n ranks on one switch of egress bandwidth B.
@@ -113,8 +132,25 @@ double bus_factor(Op op, int64_t n) {
     case Op::all_gather:
     case Op::reduce_scatter:
     case Op::all_to_all: return frac;
-    default: return 1.0;
+    case Op::collective_permute: return 1.0;
+    case Op::memzero:  // not collectives: never priced here
+    case Op::memset:
+    case Op::copy:
+    case Op::gemm:
+    case Op::map:
+    case Op::reduce:
+    case Op::kernel:
+    case Op::ptx_kernel:
+    case Op::custom_call:
+    case Op::collective_group:
+    case Op::async_start:
+    case Op::async_done:
+    case Op::cond:
+    case Op::switch_:
+    case Op::while_:
+    case Op::call: break;
   }
+  return 1.0;
 }
 
 }  // namespace thunky::sim

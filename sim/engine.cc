@@ -328,7 +328,21 @@ bool Engine::issue_until(int si) {
         stack.push_back(loop);
         break;
       }
-      default:
+      case Op::memzero:  // every other command: one task of its stream
+      case Op::memset:
+      case Op::copy:
+      case Op::gemm:
+      case Op::map:
+      case Op::reduce:
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call:
+      case Op::all_reduce:
+      case Op::all_gather:
+      case Op::reduce_scatter:
+      case Op::all_to_all:
+      case Op::collective_permute:
+      case Op::collective_group:
         push(cur, {Task::Kind::op, false, i, instance(rank, i, in_loop), -1});
         // A group's members run exactly as often as the group.
         if (c.op == Op::collective_group)

@@ -8,6 +8,7 @@
 //   sim/engine_report.cc       the report built from the records at the end
 #pragma once
 
+#include "core/command_facts.h"
 #include "sim/engine.h"
 
 #include <algorithm>
@@ -110,34 +111,17 @@ class WorkMemo {
     k.buffer[k.n++] = r.buffer;
     return true;
   }
-  static bool add(Key& k, const std::vector<Ref>& refs) {
-    for (const Ref& r : refs)
-      if (!add(k, r)) return false;
-    return true;
-  }
-  // The views command_work reads for each compute op.
+  // A compute command's key: its op, its gemm flags or map expression, and
+  // the views it reads and writes (for_each_use), which are all that
+  // command_work reads. Collectives and control flow are never memoised.
   static bool key(const Command& c, Key& k) {
-    if (c.cost) return false;
+    if (c.cost || op_family(c.op) != OpFamily::compute) return false;
     k.op = c.op;
-    switch (c.op) {
-      case Op::memzero:
-      case Op::memset: return add(k, *c.dst);
-      case Op::copy: return add(k, *c.src) && add(k, *c.dst);
-      case Op::gemm:
-        k.flags = static_cast<uint8_t>(c.transpose_a + 2 * c.transpose_b + 4 * (c.beta != 0));
-        return add(k, *c.a) && add(k, *c.b) && add(k, *c.c);
-      case Op::map:
-        k.expr = c.expr.get();
-        if (!add(k, *c.out)) return false;
-        for (const auto& [name, r] : c.in)
-          if (!add(k, r)) return false;
-        return true;
-      case Op::reduce: return add(k, *c.src) && add(k, *c.out);
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call: return add(k, c.refs) && add(k, c.refs2);
-      default: return false;
-    }
+    if (c.op == Op::gemm) k.flags = static_cast<uint8_t>(c.transpose_a + 2 * c.transpose_b + 4 * (c.beta != 0));
+    if (c.op == Op::map) k.expr = c.expr.get();
+    bool fits = true;
+    for_each_use(c, [&](RefUse u) { fits = fits && add(k, *u.ref); });
+    return fits;
   }
   uint64_t used_ = 0;
   std::array<Slot, kSlots> slots_;

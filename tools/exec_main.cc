@@ -41,8 +41,7 @@ std::vector<std::string> inputs_of(const thunky::Program& p) {
   std::function<void(const thunky::Block&)> walk = [&](const thunky::Block& block) {
     for (const auto& c : block) {
       if (c.op == thunky::Op::ptx_kernel && !c.rare().launch->ptx_file.empty()) in.push_back((base / c.rare().launch->ptx_file).string());
-      for (const thunky::Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) walk(*sub);
-      for (const auto& br : c.rare().branches) walk(br);
+      thunky::for_each_sub_block(c, walk);
     }
   };
   walk(p.program);

@@ -157,7 +157,24 @@ class Run {
         }
         case Op::async_done: q[cur].push_back({Task::Kind::wait, &c, tokens.at(c.token), c.token, true}); break;
         case Op::call: issue(c.body, cur, q, tokens); break;
-        default: q[cur].push_back({Task::Kind::exec, &c, nullptr, "", false});
+        case Op::memzero:  // every other command: one task of its stream
+        case Op::memset:
+        case Op::copy:
+        case Op::gemm:
+        case Op::map:
+        case Op::reduce:
+        case Op::kernel:
+        case Op::ptx_kernel:
+        case Op::custom_call:
+        case Op::all_reduce:
+        case Op::all_gather:
+        case Op::reduce_scatter:
+        case Op::all_to_all:
+        case Op::collective_permute:
+        case Op::collective_group:
+        case Op::cond:
+        case Op::switch_:
+        case Op::while_: q[cur].push_back({Task::Kind::exec, &c, nullptr, "", false});
       }
     }
   }
@@ -384,7 +401,18 @@ class Run {
           record(s, c, stream, in_loop, start, end);
         return;
       }
-      default: break;
+      case Op::memzero:  // compute: on a core, below
+      case Op::memset:
+      case Op::copy:
+      case Op::gemm:
+      case Op::map:
+      case Op::reduce:
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call:
+      case Op::async_start:
+      case Op::async_done:
+      case Op::call: break;
     }
     // On a core of its own, from its start to its end (exec/cores.h).
     const bool wake = std::exchange(wake_after_queueing_, false);
@@ -435,7 +463,18 @@ class Run {
         cpu::cholesky(tensor(s, c.refs[0]), tensor(s, c.refs2[0]), tensor(s, c.refs2[1]), lower);
         break;
       }
-      default: break;
+      case Op::all_reduce:  // not a compute command: run by run_command
+      case Op::all_gather:
+      case Op::reduce_scatter:
+      case Op::all_to_all:
+      case Op::collective_permute:
+      case Op::collective_group:
+      case Op::async_start:
+      case Op::async_done:
+      case Op::cond:
+      case Op::switch_:
+      case Op::while_:
+      case Op::call: break;
     }
   }
 
@@ -598,8 +637,7 @@ class CpuBackend final : public Backend {
   static void count_streams(const Block& b, std::set<StreamId>& streams) {
     for (const auto& c : b) {
       if (c.op == Op::async_start) streams.insert(c.stream);
-      for (const Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) count_streams(*sub, streams);
-      for (const auto& br : c.rare().branches) count_streams(br, streams);
+      for_each_sub_block(c, [&](const Block& sub) { count_streams(sub, streams); });
     }
   }
 
@@ -611,8 +649,7 @@ class CpuBackend final : public Backend {
       if (c.op == Op::ptx_kernel && !c.rare().cpu)
         errors.push_back({ErrorKind::input, p.file, c.pointer,
                           "ptx_kernel '" + c.rare().launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
-      for (const Block* sub : {&c.body, &c.rare().then_, &c.rare().else_, &c.rare().cond}) refuse_unrunnable(p, *sub, errors);
-      for (const auto& br : c.rare().branches) refuse_unrunnable(p, br, errors);
+      for_each_sub_block(c, [&](const Block& sub) { refuse_unrunnable(p, sub, errors); });
     }
   }
 

@@ -206,8 +206,7 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
         }
       }
     }
-    for (const Block* sub : {&c.body, &x.then_, &x.else_, &x.cond}) plan_block(*sub, errors);
-    for (const auto& br : x.branches) plan_block(br, errors);
+    for_each_sub_block(c, [&](const Block& sub) { plan_block(sub, errors); });
   }
 }
 
@@ -251,8 +250,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
         }
       }
     }
-    for (const Block* sub : {&c.body, &x.then_, &x.else_, &x.cond}) compile_block(s, *sub);
-    for (const auto& br : x.branches) compile_block(s, br);
+    for_each_sub_block(c, [&](const Block& sub) { compile_block(s, sub); });
   }
 }
 

@@ -182,7 +182,21 @@ void CudaBackend::issue_block(RankState& s, const Block& b, const StreamId& cur,
         }
         issue_control_flow(s, c, cur, in_loop);
         break;
-      default: timed_command(s, c, cur, in_loop);
+      case Op::memzero:  // every other command: one timed launch
+      case Op::memset:
+      case Op::copy:
+      case Op::gemm:
+      case Op::map:
+      case Op::reduce:
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call:
+      case Op::all_reduce:
+      case Op::all_gather:
+      case Op::reduce_scatter:
+      case Op::all_to_all:
+      case Op::collective_permute:
+      case Op::collective_group: timed_command(s, c, cur, in_loop);
     }
   }
 }
@@ -216,7 +230,24 @@ void CudaBackend::issue_control_flow(RankState& s, const Command& c, const Strea
         }
         break;
       }
-      default: break;
+      case Op::memzero:  // not control flow: never passed here
+      case Op::memset:
+      case Op::copy:
+      case Op::gemm:
+      case Op::map:
+      case Op::reduce:
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call:
+      case Op::all_reduce:
+      case Op::all_gather:
+      case Op::reduce_scatter:
+      case Op::all_to_all:
+      case Op::collective_permute:
+      case Op::collective_group:
+      case Op::async_start:
+      case Op::async_done:
+      case Op::call: break;
     }
 }
 

@@ -14,7 +14,6 @@ namespace thunky::cuda {
 // capturable (it may allocate or synchronise inside).
 std::string capture_obstacle(const Block& b, bool in_body) {
   for (const auto& c : b) {
-    const Command::Rare& x = c.rare();
     if (c.op == Op::custom_call)
       return "the " + std::string(op_name(c.op)) + " at " + c.id() + " is a cuSOLVER call, which cuSOLVER does not document as capturable";
     if (in_body) {
@@ -25,10 +24,11 @@ std::string capture_obstacle(const Block& b, bool in_body) {
     }
     // Every block of a cond, switch or while is a conditional body.
     const bool body = in_body || c.op == Op::cond || c.op == Op::switch_ || c.op == Op::while_;
-    for (const Block* sub : {&c.body, &x.then_, &x.else_, &x.cond})
-      if (auto why = capture_obstacle(*sub, body); !why.empty()) return why;
-    for (const auto& br : x.branches)
-      if (auto why = capture_obstacle(br, body); !why.empty()) return why;
+    std::string why;
+    for_each_sub_block(c, [&](const Block& sub) {
+      if (why.empty()) why = capture_obstacle(sub, body);
+    });
+    if (!why.empty()) return why;
   }
   return "";
 }

@@ -59,7 +59,18 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
       break;
     }
     case Op::custom_call: cholesky(s, c, ss); break;
-    default: break;
+    case Op::all_reduce:  // not a compute command: issued by issue_block
+    case Op::all_gather:
+    case Op::reduce_scatter:
+    case Op::all_to_all:
+    case Op::collective_permute:
+    case Op::collective_group:
+    case Op::async_start:
+    case Op::async_done:
+    case Op::cond:
+    case Op::switch_:
+    case Op::while_:
+    case Op::call: break;
   }
 }
 

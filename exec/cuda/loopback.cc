@@ -142,7 +142,22 @@ class Loopback final : public RendezvousCommunicator {
         if (c.dst_count) launch(kernels_.get(combine_kernel(c.dtype, c.reduction)), c.dst_count, combine_params(c.dst, c.dst_count, offset, srcs), s, sms_);
         break;
       }
-      default: break;
+      case Op::memzero:  // not a collective: never called so
+      case Op::memset:
+      case Op::copy:
+      case Op::gemm:
+      case Op::map:
+      case Op::reduce:
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call:
+      case Op::collective_group:
+      case Op::async_start:
+      case Op::async_done:
+      case Op::cond:
+      case Op::switch_:
+      case Op::while_:
+      case Op::call: break;
     }
   }
 
@@ -432,7 +447,22 @@ class Nccl final : public NcclTransport {
         else if (bytes) THUNKY_CUDA_CHECK(cudaMemsetAsync(c.dst, 0, bytes, s));
         break;
       }
-      default: break;
+      case Op::memzero:  // not a collective: never called so
+      case Op::memset:
+      case Op::copy:
+      case Op::gemm:
+      case Op::map:
+      case Op::reduce:
+      case Op::kernel:
+      case Op::ptx_kernel:
+      case Op::custom_call:
+      case Op::collective_group:
+      case Op::async_start:
+      case Op::async_done:
+      case Op::cond:
+      case Op::switch_:
+      case Op::while_:
+      case Op::call: break;
     }
     return k;
   }
