@@ -33,10 +33,14 @@ def simulate_overhead():
     """simulate()'s time beyond thunky-sim's own on a 3-command schedule."""
     import os
     import subprocess
-    import sys
     import tempfile
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-    from init_and_copy import init_and_copy  # the guide's hello world
+
+    @thunky.jit
+    def init_and_copy(src_ref, dst_ref):  # the guide's hello world
+        thunky.memzero(dst_ref)
+        thunky.copy(src_ref.at[:4], dst_ref.at[:4])
+        thunky.memset(dst_ref.at[4:], np.float32(1.0))
+
     args = (np.arange(8, dtype=np.float32), thunky.new_ref(np.zeros(8, np.float32)))
     with tempfile.TemporaryDirectory() as d:
         sched = init_and_copy.trace(*args).save(d)
