@@ -23,7 +23,7 @@ std::string collective_signature(const Program& p, const Command& c, const View&
   s += view(dst);
   if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) {
     s += ' ';
-    s += c.rare().reduction;
+    s += reduction_name(c.rare().reduction);
   }
   if (c.op == Op::collective_permute) {
     auto pairs = permute_pairs(c, n);

@@ -5,6 +5,7 @@
 #include "core/recent_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <unordered_map>
 
@@ -255,11 +256,12 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
       c.set_rare().groups = std::move(groups);
     }
   };
-  auto reduction = [&] {
-    std::string r = o.str_or("reduction", "sum");
-    if (r != "sum" && r != "prod" && r != "min" && r != "max")
-      fail(o.at("reduction"), "unknown reduction '" + r + "' (expected sum, prod, min or max)");
-    if (r != "sum") c.set_rare().reduction = std::move(r);
+  // A reduction by name; `key` is "reduction" (collectives) or "fn" (reduce).
+  auto reduction = [&](const char* key, bool required) {
+    const std::string name = required ? o.str(key) : o.str_or(key, "sum");
+    const auto r = parse_reduction(name);
+    if (!r) fail(o.at(key), "unknown reduction '" + name + "' (expected sum, prod, min or max)");
+    if (*r != Reduction::sum) c.set_rare().reduction = *r;
   };
   auto map_body = [&](Obj& mo, Command& m) {
     m.out = ref_of(mo.need("out"), mo.ptr(), "out");
@@ -304,11 +306,8 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     c.op = Op::reduce;
     c.out = ref("out");
     c.src = ref("in");
-    Command::Rare& x = c.set_rare();
-    x.fn = o.str("fn");
-    if (x.fn != "sum" && x.fn != "max" && x.fn != "min" && x.fn != "prod")
-      fail(o.at("fn"), "unknown reduction '" + x.fn + "' (expected sum, max, min or prod)");
-    x.axes_i = int_list(o.need("axes"), o.at("axes"));
+    reduction("fn", true);
+    c.set_rare().axes_i = int_list(o.need("axes"), o.at("axes"));
   } else if (op == "kernel") {
     c.op = Op::kernel;
     c.refs = ref_list("reads", false);
@@ -366,14 +365,14 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   } else if (op == "all_reduce") {
     c.op = Op::all_reduce;
     collective_common();
-    reduction();
+    reduction("reduction", false);
   } else if (op == "all_gather") {
     c.op = Op::all_gather;
     collective_common();
   } else if (op == "reduce_scatter") {
     c.op = Op::reduce_scatter;
     collective_common();
-    reduction();
+    reduction("reduction", false);
   } else if (op == "all_to_all") {
     c.op = Op::all_to_all;
     collective_common();
@@ -472,6 +471,42 @@ std::string_view op_name(Op op) {
       "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_group",
       "async_start", "async_done", "cond", "switch", "while", "call"};
   return names[static_cast<size_t>(op)];
+}
+
+std::string_view reduction_name(Reduction r) {
+  switch (r) {
+    case Reduction::sum: return "sum";
+    case Reduction::prod: return "prod";
+    case Reduction::min: return "min";
+    case Reduction::max: return "max";
+  }
+  return "";
+}
+
+std::optional<Reduction> parse_reduction(std::string_view name) {
+  for (Reduction r : {Reduction::sum, Reduction::prod, Reduction::min, Reduction::max})
+    if (reduction_name(r) == name) return r;
+  return std::nullopt;
+}
+
+double reduction_identity(Reduction r) {
+  switch (r) {
+    case Reduction::sum: return 0.0;
+    case Reduction::prod: return 1.0;
+    case Reduction::min: return INFINITY;
+    case Reduction::max: return -INFINITY;
+  }
+  return 0.0;
+}
+
+double reduce_values(Reduction r, double a, double b) {
+  switch (r) {
+    case Reduction::sum: return a + b;
+    case Reduction::prod: return a * b;
+    case Reduction::min: return std::fmin(a, b);
+    case Reduction::max: return std::fmax(a, b);
+  }
+  return a;
 }
 
 namespace {
@@ -643,7 +678,7 @@ json to_json(const Command& c) {
       break;
     case Op::map: j = map_fields(c, j); break;
     case Op::reduce:
-      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = x.fn; j["axes"] = x.axes_i;
+      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = reduction_name(x.reduction); j["axes"] = x.axes_i;
       break;
     case Op::kernel: j["reads"] = refs_json(c.refs); j["writes"] = refs_json(c.refs2); break;
     case Op::ptx_kernel:
@@ -659,7 +694,7 @@ json to_json(const Command& c) {
       j["target"] = x.custom->target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
       j["backend_config"] = x.custom->backend_config;
       break;
-    case Op::all_reduce: case Op::reduce_scatter: collective(); j["reduction"] = x.reduction; break;
+    case Op::all_reduce: case Op::reduce_scatter: collective(); j["reduction"] = reduction_name(x.reduction); break;
     case Op::all_gather: case Op::all_to_all: collective(); break;
     case Op::collective_permute:
       collective();

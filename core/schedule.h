@@ -17,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/expr.h"
+#include "core/reduction.h"
 #include "core/ref.h"
 #include "core/status.h"
 #include "core/text_arena.h"
@@ -235,9 +236,9 @@ struct Command::Rare {
   std::optional<std::vector<std::vector<int64_t>>> groups;
   std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
   std::string name;
-  std::string reduction = "sum";  // all_reduce, reduce_scatter
+  Reduction reduction = Reduction::sum;  // reduce ("fn"), all_reduce, reduce_scatter
   double value = 0;               // memset
-  std::string fn;                 // reduce fn, call fn
+  std::string fn;                 // call: the function called
   std::vector<int64_t> axes_i;    // reduce axes
   std::vector<bool> written;      // ptx_kernel
   std::shared_ptr<Command> cpu;   // ptx_kernel fallback, a map

@@ -13,16 +13,9 @@ namespace thunky {
 
 namespace {
 
-double reduce_op(const std::string& r, double a, double b) {
-  if (r == "sum") return a + b;
-  if (r == "prod") return a * b;
-  if (r == "min") return std::fmin(a, b);
-  return std::fmax(a, b);
-}
-
 void reduce_into(const CollectiveCall& c, const std::vector<const uint8_t*>& src, int64_t offset, int64_t count, uint8_t* dst) {
   const size_t es = dtype_size(c.dtype);
-  if (c.dtype == DType::f32 && c.reduction == "sum") {
+  if (c.dtype == DType::f32 && c.reduction == Reduction::sum) {
     auto* out = reinterpret_cast<float*>(dst);
     for (int64_t i = 0; i < count; ++i) {
       double acc = 0;
@@ -37,7 +30,7 @@ void reduce_into(const CollectiveCall& c, const std::vector<const uint8_t*>& src
   }
   for (int64_t i = 0; i < count; ++i) {
     double acc = load_as_double(src[0], c.dtype, offset + i);
-    for (size_t p = 1; p < src.size(); ++p) acc = reduce_op(c.reduction, acc, load_as_double(src[p], c.dtype, offset + i));
+    for (size_t p = 1; p < src.size(); ++p) acc = reduce_values(c.reduction, acc, load_as_double(src[p], c.dtype, offset + i));
     store_from_double(dst, c.dtype, i, acc);
   }
 }

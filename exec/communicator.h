@@ -23,7 +23,7 @@ namespace thunky {
 // One collective as issued by one rank.
 struct CollectiveCall {
   Op op = Op::all_reduce;
-  std::string reduction = "sum";
+  Reduction reduction = Reduction::sum;
   DType dtype = DType::f32;
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;

@@ -50,7 +50,7 @@ TEST(CollectiveSemantics, MaxOverS32) {
   std::vector<int32_t> out(2);
   CollectiveCall c = call(Op::all_reduce, 2, 2, 0, 2);
   c.dtype = DType::s32;
-  c.reduction = "max";
+  c.reduction = Reduction::max;
   collective_result(c, s, reinterpret_cast<uint8_t*>(out.data()));
   EXPECT_EQ(out, (std::vector<int32_t>{5, 9}));
 }

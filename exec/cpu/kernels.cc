@@ -304,13 +304,12 @@ void map(const Expr& expr, const std::vector<MapInput>& inputs, const std::vecto
   }
 }
 
-void reduce(const Tensor& in, const std::vector<int64_t>& axes_in, const std::string& fn, const Tensor& out) {
+void reduce(const Tensor& in, const std::vector<int64_t>& axes_in, Reduction fn, const Tensor& out) {
   const size_t r = in.shape.size();
   std::vector<bool> reduced(r, false);
   for (auto a : axes_in) reduced[a < 0 ? a + static_cast<int64_t>(r) : a] = true;
   const int64_t on = out.count();
-  double init = fn == "sum" ? 0.0 : fn == "prod" ? 1.0 : fn == "max" ? -INFINITY : INFINITY;
-  std::vector<double> acc(static_cast<size_t>(on), init);
+  std::vector<double> acc(static_cast<size_t>(on), reduction_identity(fn));
   std::vector<int64_t> idx(r, 0);
   const int64_t n = in.count();
   for (int64_t i = 0; i < n; ++i) {
@@ -318,11 +317,7 @@ void reduce(const Tensor& in, const std::vector<int64_t>& axes_in, const std::st
     for (size_t d = 0; d < r; ++d)
       if (!reduced[d]) o = o * in.shape[d] + idx[d];
     double v = load_as_double(in.data, in.dtype, i);
-    double& a = acc[o];
-    if (fn == "sum") a += v;
-    else if (fn == "prod") a *= v;
-    else if (fn == "max") a = std::fmax(a, v);
-    else a = std::fmin(a, v);
+    acc[o] = reduce_values(fn, acc[o], v);
     for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
       if (++idx[d] < in.shape[d]) break;
       idx[d] = 0;

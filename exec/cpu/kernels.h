@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/reduction.h"
 #include "core/expr.h"
 
 namespace thunky::cpu {
@@ -39,7 +40,7 @@ struct MapInput {
 void map(const Expr& expr, const std::vector<MapInput>& inputs,
          const std::vector<std::pair<std::string, int64_t>>& axis_values, const Tensor& out);
 
-void reduce(const Tensor& in, const std::vector<int64_t>& axes, const std::string& fn, const Tensor& out);
+void reduce(const Tensor& in, const std::vector<int64_t>& axes, Reduction fn, const Tensor& out);
 
 // Cholesky of each matrix of `a` (row-major, symmetric), written to
 // `result`. lower is cuSOLVER's column-major flag: lower=false writes the

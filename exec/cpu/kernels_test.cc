@@ -69,9 +69,9 @@ TEST(Map, PythonSemanticsPerType) {
 
 TEST(Reduce, OverListedAxes) {
   std::vector<float> in{1, 2, 3, 4, 5, 6}, out2(2), out3(3);
-  reduce(t(in, {2, 3}), {1}, "sum", t(out2, {2}));
+  reduce(t(in, {2, 3}), {1}, Reduction::sum, t(out2, {2}));
   EXPECT_EQ(out2, (std::vector<float>{6, 15}));
-  reduce(t(in, {2, 3}), {0}, "max", t(out3, {3}));
+  reduce(t(in, {2, 3}), {0}, Reduction::max, t(out3, {3}));
   EXPECT_EQ(out3, (std::vector<float>{4, 5, 6}));
 }
 

@@ -201,8 +201,8 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
         if (!shared_) member_sets_.insert(part.ranks);
         if (!shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter)) {
           DType t = p.buffers[c.src->buffer].dtype;
-          if (t == DType::s16 || (t == DType::boolean && (x.reduction == "sum" || x.reduction == "prod")))
-            errors.push_back({ErrorKind::input, p.file, c.pointer, "NCCL cannot reduce " + std::string(dtype_name(t)) + " with " + x.reduction + " exactly as thunky defines it; pass --devices 0 to run on one GPU"});
+          if (t == DType::s16 || (t == DType::boolean && (x.reduction == Reduction::sum || x.reduction == Reduction::prod)))
+            errors.push_back({ErrorKind::input, p.file, c.pointer, "NCCL cannot reduce " + std::string(dtype_name(t)) + " with " + std::string(reduction_name(x.reduction)) + " exactly as thunky defines it; pass --devices 0 to run on one GPU"});
         }
       }
     }
@@ -229,7 +229,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
     if (c.op == Op::map) s.kernels[&c] = kernels_->get(map_source(s, c));
     if (c.op == Op::reduce) {
       const View in = resolve(*p_, *c.src, s.ctx), out = resolve(*p_, *c.out, s.ctx);
-      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.fn));
+      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduction));
     }
     if (c.op == Op::ptx_kernel) {
       cudaKernel_t k = s.kernels[&c] = kernels_->get_ptx(ptx_.at(&c), x.launch->kernel_name);

@@ -11,6 +11,27 @@ namespace thunky::cuda {
 
 namespace {
 
+// A reduction's start and step in the generated CUDA (acc, the running
+// value; v, the next one).
+std::string reduction_init(Reduction r) {
+  switch (r) {
+    case Reduction::sum: return "0.0";
+    case Reduction::prod: return "1.0";
+    case Reduction::min: return "THUNKY_INF";
+    case Reduction::max: return "(-THUNKY_INF)";
+  }
+  return "0.0";
+}
+std::string reduction_step(Reduction r) {
+  switch (r) {
+    case Reduction::sum: return "acc + v";
+    case Reduction::prod: return "acc * v";
+    case Reduction::min: return "fmin(acc, v)";
+    case Reduction::max: return "fmax(acc, v)";
+  }
+  return "acc";
+}
+
 // Loads and stores of every dtype, ported line by line from core/dtype.cc
 // (the narrow floats decode and encode the same way; integers wrap as a
 // C cast of an in-range value; NaN stores 0; bool is nonzero-and-not-NaN).
@@ -296,9 +317,8 @@ std::vector<uint8_t> map_params(const std::vector<const void*>& inputs, void* ou
   return b;
 }
 
-KernelSource reduce_kernel(DType in, DType out, const std::string& fn) {
-  std::string init = fn == "sum" ? "0.0" : fn == "prod" ? "1.0" : fn == "max" ? "(-THUNKY_INF)" : "THUNKY_INF";
-  std::string step = fn == "sum" ? "acc + v" : fn == "prod" ? "acc * v" : fn == "max" ? "fmax(acc, v)" : "fmin(acc, v)";
+KernelSource reduce_kernel(DType in, DType out, Reduction fn) {
+  const std::string init = reduction_init(fn), step = reduction_step(fn);
   std::ostringstream s;
   s << kPrelude << "struct Params {\n  const u8_t* in;\n  u8_t* out;\n  i64_t out_count;\n  i64_t rank;\n  i64_t shape[8];\n  i64_t reduced[8];\n};\n"
     << "extern \"C\" __global__ void thunky_reduce(Params p) {\n"
@@ -336,8 +356,8 @@ std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count,
   return b;
 }
 
-KernelSource combine_kernel(DType t, const std::string& reduction) {
-  std::string step = reduction == "sum" ? "acc + v" : reduction == "prod" ? "acc * v" : reduction == "min" ? "fmin(acc, v)" : "fmax(acc, v)";
+KernelSource combine_kernel(DType t, Reduction reduction) {
+  const std::string step = reduction_step(reduction);
   const std::string n = tname(t);
   std::ostringstream s;
   s << kPrelude << "struct Params {\n  u8_t* out;\n  i64_t count;\n  i64_t offset;\n  i64_t k;\n  const u8_t* src[" << kMaxCombine << "];\n};\n"

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/reduction.h"
 #include "core/expr.h"
 
 namespace thunky::cuda {
@@ -48,7 +49,7 @@ std::vector<uint8_t> map_params(const std::vector<const void*>& inputs, void* ou
 // input's row-major order (as the cpu backend). fn: sum, prod, max, min.
 // Parameters: in, out, out_count, rank, shape[8], reduced[8].
 constexpr int kMaxRank = 8;
-KernelSource reduce_kernel(DType in, DType out, const std::string& fn);
+KernelSource reduce_kernel(DType in, DType out, Reduction fn);
 std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count, const std::vector<int64_t>& shape,
                                    const std::vector<bool>& reduced);
 
@@ -57,7 +58,7 @@ std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count,
 // folded left from src_0 in double, as the cpu backend's communicator.
 // Parameters: out, count, offset, k, src[kMaxCombine].
 constexpr int kMaxCombine = 256;
-KernelSource combine_kernel(DType t, const std::string& reduction);
+KernelSource combine_kernel(DType t, Reduction reduction);
 std::vector<uint8_t> combine_params(void* out, int64_t count, int64_t offset, const std::vector<const void*>& srcs);
 
 // The support module:

@@ -286,8 +286,8 @@ TEST(GeneratedKernels, ReductionsOfEveryDtypeMatchTheCpuBackend) {
   for (DType t : kAllDtypes) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     std::vector<KernelSource> kernels;
-    for (const auto& fn : fns) kernels.push_back(reduce_kernel(t, t, fn));
-    for (const auto& fn : fns) kernels.push_back(combine_kernel(t, fn));
+    for (const auto& fn : fns) kernels.push_back(reduce_kernel(t, t, *parse_reduction(fn)));
+    for (const auto& fn : fns) kernels.push_back(combine_kernel(t, *parse_reduction(fn)));
     HostKernelBatch batch(kernels);
     auto in = typed(t, v);
     const cpu::Tensor tensor3{in.data(), t, {3, 4, 5}};
@@ -295,7 +295,7 @@ TEST(GeneratedKernels, ReductionsOfEveryDtypeMatchTheCpuBackend) {
       for (const auto& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
         const int64_t out_n = axes.size() == 1 ? 15 : 4;
         std::vector<uint8_t> want(static_cast<size_t>(out_n) * dtype_size(t)), got(want.size());
-        cpu::reduce(tensor3, axes, fns[f], cpu::Tensor{want.data(), t, {out_n}});
+        cpu::reduce(tensor3, axes, *parse_reduction(fns[f]), cpu::Tensor{want.data(), t, {out_n}});
         std::vector<bool> reduced(3, false);
         for (auto a : axes) reduced[static_cast<size_t>(a)] = true;
         batch.call<(4 + 16) * 8>(f, reduce_params(in.data(), got.data(), out_n, {3, 4, 5}, reduced));
@@ -331,8 +331,8 @@ TEST(GeneratedKernels, ReduceAccumulatesInTheCpuBackendsOrder) {
       SCOPED_TRACE(fn + " over " + std::to_string(axes.size()) + " axes");
       const int64_t out_n = axes.size() == 1 ? 15 : 4;
       std::vector<uint8_t> want(out_n * 4), got(out_n * 4);
-      cpu::reduce(t, axes, fn, cpu::Tensor{want.data(), DType::f32, {out_n}});
-      HostKernel k(reduce_kernel(DType::f32, DType::f32, fn));
+      cpu::reduce(t, axes, *parse_reduction(fn), cpu::Tensor{want.data(), DType::f32, {out_n}});
+      HostKernel k(reduce_kernel(DType::f32, DType::f32, *parse_reduction(fn)));
       std::vector<bool> reduced(3, false);
       for (auto a : axes) reduced[static_cast<size_t>(a)] = true;
       k.call<(4 + 16) * 8>(reduce_params(in.data(), got.data(), out_n, {3, 4, 5}, reduced));
@@ -351,7 +351,7 @@ TEST(GeneratedKernels, CollectiveReductionFoldsLeftLikeTheCpuCommunicator) {
   }
   for (const std::string red : {"sum", "prod", "max"}) {
     std::vector<uint8_t> got(4 * 2);
-    HostKernel k(combine_kernel(DType::f16, red));
+    HostKernel k(combine_kernel(DType::f16, *parse_reduction(red)));
     k.call<(4 + kMaxCombine) * 8>(combine_params(got.data(), 4, 2, {src[0].data(), src[1].data(), src[2].data()}));
     for (int i = 0; i < 4; ++i) {
       // The cpu communicator: acc = src0, then acc = r(acc, src_p) in double, stored once.

@@ -224,10 +224,13 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
-ncclRedOp_t nccl_op(const std::string& r) {
-  if (r == "prod") return ncclProd;
-  if (r == "max") return ncclMax;
-  if (r == "min") return ncclMin;
+ncclRedOp_t nccl_op(Reduction r) {
+  switch (r) {
+    case Reduction::sum: return ncclSum;
+    case Reduction::prod: return ncclProd;
+    case Reduction::min: return ncclMin;
+    case Reduction::max: return ncclMax;
+  }
   return ncclSum;
 }
 

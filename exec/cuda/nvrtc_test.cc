@@ -67,8 +67,8 @@ TEST(Nvrtc, EveryDtypeLoadsAndStores) {
 
 TEST(Nvrtc, ReductionsAndSupportKernelsCompile) {
   for (const std::string fn : {"sum", "prod", "max", "min"}) {
-    expect_compiles(reduce_kernel(DType::bf16, DType::f32, fn));
-    expect_compiles(combine_kernel(DType::f16, fn));
+    expect_compiles(reduce_kernel(DType::bf16, DType::f32, *parse_reduction(fn)));
+    expect_compiles(combine_kernel(DType::f16, *parse_reduction(fn)));
   }
   const KernelSource support = support_kernels();
   for (const char* entry : {"thunky_fill", "thunky_touch", "thunky_spin", "thunky_set_if", "thunky_set_switch", "thunky_set_while"}) expect_compiles(support, entry);

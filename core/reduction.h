@@ -1,0 +1,21 @@
+// How a reduce or a reducing collective (all_reduce, reduce_scatter)
+// combines values. Switches over it name every kind, so a new reduction
+// does not compile until each consumer handles it.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace thunky {
+
+enum class Reduction { sum, prod, min, max };
+
+std::string_view reduction_name(Reduction r);
+// The reduction named `name`, or none.
+std::optional<Reduction> parse_reduction(std::string_view name);
+// The value a reduction starts from: its identity (inf and -inf for min and max).
+double reduction_identity(Reduction r);
+// a combined with b, in double.
+double reduce_values(Reduction r, double a, double b);
+
+}  // namespace thunky
