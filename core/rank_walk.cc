@@ -182,56 +182,26 @@ class RankWalker {
   void command(const Command& c, int slot, Namespace& ns, int branch) {
     commands.push_back(&c);
     command_token.push_back(cur_token_);
-    auto R = [&](const Ref& r) { return resolve(*p_, r, ctx_); };
-    auto leaf = [&](std::initializer_list<Use> acc) {
-      uint32_t seq = hb_.tick(slot);
-      for (const auto& u : acc) add_access(c, slot, seq, branch, u);
-    };
     auto scalar = [&](const Ref& r, DType want, const char* what) { return scalar_view(*p_, r, ctx_, want, what); };
     switch (c.op) {
       case Op::memzero:
-      case Op::memset: leaf({{&*c.dst, need_writable(*c.dst), true}}); break;
-      case Op::copy: {
-        View s = R(*c.src), d = need_writable(*c.dst);
-        check_copy(*p_, c, s, d);
-        leaf({{&*c.src, s, false}, {&*c.dst, d, true}});
-        break;
-      }
-      case Op::gemm: {
-        View a = R(*c.a), b = R(*c.b), cv = need_writable(*c.c);
-        check_gemm(*p_, c, a, b, cv);
-        if (c.beta != 0) leaf({{&*c.a, a, false}, {&*c.b, b, false}, {&*c.c, cv, false}, {&*c.c, cv, true}});
-        else leaf({{&*c.a, a, false}, {&*c.b, b, false}, {&*c.c, cv, true}});
-        break;
-      }
-      case Op::map: map_command(c, c, slot, branch); break;
-      case Op::reduce: {
-        View in = R(*c.src), out = need_writable(*c.out);
-        check_reduce(*p_, c, in, out);
-        leaf({{&*c.src, in, false}, {&*c.out, out, true}});
-        break;
-      }
+      case Op::memset:
+      case Op::copy:
+      case Op::gemm:
+      case Op::map:
+      case Op::reduce:
       case Op::kernel:
       case Op::ptx_kernel:
-      case Op::custom_call: {
-        uint32_t seq = hb_.tick(slot);
-        if (c.op == Op::ptx_kernel && c.rare().cpu) check_map(*p_, *c.rare().cpu, ctx_, structural_);
-        if (c.op == Op::custom_call) check_custom_call(*p_, c, ctx_);
-        std::vector<Use> acc;
-        for_each_use(c, [&](RefUse u) { acc.push_back({u.ref, u.write ? need_writable(*u.ref) : R(*u.ref), u.write}); });
-        for (const auto& u : acc) add_access(c, slot, seq, branch, u);
-        break;
-      }
+      case Op::custom_call: compute(c, slot, branch); break;
       case Op::all_reduce:
       case Op::all_gather:
       case Op::reduce_scatter:
       case Op::all_to_all:
-      case Op::collective_permute: {
-        View s = R(*c.src), d = need_writable(*c.dst);
-        collective(c, s, d);
-        leaf({{&*c.src, s, false}, {&*c.dst, d, true}});
+      case Op::collective_permute:
+        resolve_uses(c);
+        collective(c, view_of(c.src), view_of(c.dst));
+        add_uses(c, slot, branch);
         break;
-      }
       case Op::collective_group: {
         check_collective_group(c);
         // One launch: every member is issued at once on this stream.
@@ -239,10 +209,9 @@ class RankWalker {
         for (const auto& m : c.body) {
           commands.push_back(&m);
           command_token.push_back(cur_token_);
-          View s = R(*m.src), d = need_writable(*m.dst);
-          collective(m, s, d);
-          add_access(m, slot, seq, branch, {&*m.src, s, false});
-          add_access(m, slot, seq, branch, {&*m.dst, d, true});
+          resolve_uses(m);
+          collective(m, view_of(m.src), view_of(m.dst));
+          for (const auto& u : uses_) add_access(m, slot, seq, branch, u);
         }
         break;
       }
@@ -284,7 +253,7 @@ class RankWalker {
       case Op::switch_: {
         const Ref& r = c.op == Op::cond ? *c.pred : *c.index;
         View v = c.op == Op::cond ? scalar(r, DType::boolean, "pred") : scalar(r, DType::s32, "index");
-        leaf({{&r, v, false}});
+        add_read(c, r, std::move(v), slot, branch);
         const int id = cond_ids_++;
         const Clock entry = hb_.clock(slot);
         Clock exit = entry;
@@ -320,7 +289,7 @@ class RankWalker {
         View v = scalar(*c.cond_buf, DType::boolean, "cond_buf");
         ns_stack_.push_back(&ns);
         region(c.rare().cond, c.id() + "/cond", slot, branch);
-        leaf({{&*c.cond_buf, v, false}});
+        add_read(c, *c.cond_buf, std::move(v), slot, branch);
         region(c.body, c.id() + "/body", slot, branch);
         ns_stack_.pop_back();
         break;
@@ -338,12 +307,43 @@ class RankWalker {
     for (size_t i = 0; i < std::max(cur.size(), n.size()); ++i) hb_.set_component(slot, static_cast<int>(i), i < n.size() ? n[i] : 0);
   }
 
-  void map_command(const Command& c, const Command& m, int slot, int branch) {
-    check_map(*p_, m, ctx_, structural_);
-    uint32_t seq = hb_.tick(slot);
-    for (const auto& [k, r] : m.in) add_access(c, slot, seq, branch, {&r, resolve(*p_, r, ctx_), false});
-    add_access(c, slot, seq, branch, {&*m.out, resolve(*p_, *m.out, ctx_), true});
+  // A compute command: its op's rules, then its accesses (for_each_use),
+  // all at one tick of its stream's clock.
+  void compute(const Command& c, int slot, int branch) {
+    // Rules that resolve views of their own come first, as their messages
+    // are the more precise.
+    if (c.op == Op::map) check_map(*p_, c, ctx_, structural_);
+    if (c.op == Op::ptx_kernel && c.rare().cpu) check_map(*p_, *c.rare().cpu, ctx_, structural_);
+    if (c.op == Op::custom_call) check_custom_call(*p_, c, ctx_);
+    resolve_uses(c);
+    if (c.op == Op::copy) check_copy(*p_, c, view_of(c.src), view_of(c.dst));
+    if (c.op == Op::gemm) check_gemm(*p_, c, view_of(c.a), view_of(c.b), view_of(c.c));
+    if (c.op == Op::reduce) check_reduce(*p_, c, view_of(c.src), view_of(c.out));
+    add_uses(c, slot, branch);
   }
+
+  // The views of the command's own refs on this rank, as for_each_use lists
+  // them: a written one through writable_view, which refuses an input.
+  void resolve_uses(const Command& c) {
+    uses_.clear();
+    for_each_use(c, [&](RefUse u) { uses_.push_back({u.ref, u.write ? need_writable(*u.ref) : resolve(*p_, *u.ref, ctx_), u.write}); });
+  }
+  // The view resolve_uses gave the ref `r` (one of the command's own).
+  const View& view_of(const OptRef& r) const {
+    const auto it = std::find_if(uses_.begin(), uses_.end(), [&](const Use& u) { return u.ref == &*r; });
+    return it->view;
+  }
+  void add_uses(const Command& c, int slot, int branch) {
+    const uint32_t seq = hb_.tick(slot);
+    for (const auto& u : uses_) add_access(c, slot, seq, branch, u);
+  }
+  // Control flow's one read, of its predicate, index or cond_buf.
+  void add_read(const Command& c, const Ref& r, View v, int slot, int branch) {
+    uses_.clear();
+    uses_.push_back({&r, std::move(v), false});
+    add_uses(c, slot, branch);
+  }
+  std::vector<Use> uses_;  // the current command's, kept to spare allocations
 
   const Program* p_;
   RankCtx ctx_;
