@@ -99,6 +99,9 @@ elif missing=$(for b in "$bin"/*; do ldd "$b" | grep 'not found'; done | sort -u
   how="carried binaries miss libraries:$missing"
 elif ! timeout 20 "$bin/thunky-exec" examples/init_and_copy.json > "$work/start.txt" 2>&1; then
   how="a carried binary does not start: $(head -c 300 "$work/start.txt")"
+elif ! timeout 20 "$bin/thunky-exec-cuda" --help > "$work/start.txt" 2>&1; then
+  # thunky-exec hands every --backend cuda run to thunky-exec-cuda beside it.
+  how="thunky-exec-cuda is missing or does not start: $(head -c 300 "$work/start.txt")"
 fi
 if [ -z "$how" ]; then
   say "- binaries: carried in .gpu-pack ($(sed -n 's/^built //p' .gpu-pack/MANIFEST)), $(($(date +%s) - step_start)) s"
@@ -118,7 +121,7 @@ else
     export LD_LIBRARY_PATH=$deps/lib/$arch:$LD_LIBRARY_PATH
   fi
   command -v ninja > /dev/null && cmake_args+=(-G Ninja)
-  targets=(thunky-exec thunky-sim thunky-compare thunky-calibrate cuda_gpu_test nvrtc_test exec_test overlap_bench)
+  targets=(thunky-exec thunky-exec-cuda thunky-sim thunky-compare thunky-calibrate cuda_gpu_test nvrtc_test exec_test overlap_bench)
   if timeout "$(limit 200)" cmake -S . -B build-gpu "${cmake_args[@]}" >> "$log" 2>&1 &&
      timeout "$(limit 200)" cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" >> "$log" 2>&1; then
     mkdir -p "$work/bin"

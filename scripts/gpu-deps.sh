@@ -18,7 +18,7 @@ source scripts/gpu-common.sh
 bash scripts/setup.sh
 out=.gpu-pack
 build=${THUNKY_PACK_BUILD:-build}
-targets=(thunky-exec thunky-sim thunky-compare thunky-calibrate cuda_gpu_test nvrtc_test exec_test overlap_bench)
+targets=(thunky-exec thunky-exec-cuda thunky-sim thunky-compare thunky-calibrate cuda_gpu_test nvrtc_test exec_test overlap_bench)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTHUNKY_CUDA=ON > /dev/null
 cmake --build "$build" -j2 --target "${targets[@]}"
 rm -rf "$out"

@@ -48,9 +48,17 @@ TEST(GemmByShape, SmallAndSkinnyProblemsRunBelowPeak) {
 }
 
 TEST(GemmByShape, ModelsWithoutSmCountKeepTheEfficiencyFormula) {
-  // tpu-v5e gives no sm_count: flops / (peak x gemm_efficiency).
+  // tpu-v5e gives no sm_count, so no tiles and no waves: a GEMM costs
+  // max(flops / (peak x gemm_efficiency), bytes / HBM) + launch, with
+  // 197 TFLOP/s bf16, efficiency 1, 819 GB/s and no launch overhead.
   const Machine m = load_machine("tpu-v5e", std::string(THUNKY_SOURCE_DIR) + "/models").value();
-  EXPECT_EQ(m.sm_count, 0);
+  ASSERT_EQ(m.sm_count, 0);
+  // 1000^3, a size no GPU tile divides: exactly 2e9 flops / 1.97e14 = 10.15 us
+  // (its 6 MB move in 7.3 us).
+  EXPECT_NEAR(gemm_seconds("tpu-v5e", 1000, 1000, 1000), 2e9 / 1.97e14, 1e-12);
+  // 8 x 8192 x 8192: 1.07e9 flops take 5.4 us, but B alone is 128 MiB:
+  // (8 x 8192 + 8192 x 8192 + 8 x 8192) x 2 bytes / 8.19e11 = 164 us.
+  EXPECT_NEAR(gemm_seconds("tpu-v5e", 8, 8192, 8192), (8.0 * 8192 + 8192.0 * 8192 + 8.0 * 8192) * 2 / 8.19e11, 1e-12);
 }
 
 }  // namespace

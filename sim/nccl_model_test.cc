@@ -46,6 +46,8 @@ Errors errors(const AxisLinks& a, const std::vector<NcclTestRow>& rows, double l
     e.max = std::max(e.max, err);
     ++e.n;
   }
+  // A range that holds no row would pass every bound: it is a mistake in the test.
+  EXPECT_GT(e.n, 0) << title << ": no row of the table has a size in [" << lo << ", " << hi << "]";
   e.mean /= std::max(1, e.n);
   std::printf("mean |error| %.1f%%, max %.1f%% over %d sizes\n", 100 * e.mean, 100 * e.max, e.n);
   return e;

@@ -1,5 +1,9 @@
 // thunky-exec SCHED: runs a schedule for real and measures every command.
 #include "tools/cli.h"
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -12,6 +16,25 @@
 #include "traces/svg.h"
 
 namespace {
+
+// thunky-exec itself has no cuda backend, so that it loads no CUDA library
+// and starts in milliseconds; a cuda run is handed, with the same
+// arguments, to thunky-exec-cuda beside it (the same program with the
+// backend linked). Returns only where there is none to hand it to.
+void hand_cuda_run_over(char** argv) {
+#ifndef THUNKY_EXEC_HAS_CUDA
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return;
+  const std::string cuda = (self.parent_path() / "thunky-exec-cuda").string();
+  if (::access(cuda.c_str(), X_OK) != 0) return;
+  ::execv(cuda.c_str(), argv);
+  std::cerr << "thunky-exec: cannot start " << cuda << ": " << std::strerror(errno) << "\n";
+#else
+  (void)argv;
+#endif
+}
 
 struct Options {
   std::string schedule;
@@ -114,6 +137,7 @@ int run_main(int argc, char** argv) {
                  "cpu: the cores compute commands run on, one each, first come first served (default: this process's, from its affinity mask and cgroup quota)")
       ->check(CLI::Range(1, 1024));
   if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
+  if (o.backend == "cuda") hand_cuda_run_over(argv);
   auto prog = thunky::load_schedule_file(o.schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
   if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, inputs_of(*prog))) return *code;

@@ -147,19 +147,24 @@ void summarize(Report& r) {
   by_end.reserve(best->ops.size());
   for (const auto& op : best->ops) by_end.push_back(&op);
   auto by_end_s = [](const OpRecord* a, const OpRecord* b) { return a->end_s < b->end_s; };
-  // Stable, so that ops ending together keep their order either way.
-  if (!std::is_sorted(by_end.begin(), by_end.end(), by_end_s)) std::stable_sort(by_end.begin(), by_end.end(), by_end_s);
+  if (!std::is_sorted(by_end.begin(), by_end.end(), by_end_s)) std::sort(by_end.begin(), by_end.end(), by_end_s);
   const double eps = 1e-12;
+  // Of ops that ended together, the one on `next`'s stream (which waited
+  // for it in stream order), else the first by id: the path does not depend
+  // on the order the ops are listed in.
+  auto before = [](const OpRecord* a, const OpRecord* b, const OpRecord* next) {
+    const bool a_same = a->stream == next->stream, b_same = b->stream == next->stream;
+    return a_same != b_same ? a_same : a->id < b->id;
+  };
   while (cur && r.critical_path.size() < by_end.size()) {
     r.critical_path.push_back(cur->id);
     auto it = std::upper_bound(by_end.begin(), by_end.end(), cur->start_s + eps, [](double t, const OpRecord* op) { return t < op->end_s; });
     const OpRecord* prev = nullptr;
     while (it != by_end.begin()) {
       --it;
-      if (*it != cur) {
-        prev = *it;
-        break;
-      }
+      if (*it == cur) continue;
+      if (prev && (*it)->end_s < prev->end_s - eps) break;
+      if (!prev || before(*it, prev, cur)) prev = *it;
     }
     cur = prev;
   }

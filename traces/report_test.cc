@@ -38,16 +38,22 @@ TEST(Summary, OpsOutOfOrderGiveTheSameSummary) {
   EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 0.0);
 }
 
-// Ops that end together: the one listed later is taken, whether the ops
-// come sorted by end time or not. X and Y both end at 2, Z starts at 2.
-TEST(Summary, OfOpsEndingTogetherTheLaterListedIsOnThePath) {
-  Report sorted = report("sim", {{op("X", "gemm", 0, 2), op("Y", "all_gather", 1, 2), op("Z", "gemm", 2, 3)}});
-  EXPECT_EQ(sorted.critical_path, (Path{"Y", "Z"}));
-  // Not sorted by end (Z first): the later listed of X and Y is now X.
-  Report unsorted = report("sim", {{op("Z", "gemm", 2, 3), op("Y", "all_gather", 1, 2), op("X", "gemm", 0, 2)}});
-  EXPECT_EQ(unsorted.critical_path, (Path{"X", "Z"}));
-  // The all_gather [1, 2] lies inside the compute [0, 3]: nothing exposed.
-  EXPECT_DOUBLE_EQ(unsorted.summary.exposed_comm_s, 0.0);
+// Ops that end together: the one on the next op's stream is on the path,
+// in whatever order the ops are listed. X (computation) and Y
+// (communication) both end at 2; Z, on the computation stream, starts at 2.
+TEST(Summary, OfOpsEndingTogetherTheOneOnTheNextOpsStreamIsOnThePath) {
+  for (const auto& ops : {std::vector<OpRecord>{op("X", "gemm", 0, 2), op("Y", "all_gather", 1, 2), op("Z", "gemm", 2, 3)},
+                          std::vector<OpRecord>{op("Z", "gemm", 2, 3), op("Y", "all_gather", 1, 2), op("X", "gemm", 0, 2)},
+                          std::vector<OpRecord>{op("Y", "all_gather", 1, 2), op("X", "gemm", 0, 2), op("Z", "gemm", 2, 3)}}) {
+    Report r = report("sim", {ops});
+    EXPECT_EQ(r.critical_path, (Path{"X", "Z"}));
+    // The all_gather [1, 2] lies inside the compute [0, 3]: nothing exposed.
+    EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 0.0);
+  }
+  // Neither on Z's stream (two all_gathers end at 2): the first by id, P.
+  for (const auto& ops : {std::vector<OpRecord>{op("Q", "all_gather", 0, 2), op("P", "all_gather", 1, 2), op("Z", "gemm", 2, 3)},
+                          std::vector<OpRecord>{op("P", "all_gather", 1, 2), op("Q", "all_gather", 0, 2), op("Z", "gemm", 2, 3)}})
+    EXPECT_EQ(report("sim", {ops}).critical_path, (Path{"P", "Z"}));
 }
 
 // Communication that runs past the compute is exposed for that long.
