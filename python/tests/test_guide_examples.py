@@ -30,6 +30,16 @@ GUIDE = [
     ("cholesky.py", "cholesky_in_place", "cholesky.json"),
     ("sum_across_gpus.py", "sum_across_gpus", "sum_across_gpus.json"),
     ("grouped_exchange_and_reduce.py", "grouped_exchange_and_reduce", "grouped_exchange_and_reduce.json"),
+    # call_jax, lowered through JAX:
+    ("pipeline_call_jax.py", "pipeline", "pipeline_call_jax.json"),
+    ("matmul_and_bias.py", "matmul_and_bias", "matmul_and_bias.json"),
+    ("nested_functions.py", "outer_fn", "nested_functions.json"),
+    ("tiled_gemm.py", "tiled_gemm", "tiled_gemm.json"),
+    ("maybe_negate.py", "maybe_negate", "maybe_negate.json"),
+    ("power_of_two_loop.py", "power_of_two_loop", "power_of_two_loop.json"),
+    ("collatz.py", "collatz_length", "collatz.json"),
+    ("concurrent_branches.py", "concurrent_branches", "concurrent_branches.json"),
+    ("splice_jax_collective.py", "splice_jax_collective", "splice_jax_collective.json"),
 ]
 
 
@@ -37,30 +47,45 @@ def example(name):
     return runpy.run_path(os.path.join(EXAMPLES, name))
 
 
-def ops(program):
-    """The ops of a program in order, control-flow bodies inlined."""
+def ops(program, functions):
+    """The ops of a program in order: calls replaced by their functions'
+    ops, control-flow bodies bracketed."""
     out = []
     for c in program:
+        if c["op"] == "call":
+            out += ops(functions[c["fn"]]["program"], functions)
+            continue
         out.append(c["op"])
-        for key in ("body", "true", "false", "cond", "branches"):
-            v = c.get(key)
-            if isinstance(v, list) and v and isinstance(v[0], list):
-                for b in v:
-                    out += ops(b)
-            elif isinstance(v, list):
-                out += ops(v)
+        for key in ("body", "then", "else", "cond"):
+            if isinstance(c.get(key), list):
+                out += ["[" + key] + ops(c[key], functions) + ["]"]
+        for b in c.get("branches", []):
+            out += ["[branch"] + ops(b, functions) + ["]"]
     return out
 
 
+def initial(b, shape):
+    """The bundled buffer's first values where its init gives them (zeros elsewhere)."""
+    dtype = {"f32": np.float32, "s32": np.int32, "bool": np.bool_}[b["dtype"]]
+    init = b.get("init", {"kind": "zeros"})
+    if init["kind"] == "values":
+        return np.array(init["values"], dtype).reshape(shape)
+    if init["kind"] == "iota":
+        return np.arange(int(np.prod(shape))).astype(dtype).reshape(shape)
+    if init["kind"] in ("ones", "constant"):
+        return np.full(shape, init.get("value", 1), dtype)
+    return np.zeros(shape, dtype)
+
+
 def bundled_arguments(doc):
-    """Zeros shaped as the bundled file's arguments (global when sharded),
-    each a Ref, with the file's mesh and in_specs."""
+    """The bundled file's arguments (global when sharded) with its first
+    values, each a Ref, with the file's mesh and in_specs."""
     args, specs = [], []
     for b in doc["buffers"].values():
         if b["role"] == "scratch":
             continue
         shape = b.get("global", {}).get("shape", b["shape"])
-        args.append(thunky.new_ref(np.zeros(shape, {"f32": np.float32, "s32": np.int32}[b["dtype"]])))
+        args.append(thunky.new_ref(initial(b, shape)))
         specs.append(thunky.P(*b["global"]["spec"]) if "global" in b else None)
     mesh = dict(zip(doc["mesh"]["axis_names"], doc["mesh"]["shape"])) if "mesh" in doc else None
     return args, dict(mesh=mesh, in_specs=tuple(specs) if mesh else None)
@@ -72,7 +97,7 @@ def test_a_guide_example_traces_to_its_bundled_commands_and_predicts_its_makespa
     args, where = bundled_arguments(doc)
     f = example(file)[fn]
     traced = f.trace(*args, **where).to_dict()
-    assert ops(traced["program"]) == ops(doc["program"])
+    assert ops(traced["program"], traced.get("functions", {})) == ops(doc["program"], doc.get("functions", {}))
     # Same roles for the same arguments, in order.
     ours = [b["role"] for b in traced["buffers"].values() if "role" in b]  # scratch buffers have none
     assert ours == [b["role"] for b in doc["buffers"].values() if b["role"] != "scratch"]
@@ -80,13 +105,19 @@ def test_a_guide_example_traces_to_its_bundled_commands_and_predicts_its_makespa
     r = subprocess.run([thunky.find_tool("thunky-sim"), os.path.join(REPO, "examples", bundled), "--machine", "h100-8gpu", "--report",
                         str(report)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert f.simulate(*args, machine="h100-8gpu", **where).makespan_s == pytest.approx(json.load(open(report))["makespan_s"], rel=1e-12)
+    # Equal, but where call_jax lowers jnp's // and % through JAX's own
+    # floor_divide and remainder (a longer expression than the bundled
+    # file's `n // 2`, a few more flops on a scalar: collatz, 2e-10 s of
+    # its 1.3 ms).
+    assert f.simulate(*args, machine="h100-8gpu", **where).makespan_s == pytest.approx(json.load(open(report))["makespan_s"], rel=1e-6)
 
 
 @pytest.mark.parametrize("file,printed", [
     ("init_and_copy.py", "[0. 1. 2. 3. 1. 1. 1. 1.]"),
     # The guide's tril of the factor: A = L L^T with L = [[2 0 0] [6 1 0] [-8 5 3]].
     ("cholesky.py", "[[ 2.  0.  0.]\n [ 6.  1.  0.]\n [-8.  5.  3.]]"),
+    # 27 reaches 1 after 111 steps (its Collatz stopping time).
+    ("collatz.py", "111"),
 ])
 def test_a_guide_example_prints_what_the_guide_prints(file, printed):
     r = subprocess.run([sys.executable, os.path.join(EXAMPLES, file)], capture_output=True, text=True)
@@ -161,3 +192,75 @@ def test_mistakes_from_jax_are_raised_at_trace_time_at_the_users_line():
 
     with jax.set_mesh(mesh), pytest.raises(ValueError, match="runs per device: call it inside shard_map"):
         automatic(jnp.arange(8, dtype=jnp.float32))
+
+
+def test_call_jax_lowers_the_guides_array_math_and_runs_it():
+    x = np.arange(8, dtype=np.float32)
+    # out = sin(x) * 2 + y, one map (f64, rounded once: within an ulp of NumPy's f32).
+    pipeline = example("pipeline_call_jax.py")["pipeline"]
+    out = thunky.new_ref(np.zeros(8, np.float32))
+    pipeline(x, np.ones(8, np.float32), out)
+    np.testing.assert_allclose(out[...], np.sin(x) * 2 + 1, rtol=1e-6)
+    # a @ b into a new Ref (a gemm), then + 5.0 (a map): [[0 1 2] [3 4 5]] @ ones(3, 2) = [[3 3] [12 12]].
+    mb = example("matmul_and_bias.py")["matmul_and_bias"]
+    out = thunky.new_ref(np.zeros((2, 2), np.float32))
+    mb(np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((3, 2), np.float32), out)
+    np.testing.assert_array_equal(out[...], [[8, 8], [17, 17]])
+    # helper_step doubles each half of x through its scratch: every element doubled.
+    outer = example("nested_functions.py")["outer_fn"]
+    buf = thunky.new_ref(x.copy())
+    outer(buf)
+    np.testing.assert_array_equal(buf[...], x * 2)
+    # Two GEMMs straight into the halves of out (no scratch, no copy).
+    tiled = example("tiled_gemm.py")["tiled_gemm"]
+    a, b = np.arange(32, dtype=np.float32).reshape(8, 4), np.eye(4, dtype=np.float32) * 3
+    out = thunky.new_ref(np.zeros((8, 4), np.float32))
+    assert [c["op"] for c in tiled.trace(a, b, out).to_dict()["program"]] == ["gemm", "gemm"]
+    tiled(a, b, out)
+    np.testing.assert_array_equal(out[...], a * 3)
+
+
+def test_call_jax_inside_jax_and_control_flow_gives_the_guides_results():
+    run_cond = example("maybe_negate.py")["run_cond"]
+    x = jnp.arange(4, dtype=jnp.float32)
+    np.testing.assert_array_equal(np.asarray(run_cond(jnp.bool_(True), x)), [0, -1, -2, -3])
+    np.testing.assert_array_equal(np.asarray(run_cond(jnp.bool_(False), x)), [0, 1, 2, 3])
+    # 5 iterations: 1.5 doubled five times.
+    run_loop = example("power_of_two_loop.py")["run_loop"]
+    assert float(run_loop(jnp.int32(5), jnp.float32(1.5))) == 48.0
+    # exp and cos on two streams, joined.
+    branches = example("concurrent_branches.py")["concurrent_branches"]
+    out_a, out_b = thunky.new_ref(np.zeros(4, np.float32)), thunky.new_ref(np.zeros(4, np.float32))
+    v = np.linspace(0, 1, 4, dtype=np.float32)
+    branches(v, v, out_a, out_b)
+    np.testing.assert_allclose(out_a[...], np.exp(v), rtol=1e-6)
+    np.testing.assert_allclose(out_b[...], np.cos(v), rtol=1e-6)
+    # psum inside call_jax under shard_map over 2 devices: (0+4, 1+5, ...) * 2 on both.
+    splice = example("splice_jax_collective.py")["splice_jax_collective"]
+    mesh = Mesh(jax.devices()[:2], ("x",))
+
+    @jax.jit
+    @jax.shard_map(mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    def run(x_local):
+        out = jax.new_ref(jnp.zeros_like(x_local))
+        splice(x_local, out)
+        return out[...]
+
+    np.testing.assert_array_equal(np.asarray(run(jnp.arange(8, dtype=jnp.float32))), [8, 12, 16, 20] * 2)
+
+
+def test_what_call_jax_does_not_lower_is_predicted_and_refused_by_execute():
+    def cumulative(x_ref, out_ref):
+        out_ref[...] = jnp.cumsum(x_ref[...])
+
+    @thunky.jit
+    def scan(x_ref, out_ref):
+        thunky.call_jax(cumulative, x_ref, out_ref)
+
+    args = (np.arange(8, dtype=np.float32), thunky.new_ref(np.zeros(8, np.float32)))
+    doc = scan.trace(*args).to_dict()
+    assert "kernel" in [c["op"] for c in doc["program"]]
+    # An opaque kernel: priced by its bytes (8 f32 in, 8 out), as thunky-sim prices any kernel.
+    assert scan.simulate(*args).makespan_s > 0
+    with pytest.raises(ValueError, match=r"test_guide_examples\.py:\d+: call_jax: cumsum is not lowered"):
+        scan.execute(*args)

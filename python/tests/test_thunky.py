@@ -322,16 +322,19 @@ print(r.outputs[0].tolist())
 
 def test_an_argument_is_an_output_only_when_all_of_it_is_written_for_sure():
     @thunky.jit
-    def roles(pred, whole, part, maybe):
+    def roles(pred, whole, part, maybe, halves):
         thunky.memzero(whole)
         thunky.memzero(part.at[:2])
         thunky.cond(pred, lambda: thunky.memzero(maybe), None)
+        thunky.memzero(halves.at[2:])
+        thunky.memzero(halves.at[:2])
 
-    args = [np.array(True)] + [thunky.new_ref(np.full(4, 7, np.int32)) for _ in range(3)]
+    args = [np.array(True)] + [thunky.new_ref(np.full(4, 7, np.int32)) for _ in range(4)]
     doc = roles.trace(*args).to_dict()
-    # Whole and unconditional: its first values never matter, an output.
-    # Half written, or written only when pred holds: the rest keeps the caller's values.
-    assert [doc["buffers"][n]["role"] for n in ("pred", "whole", "part", "maybe")] == ["input", "output", "inout", "inout"]
+    # Whole and unconditional, or in two halves that cover it: its first
+    # values never matter, an output. Half written, or written only when
+    # pred holds: the rest keeps the caller's values.
+    assert [doc["buffers"][n]["role"] for n in ("pred", "whole", "part", "maybe", "halves")] == ["input", "output", "inout", "inout", "output"]
     roles(*args)
     np.testing.assert_array_equal(args[2][...], [0, 0, 7, 7])
     np.testing.assert_array_equal(args[3][...], [0, 0, 0, 0])

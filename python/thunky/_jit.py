@@ -110,7 +110,9 @@ class JitFunction:
         for tok in t.tokens:
             if not tok.done:
                 raise ValueError(f"{tok.where[0]}:{tok.where[1]}: the token of this async_start is never awaited (thunky.async_done)")
-        return _trace.Program(self._document(t), t.buffers, t.sources, self.__name__)
+        program = _trace.Program(self._document(t), t.buffers, t.sources, self.__name__)
+        program.opaque = t.opaque
+        return program
 
     def _argument(self, t, name, a, spec, axes):
         host = None
@@ -231,6 +233,9 @@ class JitFunction:
         whose .report is the measured Report. Refs passed are updated.
         With ranks=True, .rank_outputs also holds each rank's values."""
         program = self.trace(*args, mesh=mesh, in_specs=in_specs)
+        for _, primitive, why, (file, line) in program.opaque:
+            raise ValueError(f"{file}:{line}: call_jax: {primitive} is not lowered ({why}): it is an opaque kernel, which "
+                             "thunky-sim prices but no backend computes; simulate() predicts this program")
         return _tools.execute(program, backend=backend, iters=iters, warmup=warmup, timeout=timeout, ranks=ranks)
 
     def simulate(self, *args, machine="h100-8gpu", mesh=None, in_specs=None, timeout=None):

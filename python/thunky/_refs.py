@@ -90,10 +90,11 @@ class Ref:
     thunky.jit function's parameters are. `thunky.new_ref(array)` makes one
     outside a trace; after `execute` it holds the result (`ref[...]`)."""
 
-    def __init__(self, buffer, shape, groups=()):
+    def __init__(self, buffer, shape, groups=(), offset=0):
         self._buffer = buffer
         self.shape = tuple(shape)
         self._groups = tuple(groups)  # each a string "[...]"
+        self._offset = offset  # the view's first element in its buffer; None where it depends on the rank
 
     @property
     def dtype(self):
@@ -118,6 +119,12 @@ class Ref:
         parts = []
         dim = 0  # the dimension of `shape` the next item indexes
         sliced = False
+        offset = self._offset
+
+        def step(d, k):  # the offset of index k along dimension d of `shape`
+            nonlocal offset
+            if offset is not None:
+                offset = None if k is None else offset + k * int(np.prod(shape[d + 1:], dtype=np.int64))
         for item in idx:
             if item is Ellipsis:
                 break
@@ -136,6 +143,7 @@ class Ref:
                     stop = stop + n if stop < 0 else stop
                     if not (0 <= start <= stop <= n):
                         raise ValueError(_source.here(f"view [{item.start}:{item.stop}] is out of bounds for a dimension of {n}"))
+                    step(dim, start)
                     if (start, stop) != (0, n):
                         parts.append(f"{start}:{stop}")
                     elif not sliced:
@@ -152,6 +160,7 @@ class Ref:
                     raise ValueError(_source.here(f"ds of size {item.size} is out of bounds for a dimension of {n}"))
                 start = item.start.text if isinstance(item.start, Index) else Index._text(item.start)
                 parts.append(f"ds({start}, {item.size})")
+                step(dim, item.start if isinstance(item.start, numbers.Integral) else None)
                 shape[dim] = item.size
                 sliced = True
                 dim += 1
@@ -163,8 +172,10 @@ class Ref:
                     if not 0 <= k < n:
                         raise ValueError(_source.here(f"index {item} is out of bounds for a dimension of {n}"))
                     parts.append(str(k))
+                    step(dim, k)
                 else:
                     parts.append(item.text)
+                    step(dim, None)
                 del shape[dim]
             else:
                 raise TypeError(_source.here(f"a view is indexed by integers, slices and thunky.ds, not {type(item).__name__}"))
@@ -172,7 +183,7 @@ class Ref:
         while parts and parts[-1] == ":":
             parts.pop()
         groups = self._groups + ((("[" + ", ".join(parts) + "]"),) if parts else ())
-        return Ref(self._buffer, shape, groups)
+        return Ref(self._buffer, shape, groups, offset)
 
     # ref[...] reads; dst[...] = src[...] copies (inside a trace).
     def __getitem__(self, idx):

@@ -36,8 +36,22 @@ class Buffer:
         self.host = host  # the HostBuffer that execute updates
         self.spec = spec  # PartitionSpec entries, when sharded
         self.global_shape = None
-        self.first = None  # "read" or "write": the first access
+        self.first = None  # "read", or "write" once all of it was written before any read
         self.written = False
+        self.covered = []  # [start, end) element ranges written for sure, merged
+
+    def cover(self, start, count):
+        """Notes a write of elements [start, start + count); whether every element is now written."""
+        spans = sorted(self.covered + [[start, start + count]])
+        merged = []
+        for s, e in spans:
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        self.covered = merged
+        total = int(np.prod(self.shape, dtype=np.int64))
+        return merged[0][0] <= 0 and merged[0][1] >= total
 
 
 class Token:
@@ -106,6 +120,33 @@ class Tracer:
         self.tokens = []
         self.param_access = None  # while tracing a function body: its params' first accesses
         self.conditional = 0  # how many branches and loop bodies enclose the command being traced
+        self.opaque = []  # call_jax's kernels: (pointer, primitive, why, (file, line)); execute refuses them
+
+    # ---- buffers that call_jax makes
+    def new_scratch(self, hint, shape, dtype):
+        """A scratch buffer of the function being traced (or of the program)."""
+        from ._refs import Ref
+        fname = next((base.split("/")[2] for _, base, _ in reversed(self.blocks) if base.startswith("/functions/")), None)
+        if fname is None:
+            b = Buffer(_unique(hint, self.buffers), shape, dtype, "scratch")
+            self.buffers[b.name] = b
+            return Ref(b, b.shape)
+        f = self.functions[fname]
+        scratch = f.setdefault("scratch", {})
+        name = _unique(hint, set(scratch) | set(f["params"]) | set(self.buffers))
+        scratch[name] = {"shape": list(shape), "dtype": dtype_name(dtype)}
+        return Ref(Buffer(name, shape, dtype, "scratch"), tuple(shape))
+
+    def new_constant(self, hint, values):
+        """An input buffer of the program that holds `values` (functions see it too)."""
+        from ._refs import Ref
+        b = Buffer(_unique(hint, self.buffers), values.shape, values.dtype, "arg", data=values)
+        self.buffers[b.name] = b
+        return Ref(b, b.shape)
+
+    def check_axis(self, name, where):
+        if name not in self.mesh:
+            raise ValueError(f"{where[0]}:{where[1]}: unknown axis name '{name}': the mesh has {list(self.mesh) or 'no axes'}")
 
     # ---- commands
     def emit(self, cmd, reads=(), writes=()):
@@ -140,16 +181,23 @@ class Tracer:
         return commands
 
     def access(self, ref, kind):
-        """Notes a read or a write of `ref`. A write of part of a buffer, or
-        one that a branch or loop may skip, is an "update": the buffer's
-        other values survive it, so they are an input too."""
+        """Notes a read or a write of `ref`. A buffer is an output when its
+        writes cover all of it before any read; a write that a branch or
+        loop may skip, or at an offset that depends on the rank, is an
+        "update", which covers nothing: the values it leaves are the caller's."""
         b = ref._buffer
         if not isinstance(b, Buffer):
             raise TypeError(_source.here(f"{ref.text} is not a Ref of this trace"))
-        if kind == "write" and (ref.shape != b.shape or self.conditional):
+        if kind == "write" and (self.conditional or ref._offset is None):
             kind = "update"
-        if b.first is None:
-            b.first = kind
+        if kind == "read" and b.first is None:
+            b.first = "read"
+        if kind == "write":
+            count = int(np.prod(ref.shape, dtype=np.int64))
+            if b.first is None and b.cover(ref._offset, count):
+                b.first = "write"
+            if ref._offset != 0 or count != int(np.prod(b.shape, dtype=np.int64)):
+                kind = "update"  # what a function's caller learns: part of the parameter
         if kind != "read":
             if b.kind == "arg" and b.host is None and b.data is not None:
                 raise TypeError(_source.here(f"argument '{b.name}' is written but was passed as a plain array: pass thunky.new_ref(...) for it"))

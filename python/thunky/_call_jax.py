@@ -1,0 +1,436 @@
+"""thunky.call_jax(fn, *args): fn's array math, traced by JAX
+(`jax.make_jaxpr`), becomes the schedule's own commands.
+
+- Chains of elementwise primitives fuse into one `map`, computed as thunky
+  computes every map: in f64, rounded once when stored.
+- `dot_general` becomes a `gemm`; `reduce_sum`, `reduce_max`, `reduce_min`
+  and `reduce_prod` a `reduce`; `psum`, `pmax`, `pmin`, `all_gather`,
+  `psum_scatter`, `ppermute` and `all_to_all` the collectives; `axis_index`
+  the mesh axis' name.
+- Nested jaxprs (`jit`, `closed_call`, `custom_jvp_call`, `custom_vjp_call`,
+  `remat`) are inlined.
+- A value is written into a buffer only where it must be: where a Ref is
+  assigned, where a non-elementwise primitive takes it, and where fn
+  returns it (a new Ref). A scratch buffer holds each other one.
+
+Anything else becomes an opaque `kernel`, priced by its bytes, which
+thunky-sim predicts and which `execute` refuses, naming the primitive and
+the user's line (it would compute nothing).
+"""
+
+import math
+
+import numpy as np
+
+from . import _source, _trace
+from ._refs import Ref, _Read, dtype_name
+
+MAX_DEPTH = 200  # a fused expression past this is written out (thunky's limit is 256)
+
+# Elementwise primitives: the expression of their operands' texts.
+_UNARY = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
+          "rsqrt": "rsqrt", "tanh": "tanh", "abs": "abs", "floor": "floor", "ceil": "ceil", "round": "round"}
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "pow": "**", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+           "ge": ">="}
+_IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier", "reduce_precision"}
+_INLINE = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr", "remat": "jaxpr",
+           "checkpoint": "jaxpr", "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+           "custom_vjp_call_jaxpr": "fun_jaxpr"}
+_REDUCE = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}
+_REDUCING = {"psum": "sum", "pmax": "max", "pmin": "min"}
+
+
+class Unsupported(Exception):
+    """A primitive call_jax does not lower (yet): it becomes a kernel."""
+
+
+class _Expr:
+    """A value not yet written anywhere: an elementwise expression over
+    buffers (`ins`, name -> Ref), of a shape and dtype."""
+
+    def __init__(self, text, ins, shape, dtype, depth=0, atomic=False):
+        self.text, self.ins, self.shape, self.dtype = text, ins, tuple(shape), np.dtype(dtype)
+        self.depth, self.atomic = depth, atomic
+
+
+def _literal(value, dtype):
+    v = np.asarray(value).item()
+    if np.dtype(dtype).kind == "f":
+        v = float(v)
+        if math.isnan(v):
+            return "(0.0 / 0.0)"
+        if math.isinf(v):
+            return "(1.0 / 0.0)" if v > 0 else "(-1.0 / 0.0)"
+        return repr(v)
+    return str(int(v))
+
+
+class Lowering:
+    def __init__(self, tracer, where):
+        self.t = tracer
+        self.where = where  # the user's (file, line): every error names it
+        self.names = 0
+        self.used = set()  # ids of the vars the jaxpr being lowered reads
+        self.scope = None  # (jaxpr, env, read) of the jaxpr being lowered
+        self.at = 0  # the index of its equation being lowered
+        self.fresh = set()  # ids of the scratch Refs this call made: a result held in one is returned as it is
+
+    # ---- values
+    def _name(self):
+        self.names += 1
+        return f"v{self.names}"
+
+    def as_expr(self, v):
+        if isinstance(v, _Expr):
+            return v
+        if isinstance(v, Ref):
+            n = self._name()
+            return _Expr(n, {n: v}, v.shape, v.dtype, atomic=True)
+        raise TypeError(type(v))
+
+    def written(self, v, shape=None, dtype=None):
+        """`v` held in a buffer: a Ref (a scratch buffer made for an expression)."""
+        if isinstance(v, Ref) and (shape is None or tuple(shape) == v.shape):
+            return v
+        e = self.as_expr(v)
+        out = self.scratch(shape if shape is not None else e.shape, dtype if dtype is not None else e.dtype)
+        self.store(e, out)
+        return out
+
+    def store(self, v, out):
+        """Writes `v` into the Ref `out` (element counts equal, or v one element)."""
+        e = self.as_expr(v)
+        count = math.prod(e.shape)
+        if count not in (1, math.prod(out.shape)):
+            raise ValueError(self._here(f"a value of shape {e.shape} is stored into {out.text} of shape {out.shape}"))
+        if isinstance(v, Ref) and v.shape == out.shape and v.dtype == out.dtype:
+            if v.text != out.text:
+                self.t.emit({"op": "copy", "src": v.text, "dst": out.text}, reads=[v], writes=[out])
+            return
+        self.t.emit({"op": "map", "out": out.text, "expr": e.text, "in": {k: r.text for k, r in e.ins.items()}},
+                    reads=list(e.ins.values()), writes=[out])
+
+    def scratch(self, shape, dtype):
+        r = self.t.new_scratch("cj", tuple(int(d) for d in shape), np.dtype(dtype))
+        self.fresh.add(id(r))
+        return r
+
+    def _here(self, message):
+        return f"{self.where[0]}:{self.where[1]}: call_jax: {message}"
+
+    # ---- the jaxpr
+    def run(self, jaxpr, consts, args):
+        env = {}
+
+        def read(a):
+            if hasattr(a, "val"):  # a Literal
+                return _Expr(_literal(a.val, a.aval.dtype), {}, np.shape(a.val), a.aval.dtype, atomic=True)
+            return env[a]
+
+        for var, c in zip(jaxpr.constvars, consts):
+            env[var] = self.constant(c)
+        for var, a in zip(jaxpr.invars, args):
+            env[var] = a
+        saved = self.used, self.scope
+        self.used = {id(v) for e in jaxpr.eqns for v in e.invars} | {id(v) for v in jaxpr.outvars}
+        self.scope = (jaxpr, env, read)
+        for k, eqn in enumerate(jaxpr.eqns):
+            self.at = k
+            ins = [read(a) for a in eqn.invars]
+            try:
+                outs = self.eqn(eqn, ins)
+            except Unsupported as why:
+                outs = self.kernel(eqn, ins, str(why))
+            for var, v in zip(eqn.outvars, outs):
+                env[var] = v
+        result = [read(a) for a in jaxpr.outvars]
+        self.used, self.scope = saved
+        return result
+
+    def result(self, eqn, shape, dtype):
+        """Where a GEMM, reduce or collective writes: straight into the Ref
+        that its result is stored in, where that store is its one use and
+        nothing reads or writes that Ref between; else a scratch buffer."""
+        jaxpr, env, read = self.scope
+        var = eqn.outvars[0]
+        uses = [(k, e) for k, e in enumerate(jaxpr.eqns) if any(v is var for v in e.invars)]
+        if len(uses) == 1 and all(v is not var for v in jaxpr.outvars):
+            k, store = uses[0]
+            if store.primitive.name == "swap" and store.invars[1] is var and id(store.outvars[0]) not in self.used:
+                ref = store.invars[0]
+                between = jaxpr.eqns[self.at + 1:k]
+                index = store.invars[2:]
+                ready = all(hasattr(i, "val") or i in env for i in index) and ref in env
+                if ready and not any(ref in e.invars for e in between):
+                    try:
+                        target = self.view(env[ref], store, [read(i) for i in index])
+                    except Unsupported:
+                        target = None
+                    if target is not None and target.shape == tuple(shape) and target.dtype == np.dtype(dtype):
+                        return target
+        return self.scratch(shape, dtype)
+
+    def constant(self, c):
+        c = np.asarray(c)
+        if c.size == 1:
+            return _Expr(_literal(c.reshape(()), c.dtype), {}, c.shape, c.dtype, atomic=True)
+        return self.t.new_constant("cj_const", c)
+
+    def eqn(self, eqn, ins):
+        self._eqn = eqn
+        name, p = eqn.primitive.name, eqn.params
+        aval = eqn.outvars[0].aval if eqn.outvars else None
+        if name in _INLINE and _INLINE[name] in p:
+            closed = p[_INLINE[name]]
+            inner = getattr(closed, "jaxpr", closed)
+            consts = getattr(closed, "consts", getattr(closed, "literals", []))
+            return self.run(inner, consts, ins)
+        if name == "get":
+            return [self.view(ins[0], eqn, ins[1:])]
+        if name == "swap":
+            target = self.view(ins[0], eqn, ins[2:])
+            old = None
+            if eqn.outvars and id(eqn.outvars[0]) in self.used:  # the old value is used: keep it apart first
+                old = self.scratch(target.shape, target.dtype)
+                self.store(target, old)
+            self.store(ins[1], target)
+            return [old]
+        if name in _IDENTITY:
+            return [ins[0]]
+        if name in _UNARY:
+            return [self.unary(_UNARY[name] + "({})", ins[0], aval)]
+        if name == "neg":
+            return [self.unary("(-{})", ins[0], aval)]
+        if name == "logistic":
+            return [self.unary("(1.0 / (1.0 + exp(-{})))", ins[0], aval)]
+        if name == "square":
+            return [self.combine("({0} * {0})", ins, aval)]
+        if name == "sign":
+            return [self.combine("where({0} > 0, 1, where({0} < 0, -1, 0))", ins, aval)]
+        if name == "integer_pow":
+            return [self.combine("({0} ** " + str(int(p["y"])) + ")", ins, aval)]
+        if name in _BINARY:
+            return [self.combine("({0} " + _BINARY[name] + " {1})", ins, aval)]
+        if name in ("max", "min"):
+            return [self.combine(name + "({0}, {1})", ins, aval)]
+        if name in ("and", "or", "not"):
+            if np.dtype(aval.dtype) != np.bool_:
+                raise Unsupported(f"bitwise {name} on {aval.dtype}")
+            return [self.combine("(not {0})" if name == "not" else "({0} " + name + " {1})", ins, aval)]
+        if name == "div":
+            if np.dtype(aval.dtype).kind in "iu":  # C division: toward zero
+                return [self.combine("where(({0} / {1}) < 0, ceil({0} / {1}), floor({0} / {1}))", ins, aval)]
+            return [self.combine("({0} / {1})", ins, aval)]
+        if name == "rem":  # C remainder: the dividend's sign
+            return [self.combine("({0} - {1} * where(({0} / {1}) < 0, ceil({0} / {1}), floor({0} / {1})))", ins, aval)]
+        if name == "select_n":
+            if len(ins) != 3:
+                raise Unsupported("select_n of more than two cases")
+            return [self.combine("where({0}, {2}, {1})", ins, aval)]
+        if name == "convert_element_type":
+            e = self.as_expr(ins[0])
+            return [_Expr(f"{dtype_name(aval.dtype)}({e.text})", e.ins, e.shape, aval.dtype, e.depth + 1, atomic=True)]
+        if name in ("broadcast_in_dim", "reshape", "squeeze", "expand_dims"):
+            return [self.reshape(ins[0], aval)]
+        if name == "axis_index":
+            self.t.check_axis(p["axis_name"], self.where)
+            return [_Expr(p["axis_name"], {}, (), aval.dtype, atomic=True)]
+        if name == "dot_general":
+            return [self.dot(ins, p, aval)]
+        if name in _REDUCE:
+            return [self.reduce(ins[0], _REDUCE[name], p["axes"], aval)]
+        if name in _REDUCING:
+            return self.all_reduce(ins, _REDUCING[name], p, eqn)
+        if name in ("all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all"):
+            return [self.collective(name, ins[0], p, aval)]
+        raise Unsupported(name)
+
+    # ---- elementwise
+    def unary(self, form, v, aval):
+        return self.combine(form.replace("{}", "{0}"), [v], aval)
+
+    def combine(self, form, ins, aval):
+        es = [self.as_expr(v) for v in ins]
+        shape = tuple(aval.shape)
+        for e in es:
+            if math.prod(e.shape) not in (1, math.prod(shape)):
+                raise Unsupported(f"broadcasting {e.shape} to {shape}")
+        texts = [e.text if e.atomic else "(" + e.text + ")" for e in es]
+        merged = {}
+        for e in es:
+            merged.update(e.ins)
+        depth = 1 + max([e.depth for e in es] or [0])
+        # Every form is a call or wrapped in parentheses: its text is one term.
+        out = _Expr(form.format(*texts), merged, shape, aval.dtype, depth, atomic=True)
+        if depth > MAX_DEPTH:
+            return self.written(out)
+        return out
+
+    def reshape(self, v, aval):
+        shape = tuple(aval.shape)
+        count = math.prod(v.shape)
+        if count == math.prod(shape):
+            if isinstance(v, Ref):
+                return v if v.shape == shape else self._same_data(v, shape)
+            return _Expr(v.text, v.ins, shape, v.dtype, v.depth, v.atomic)
+        if count == 1:  # one element broadcasts in any map
+            e = self.as_expr(v)
+            return _Expr(e.text, e.ins, shape, e.dtype, e.depth, e.atomic) if not e.ins else _Expr(e.text, e.ins, e.shape, e.dtype, e.depth, e.atomic)
+        raise Unsupported(f"broadcasting {tuple(v.shape)} to {shape}")
+
+    def _same_data(self, ref, shape):
+        """A Ref's data under another shape: an expression over it (elementwise
+        uses need only its element count)."""
+        n = self._name()
+        return _Expr(n, {n: ref}, shape, ref.dtype, atomic=True)
+
+    # ---- views of Refs
+    def view(self, ref, eqn, index_vals):
+        if not isinstance(ref, Ref):
+            raise Unsupported("a Ref made inside fn")
+        import jax
+        indexers = jax.tree_util.tree_unflatten(eqn.params["tree"], list(index_vals))
+        v = ref
+        for ix in indexers:
+            items = []
+            for item in ix.indices:
+                if hasattr(item, "start") and hasattr(item, "size"):
+                    start, size, stride = item.start, item.size, getattr(item, "stride", 1)
+                    if not isinstance(start, (int, np.integer)) or stride != 1:
+                        raise Unsupported("a store or load at an offset computed on the device")
+                    items.append(slice(int(start), int(start) + int(size)))
+                elif isinstance(item, _Expr) and not item.ins and item.shape == ():
+                    items.append(int(item.text))
+                else:
+                    raise Unsupported("a store or load at an offset computed on the device")
+            v = v._view(tuple(items))
+        return v
+
+    # ---- non-elementwise
+    def dot(self, ins, p, aval):
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        a, b = self.written(ins[0]), self.written(ins[1])
+        batch = len(lb)
+        if len(lc) != 1 or len(rc) != 1 or batch > 1 or (batch and (tuple(lb) != (0,) or tuple(rb) != (0,))):
+            raise Unsupported("dot_general with these dimension numbers")
+        if len(a.shape) != 2 + batch or len(b.shape) != 2 + batch:
+            raise Unsupported("dot_general of vectors")
+        ta = lc[0] == batch  # A's contraction first: op(A) = A^T
+        tb = rc[0] == batch + 1
+        c = self.result(self._eqn, aval.shape, aval.dtype)
+        self.t.emit({"op": "gemm", "a": a.text, "b": b.text, "c": c.text, "transpose_a": bool(ta), "transpose_b": bool(tb)},
+                    reads=[a, b], writes=[c])
+        return c
+
+    def reduce(self, v, fn, axes, aval):
+        src = self.written(v)
+        out = self.result(self._eqn, aval.shape, aval.dtype)
+        self.t.emit({"op": "reduce", "out": out.text, "in": src.text, "fn": fn, "axes": [int(x) for x in axes]},
+                    reads=[src], writes=[out])
+        return out
+
+    def _axis(self, names):
+        names = [names] if isinstance(names, str) else list(names)
+        for n in names:
+            if not isinstance(n, str):
+                raise Unsupported("a collective over positional axes")
+            self.t.check_axis(n, self.where)
+        return names[0] if len(names) == 1 else names
+
+    def all_reduce(self, ins, reduction, p, eqn):
+        if p.get("axis_index_groups") is not None:
+            raise Unsupported("axis_index_groups")
+        outs = []
+        for v, var in zip(ins, eqn.outvars):
+            src = self.written(v)
+            dst = self.scratch(var.aval.shape, var.aval.dtype)
+            self.t.emit({"op": "all_reduce", "src": src.text, "dst": dst.text, "axis": self._axis(p["axes"]),
+                         "reduction": reduction}, reads=[src], writes=[dst])
+            outs.append(dst)
+        return outs
+
+    def collective(self, name, v, p, aval):
+        src = self.written(v)
+        dst = self.result(self._eqn, aval.shape, aval.dtype)
+        if name == "all_gather":
+            if p.get("all_gather_dimension", 0) != 0 or not p.get("tiled", False):
+                raise Unsupported("all_gather other than tiled along dimension 0")
+            cmd = {"op": "all_gather", "axis": self._axis(p["axis_name"])}
+        elif name in ("psum_scatter", "reduce_scatter"):
+            if p.get("scatter_dimension", 0) != 0 or not p.get("tiled", False):
+                raise Unsupported("psum_scatter other than tiled along dimension 0")
+            cmd = {"op": "reduce_scatter", "axis": self._axis(p["axis_name"]), "reduction": "sum"}
+        elif name == "ppermute":
+            cmd = {"op": "collective_permute", "axis": self._axis(p["axis_name"]), "pairs": [list(map(int, q)) for q in p["perm"]]}
+        else:
+            if p.get("split_axis", 0) != 0 or p.get("concat_axis", 0) != 0:
+                raise Unsupported("all_to_all other than along dimension 0")
+            cmd = {"op": "all_to_all", "axis": self._axis(p["axis_name"])}
+        if p.get("axis_index_groups") is not None:
+            raise Unsupported("axis_index_groups")
+        cmd.update(src=src.text, dst=dst.text)
+        self.t.emit(cmd, reads=[src], writes=[dst])
+        return dst
+
+    def kernel(self, eqn, ins, why):
+        """An opaque kernel for what call_jax does not lower: priced by the
+        bytes it reads and writes, refused by execute."""
+        reads = [self.written(v) for v in ins if isinstance(v, (Ref, _Expr)) and (not isinstance(v, _Expr) or v.ins)]
+        outs = [self.scratch(var.aval.shape, var.aval.dtype) for var in eqn.outvars]
+        flops = float(sum(math.prod(var.aval.shape) for var in eqn.outvars))
+        nbytes = float(sum(math.prod(r.shape) * r.dtype.itemsize for r in reads + outs))
+        pointer = self.t.emit({"op": "kernel", "name": eqn.primitive.name, "reads": [r.text for r in reads],
+                               "writes": [o.text for o in outs], "cost": {"flops": flops, "bytes": nbytes}},
+                              reads=reads, writes=outs)
+        self.t.opaque.append((pointer, eqn.primitive.name, why, self.where))
+        return outs
+
+
+def call_jax(fn, *args):
+    """Calls the JAX function `fn` inside a thunky.jit function, as
+    upstream: Ref arguments arrive as Refs (read with `ref[...]`, written
+    with `ref[...] = value`), `ref[:]` values as arrays; arrays fn returns
+    come back as new Refs (one, or a tuple)."""
+    t = _trace.active()
+    if t is None:
+        raise RuntimeError(_source.here("thunky.call_jax is called inside a thunky.jit function"))
+    try:
+        import jax
+        from jax._src import core
+        from jax.ref import AbstractRef
+    except ImportError:
+        raise ImportError(_source.here("thunky.call_jax needs JAX: pip install -e python[jax]")) from None
+    where = _source.caller()
+    avals, values = [], []
+    for k, a in enumerate(args):
+        if isinstance(a, Ref):
+            avals.append(AbstractRef(core.ShapedArray(a.shape, a.dtype)))
+            values.append(a)
+        elif isinstance(a, _Read):
+            avals.append(jax.ShapeDtypeStruct(a.ref.shape, a.ref.dtype))
+            values.append(a.ref)
+        elif np.isscalar(a) or isinstance(a, np.ndarray):
+            avals.append(jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype))
+            values.append(None)
+        else:
+            raise TypeError(f"{where[0]}:{where[1]}: call_jax's argument {k} is a Ref, ref[:] or an array, not {type(a).__name__}")
+    try:
+        closed = jax.make_jaxpr(fn, axis_env=list(t.mesh.items()))(*avals)
+    except Exception as e:  # fn's own error, at the user's line
+        raise type(e)(f"{where[0]}:{where[1]}: call_jax: tracing {getattr(fn, '__name__', 'fn')}: {e}") from None
+    lower = Lowering(t, where)
+    inputs = []
+    for a, v in zip(args, values):
+        inputs.append(v if v is not None else lower.constant(np.asarray(a)))
+    outs = lower.run(closed.jaxpr, closed.consts, inputs)
+    refs = []
+    for var, v in zip(closed.jaxpr.outvars, outs):
+        if isinstance(v, Ref) and id(v) in lower.fresh and v.shape == tuple(var.aval.shape) and v not in refs:
+            refs.append(v)
+            continue
+        dst = lower.scratch(var.aval.shape, var.aval.dtype)
+        lower.store(v, dst)
+        refs.append(dst)
+    if not refs:
+        return None
+    return refs[0] if len(refs) == 1 else tuple(refs)
