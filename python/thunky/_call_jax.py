@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from . import _source, _trace
-from ._refs import Ref, _Read, dtype_name
+from ._refs import Index, Ref, _Read, ds, dtype_name
 
 MAX_DEPTH = 200  # a fused expression past this is written out (thunky's limit is 256)
 
@@ -48,9 +48,12 @@ class _Expr:
     """A value not yet written anywhere: an elementwise expression over
     buffers (`ins`, name -> Ref), of a shape and dtype."""
 
-    def __init__(self, text, ins, shape, dtype, depth=0, atomic=False):
+    def __init__(self, text, ins, shape, dtype, depth=0, atomic=False, idx=None):
         self.text, self.ins, self.shape, self.dtype = text, ins, tuple(shape), np.dtype(dtype)
         self.depth, self.atomic = depth, atomic
+        # The same value as a ref index expression (integers, + - * // % min
+        # max and axis names), where it is one: a view may then depend on it.
+        self.idx = idx
 
 
 def _literal(value, dtype):
@@ -73,7 +76,8 @@ class Lowering:
         self.used = set()  # ids of the vars the jaxpr being lowered reads
         self.scope = None  # (jaxpr, env, read) of the jaxpr being lowered
         self.at = 0  # the index of its equation being lowered
-        self.fresh = set()  # ids of the scratch Refs this call made: a result held in one is returned as it is
+        self.fresh = set()
+        self.pending = set()  # ids of scratch results whose one use is a store not yet lowered  # ids of the scratch Refs this call made: a result held in one is returned as it is
 
     # ---- values
     def _name(self):
@@ -99,6 +103,15 @@ class Lowering:
 
     def store(self, v, out):
         """Writes `v` into the Ref `out` (element counts equal, or v one element)."""
+        if id(v) in self.pending and v.shape == out.shape and v.dtype == out.dtype:
+            block = self.t.blocks[-1][0]
+            last = block[-1] if block else {}
+            key = next((k for k in ("c", "out", "dst") if last.get(k) == v.text), None)
+            if key is not None:  # the command that made v is the last one: it writes out instead
+                last[key] = out.text
+                self.t.access(out, "write")
+                self.t.drop_scratch(v)
+                return
         e = self.as_expr(v)
         count = math.prod(e.shape)
         if count not in (1, math.prod(out.shape)):
@@ -124,7 +137,9 @@ class Lowering:
 
         def read(a):
             if hasattr(a, "val"):  # a Literal
-                return _Expr(_literal(a.val, a.aval.dtype), {}, np.shape(a.val), a.aval.dtype, atomic=True)
+                text = _literal(a.val, a.aval.dtype)
+                idx = text if np.dtype(a.aval.dtype).kind in "iu" and np.ndim(a.val) == 0 else None
+                return _Expr(text, {}, np.shape(a.val), a.aval.dtype, atomic=True, idx=idx)
             return env[a]
 
         for var, c in zip(jaxpr.constvars, consts):
@@ -154,9 +169,11 @@ class Lowering:
         jaxpr, env, read = self.scope
         var = eqn.outvars[0]
         uses = [(k, e) for k, e in enumerate(jaxpr.eqns) if any(v is var for v in e.invars)]
+        stored = False
         if len(uses) == 1 and all(v is not var for v in jaxpr.outvars):
             k, store = uses[0]
             if store.primitive.name == "swap" and store.invars[1] is var and id(store.outvars[0]) not in self.used:
+                stored = True
                 ref = store.invars[0]
                 between = jaxpr.eqns[self.at + 1:k]
                 index = store.invars[2:]
@@ -168,7 +185,10 @@ class Lowering:
                         target = None
                     if target is not None and target.shape == tuple(shape) and target.dtype == np.dtype(dtype):
                         return target
-        return self.scratch(shape, dtype)
+        out = self.scratch(shape, dtype)
+        if stored:  # its store's view is not known yet: store() may still send the command there
+            self.pending.add(id(out))
+        return out
 
     def constant(self, c):
         c = np.asarray(c)
@@ -180,13 +200,23 @@ class Lowering:
         self._eqn = eqn
         name, p = eqn.primitive.name, eqn.params
         aval = eqn.outvars[0].aval if eqn.outvars else None
+        if name in ("jit", "pjit") and p.get("name") in ("remainder", "floor_divide") and len(ins) == 2 \
+                and all(np.dtype(v.aval.dtype).kind in "iu" for v in eqn.invars):
+            # jnp's % and // on integers are thunky's: Python's floor semantics.
+            op = "%" if p["name"] == "remainder" else "//"
+            return [self.combine("({0} " + op + " {1})", ins, aval, idx_form="({0} " + op + " {1})")]
         if name in _INLINE and _INLINE[name] in p:
             closed = p[_INLINE[name]]
             inner = getattr(closed, "jaxpr", closed)
             consts = getattr(closed, "consts", getattr(closed, "literals", []))
             return self.run(inner, consts, ins)
         if name == "get":
-            return [self.view(ins[0], eqn, ins[1:])]
+            v = self.view(ins[0], eqn, ins[1:])
+            b = v._buffer
+            if getattr(b, "axis_index", None) and v.shape == ():
+                b.read_as_axis = True  # this rank's index: the axis' name, in expressions and views
+                return [_Expr(b.axis_index, {}, (), v.dtype, atomic=True, idx=b.axis_index)]
+            return [v]
         if name == "swap":
             target = self.view(ins[0], eqn, ins[2:])
             old = None
@@ -210,9 +240,11 @@ class Lowering:
         if name == "integer_pow":
             return [self.combine("({0} ** " + str(int(p["y"])) + ")", ins, aval)]
         if name in _BINARY:
-            return [self.combine("({0} " + _BINARY[name] + " {1})", ins, aval)]
+            form = "({0} " + _BINARY[name] + " {1})"
+            return [self.combine(form, ins, aval, idx_form=form if name in ("add", "sub", "mul") else None)]
         if name in ("max", "min"):
-            return [self.combine(name + "({0}, {1})", ins, aval)]
+            form = name + "({0}, {1})"
+            return [self.combine(form, ins, aval, idx_form=form)]
         if name in ("and", "or", "not"):
             if np.dtype(aval.dtype) != np.bool_:
                 raise Unsupported(f"bitwise {name} on {aval.dtype}")
@@ -229,12 +261,17 @@ class Lowering:
             return [self.combine("where({0}, {2}, {1})", ins, aval)]
         if name == "convert_element_type":
             e = self.as_expr(ins[0])
-            return [_Expr(f"{dtype_name(aval.dtype)}({e.text})", e.ins, e.shape, aval.dtype, e.depth + 1, atomic=True)]
+            idx = e.idx if np.dtype(aval.dtype).kind in "iu" else None
+            return [_Expr(f"{dtype_name(aval.dtype)}({e.text})", e.ins, e.shape, aval.dtype, e.depth + 1, atomic=True, idx=idx)]
+        if name == "slice" and isinstance(ins[0], Ref) and not any(s not in (None, 1) for s in (p.get("strides") or ())):
+            items = tuple(slice(None) if (a, b) == (0, n) else slice(a, b)
+                          for a, b, n in zip(p["start_indices"], p["limit_indices"], ins[0].shape))
+            return [ins[0]._view(items)]
         if name in ("broadcast_in_dim", "reshape", "squeeze", "expand_dims"):
             return [self.reshape(ins[0], aval)]
         if name == "axis_index":
             self.t.check_axis(p["axis_name"], self.where)
-            return [_Expr(p["axis_name"], {}, (), aval.dtype, atomic=True)]
+            return [_Expr(p["axis_name"], {}, (), aval.dtype, atomic=True, idx=p["axis_name"])]
         if name == "dot_general":
             return [self.dot(ins, p, aval)]
         if name in _REDUCE:
@@ -249,7 +286,7 @@ class Lowering:
     def unary(self, form, v, aval):
         return self.combine(form.replace("{}", "{0}"), [v], aval)
 
-    def combine(self, form, ins, aval):
+    def combine(self, form, ins, aval, idx_form=None):
         es = [self.as_expr(v) for v in ins]
         shape = tuple(aval.shape)
         for e in es:
@@ -260,8 +297,11 @@ class Lowering:
         for e in es:
             merged.update(e.ins)
         depth = 1 + max([e.depth for e in es] or [0])
+        idx = None
+        if idx_form and np.dtype(aval.dtype).kind in "iu" and all(e.idx is not None for e in es):
+            idx = idx_form.format(*[e.idx for e in es])
         # Every form is a call or wrapped in parentheses: its text is one term.
-        out = _Expr(form.format(*texts), merged, shape, aval.dtype, depth, atomic=True)
+        out = _Expr(form.format(*texts), merged, shape, aval.dtype, depth, atomic=True, idx=idx)
         if depth > MAX_DEPTH:
             return self.written(out)
         return out
@@ -293,16 +333,27 @@ class Lowering:
         v = ref
         for ix in indexers:
             items = []
-            for item in ix.indices:
+            for item, n in zip(ix.indices, v.shape):
                 if hasattr(item, "start") and hasattr(item, "size"):
-                    start, size, stride = item.start, item.size, getattr(item, "stride", 1)
-                    if not isinstance(start, (int, np.integer)) or stride != 1:
-                        raise Unsupported("a store or load at an offset computed on the device")
-                    items.append(slice(int(start), int(start) + int(size)))
-                elif isinstance(item, _Expr) and not item.ins and item.shape == ():
-                    items.append(int(item.text))
+                    start, size, stride = item.start, int(item.size), getattr(item, "stride", 1)
+                    if stride != 1:
+                        raise Unsupported("a strided load or store")
+                    if isinstance(start, _Expr) and start.idx is not None and not start.ins:
+                        try:
+                            start = int(start.idx)
+                        except ValueError:  # it depends on the rank: a view that moves with it
+                            items.append(ds(Index(start.idx), size))
+                            continue
+                    if not isinstance(start, (int, np.integer)):
+                        raise Unsupported("a load or store at an offset computed from values on the device")
+                    items.append(slice(None) if (int(start), size) == (0, n) else slice(int(start), int(start) + size))
+                elif isinstance(item, _Expr) and not item.ins and item.shape == () and item.idx is not None:
+                    try:
+                        items.append(int(item.idx))
+                    except ValueError:
+                        items.append(Index(item.idx))
                 else:
-                    raise Unsupported("a store or load at an offset computed on the device")
+                    raise Unsupported("a load or store at an offset computed from values on the device")
             v = v._view(tuple(items))
         return v
 
@@ -377,6 +428,8 @@ class Lowering:
         bytes it reads and writes, refused by execute."""
         reads = [self.written(v) for v in ins if isinstance(v, (Ref, _Expr)) and (not isinstance(v, _Expr) or v.ins)]
         outs = [self.scratch(var.aval.shape, var.aval.dtype) for var in eqn.outvars]
+        if eqn.primitive.name in ("swap", "addupdate") and isinstance(ins[0], Ref):
+            outs.append(ins[0])  # a store it cannot place: it may write any of the Ref
         flops = float(sum(math.prod(var.aval.shape) for var in eqn.outvars))
         nbytes = float(sum(math.prod(r.shape) * r.dtype.itemsize for r in reads + outs))
         pointer = self.t.emit({"op": "kernel", "name": eqn.primitive.name, "reads": [r.text for r in reads],

@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from . import _source
-from ._refs import new_ref
+from ._refs import AxisIndexValue, new_ref
 
 RENDEZVOUS_TIMEOUT_S = 600  # how long the first shard waits for the last
 
@@ -88,7 +88,7 @@ def _refuse_what_the_cpu_backend_cannot_run(program):
 
 
 def _host_args(is_ref, values):
-    return [new_ref(np.array(v)) if r else np.asarray(v) for v, r in zip(values, is_ref)]
+    return [v if isinstance(v, AxisIndexValue) else new_ref(np.array(v)) if r else np.asarray(v) for v, r in zip(values, is_ref)]
 
 
 def _run_one(jf, is_ref, values):
@@ -107,11 +107,24 @@ def _run_mesh(jf, axes, is_ref, written, per_rank):
         elif shards[0].ndim:
             args.append(np.concatenate(shards, axis=0))  # rank r's shard is block r of dimension 0
             specs.append((tuple(axes),) if len(axes) > 1 else (next(iter(axes)),))
+        elif (axis := _axis_of(shards, axes)) is not None and not is_ref[k]:
+            args.append(AxisIndexValue(axis, shards[0].dtype))  # jax.lax.axis_index(axis), as the guide passes dev_id
+            specs.append(None)
         else:
-            raise ValueError(f"{jf.__name__}: argument {k} is a scalar that differs between devices; "
-                             "thunky splits arrays along a dimension: pass it with shape (1,)")
+            raise ValueError(f"{jf.__name__}: argument {k} is a scalar that differs between devices and is not their index "
+                             "along a mesh axis; thunky splits arrays along a dimension: pass it with shape (1,)")
     result = jf.execute(*_host_args(is_ref, args), mesh=axes, in_specs=tuple(specs), ranks=True)
     return [tuple(out[r] for out in result.rank_outputs) for r in range(n)]
+
+
+def _axis_of(shards, axes):
+    """The mesh axis along which rank r's scalar is r's index, if one is."""
+    sizes = list(axes.values())
+    coords = [np.unravel_index(r, sizes) for r in range(len(shards))]
+    for d, name in enumerate(axes):
+        if all(float(s) == float(c[d]) for s, c in zip(shards, coords)):
+            return name
+    return None
 
 
 class _Rendezvous:

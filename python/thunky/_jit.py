@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from . import _jax, _source, _tools, _trace
-from ._refs import HostBuffer, Ref, dtype_name
+from ._refs import AxisIndexValue, HostBuffer, Ref, dtype_name
 
 
 class Mesh:
@@ -116,6 +116,13 @@ class JitFunction:
 
     def _argument(self, t, name, a, spec, axes):
         host = None
+        if isinstance(a, AxisIndexValue):
+            if a.axis not in axes:
+                raise ValueError(_source.here(f"argument '{name}': unknown axis name '{a.axis}': the mesh has {list(axes) or 'no axes'}"))
+            b = _trace.Buffer(_trace._unique(name, t.buffers), (), a.dtype, "arg", host=HostBuffer(np.zeros((), a.dtype)))
+            b.axis_index = a.axis
+            t.buffers[b.name] = b
+            return Ref(b, ())
         if isinstance(a, Ref):
             if a._groups:
                 raise ValueError(_source.here(f"argument '{name}': pass the whole Ref, not a view of it"))
@@ -161,7 +168,9 @@ class JitFunction:
             entry = {"shape": list(b.shape), "dtype": dtype_name(b.dtype)}
             if b.kind == "arg":
                 entry["role"] = "input" if not b.written else ("output" if b.first == "write" else "inout")
-                if entry["role"] != "output" and b.data is not None:
+                if b.axis_index is not None:
+                    entry["init"] = {"kind": "axis_index", "axis": b.axis_index}
+                elif entry["role"] != "output" and b.data is not None:
                     finite = np.asarray(b.data).dtype.kind != "f" or bool(np.all(np.isfinite(b.data)))
                     # Values that JSON cannot hold (NaN, inf) go to an .npy file: Program.save writes it.
                     entry["init"] = {"kind": "values", "values": _values(b.data)} if finite else {"kind": "npy", "path": b.name + ".npy"}

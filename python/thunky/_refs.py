@@ -68,6 +68,16 @@ def axis_index(axis_name):
     return Index(axis_name, atomic=True)
 
 
+class AxisIndexValue:
+    """An argument that holds this rank's index along a mesh axis (a scalar
+    of `dtype`): its buffer is initialised as `axis_index`, and call_jax
+    reads it as the axis' name, so views computed from it are views that
+    move with the rank."""
+
+    def __init__(self, axis, dtype):
+        self.axis, self.shape, self.dtype = axis, (), np.dtype(dtype)
+
+
 class ds:
     """A dynamic slice of `size` elements from `start`, as jax.ds."""
 

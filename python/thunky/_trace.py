@@ -39,6 +39,8 @@ class Buffer:
         self.first = None  # "read", or "write" once all of it was written before any read
         self.written = False
         self.covered = []  # [start, end) element ranges written for sure, merged
+        self.axis_index = None  # an argument holding this rank's index along this axis
+        self.read_as_axis = False  # call_jax read it as the axis' name: it may not be written
 
     def cover(self, start, count):
         """Notes a write of elements [start, start + count); whether every element is now written."""
@@ -137,6 +139,15 @@ class Tracer:
         scratch[name] = {"shape": list(shape), "dtype": dtype_name(dtype)}
         return Ref(Buffer(name, shape, dtype, "scratch"), tuple(shape))
 
+    def drop_scratch(self, ref):
+        """Forgets a scratch buffer that new_scratch made and nothing uses."""
+        b = ref._buffer
+        if self.buffers.get(b.name) is b:
+            del self.buffers[b.name]
+            return
+        for f in self.functions.values():
+            f.get("scratch", {}).pop(b.name, None)
+
     def new_constant(self, hint, values):
         """An input buffer of the program that holds `values` (functions see it too)."""
         from ._refs import Ref
@@ -188,6 +199,8 @@ class Tracer:
         b = ref._buffer
         if not isinstance(b, Buffer):
             raise TypeError(_source.here(f"{ref.text} is not a Ref of this trace"))
+        if kind != "read" and b.read_as_axis:
+            raise ValueError(_source.here(f"{b.name} holds the index along axis '{b.axis_index}', which call_jax read as such: it may not be written"))
         if kind == "write" and (self.conditional or ref._offset is None):
             kind = "update"
         if kind == "read" and b.first is None:
