@@ -255,8 +255,13 @@ def test_what_call_jax_does_not_lower_is_predicted_and_refused_by_execute():
 
     args = (np.arange(8, dtype=np.float32), thunky.new_ref(np.zeros(8, np.float32)))
     doc = scan.trace(*args).to_dict()
-    assert "kernel" in [c["op"] for c in doc["program"]]
-    # An opaque kernel: priced by its bytes (8 f32 in, 8 out), as thunky-sim prices any kernel.
+    # One opaque kernel, named for its primitive (jnp.cumsum's, inside its
+    # own jit, so its result is copied out), with XLA's cost analysis of it:
+    # at least the 8 f32 read and written.
+    kernel = doc["program"][0]
+    assert [c["op"] for c in doc["program"]] == ["kernel", "copy"]
+    assert (kernel["name"], kernel["reads"]) == ("cumsum", ["x_ref"])
+    assert kernel["cost"]["bytes"] >= 64 and kernel["cost"]["flops"] >= 1
     assert scan.simulate(*args).makespan_s > 0
     with pytest.raises(ValueError, match=r"test_guide_examples\.py:\d+: call_jax: cumsum is not lowered"):
         scan.execute(*args)
@@ -294,3 +299,25 @@ def test_the_guides_bidirectional_ring_races_at_four_devices_and_thunky_says_whe
     bidir = example("bidirectional_ring_collective_matmul.py")["make_bidirectional_ring_collective_matmul"](mesh, 64, 128, 64, jnp.float32)
     with pytest.raises(Exception, match=r"bidirectional_ring_collective_matmul\.py:\d+: race on buffer 'pair_bufs"):
         np.asarray(bidir(jnp.ones((256, 128), jnp.float32), jnp.ones((128, 256), jnp.float32)))
+
+
+def test_call_jax_lowers_lax_cond_while_and_iota_to_thunkys_own():
+    def f(x_ref, n_ref, out_ref):
+        x = x_ref[...]
+        y = jax.lax.cond(x[0] > 0, lambda v: v * 2, lambda v: v - 1, x)
+        i, z = jax.lax.while_loop(lambda s: s[0] < n_ref[...], lambda s: (s[0] + 1, s[1] * 2 + jnp.arange(4, dtype=jnp.float32)), (0, y))
+        out_ref[...] = z
+
+    @thunky.jit
+    def prog(x_ref, n_ref, out_ref):
+        thunky.call_jax(f, x_ref, n_ref, out_ref)
+
+    out = thunky.new_ref(np.zeros(4, np.float32))
+    doc = prog.trace(np.ones(4, np.float32), np.int32(3), out).to_dict()
+    assert [c["op"] for c in doc["program"]] == ["map", "switch", "map", "copy", "while", "copy"]
+    for x0, want in ((1.0, None), (-1.0, None)):
+        prog(np.full(4, x0, np.float32), np.int32(3), out)
+        # cond: x0 > 0 doubles, else subtracts 1; then three times z = 2 z + [0 1 2 3]:
+        # z3 = 8 y + 7 [0 1 2 3] (1 + 2 + 4 of the iota).
+        y = 2 * x0 if x0 > 0 else x0 - 1
+        np.testing.assert_array_equal(out[...], 8 * y + 7 * np.arange(4))

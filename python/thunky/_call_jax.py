@@ -272,6 +272,14 @@ class Lowering:
         if name == "axis_index":
             self.t.check_axis(p["axis_name"], self.where)
             return [_Expr(p["axis_name"], {}, (), aval.dtype, atomic=True, idx=p["axis_name"])]
+        if name == "cond":
+            return self.cond(eqn, ins)
+        if name == "while":
+            return self.while_(eqn, ins)
+        if name == "iota" and p.get("sharding") is None:
+            shape, d = tuple(p["shape"]), p["dimension"]
+            values = np.broadcast_to(np.arange(shape[d]).reshape([-1 if k == d else 1 for k in range(len(shape))]), shape)
+            return [self.t.new_constant("cj_iota", np.ascontiguousarray(values, dtype=p["dtype"]))]
         if name == "dot_general":
             return [self.dot(ins, p, aval)]
         if name in _REDUCE:
@@ -281,6 +289,53 @@ class Lowering:
         if name in ("all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all"):
             return [self.collective(name, ins[0], p, aval)]
         raise Unsupported(name)
+
+    # ---- control flow: thunky's own switch and while
+    def cond(self, eqn, ins):
+        """lax.cond and lax.switch: a switch on the s32 index; each branch
+        writes the results into the same buffers."""
+        index = self.written(ins[0], (), np.int32)
+        outs = [self.scratch(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
+
+        def branch(closed):
+            def body():
+                for v, o in zip(self.run(closed.jaxpr, closed.consts, ins[1:]), outs):
+                    self.store(v, o)
+            return body
+
+        blocks = [self.t.region(f"branches/{k}", branch(b)) for k, b in enumerate(eqn.params["branches"])]
+        self.t.emit({"op": "switch", "index": index.text, "branches": blocks}, reads=[index])
+        return outs
+
+    def while_(self, eqn, ins):
+        """lax.while_loop (and fori_loop with bounds known at run time): the
+        carries live in buffers; the cond block writes a bool buffer; the
+        body computes every new carry apart before any is stored."""
+        p = eqn.params
+        nc, nb = p["cond_nconsts"], p["body_nconsts"]
+        cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+        carries = []
+        for v, var in zip(init, eqn.outvars):
+            c = self.scratch(var.aval.shape, var.aval.dtype)
+            self.store(v, c)
+            carries.append(c)
+        flag = self.scratch((), np.bool_)
+
+        def cond():
+            (pred,) = self.run(p["cond_jaxpr"].jaxpr, p["cond_jaxpr"].consts, list(cond_consts) + carries)
+            self.store(pred, flag)
+
+        def body():
+            new = self.run(p["body_jaxpr"].jaxpr, p["body_jaxpr"].consts, list(body_consts) + carries)
+            staged = [v if isinstance(v, Ref) and id(v) in self.fresh and v not in carries else self.written(v, c.shape, c.dtype)
+                      for v, c in zip(new, carries)]
+            for v, c in zip(staged, carries):
+                self.store(v, c)
+
+        c_block = self.t.region("cond", cond, conditional=False)
+        b_block = self.t.region("body", body)
+        self.t.emit({"op": "while", "cond_buf": flag.text, "cond": c_block, "body": b_block}, reads=[flag])
+        return carries
 
     # ---- elementwise
     def unary(self, form, v, aval):
@@ -427,16 +482,37 @@ class Lowering:
         """An opaque kernel for what call_jax does not lower: priced by the
         bytes it reads and writes, refused by execute."""
         reads = [self.written(v) for v in ins if isinstance(v, (Ref, _Expr)) and (not isinstance(v, _Expr) or v.ins)]
-        outs = [self.scratch(var.aval.shape, var.aval.dtype) for var in eqn.outvars]
+        if len(eqn.outvars) == 1 and eqn.primitive.name not in ("swap", "addupdate"):
+            outs = [self.result(eqn, eqn.outvars[0].aval.shape, eqn.outvars[0].aval.dtype)]
+        else:
+            outs = [self.scratch(var.aval.shape, var.aval.dtype) for var in eqn.outvars]
         if eqn.primitive.name in ("swap", "addupdate") and isinstance(ins[0], Ref):
             outs.append(ins[0])  # a store it cannot place: it may write any of the Ref
-        flops = float(sum(math.prod(var.aval.shape) for var in eqn.outvars))
-        nbytes = float(sum(math.prod(r.shape) * r.dtype.itemsize for r in reads + outs))
+        flops, nbytes = _cost_analysis(eqn)
+        if flops is None:  # an element of work for each output element, and the bytes moved
+            flops = float(sum(math.prod(var.aval.shape) for var in eqn.outvars))
+            nbytes = float(sum(math.prod(r.shape) * r.dtype.itemsize for r in reads + outs))
         pointer = self.t.emit({"op": "kernel", "name": eqn.primitive.name, "reads": [r.text for r in reads],
                                "writes": [o.text for o in outs], "cost": {"flops": flops, "bytes": nbytes}},
                               reads=reads, writes=outs)
         self.t.opaque.append((pointer, eqn.primitive.name, why, self.where))
         return outs
+
+
+def _cost_analysis(eqn):
+    """(flops, bytes) of one primitive as XLA's cost analysis counts them
+    on this host, or (None, None) where it gives none."""
+    if any(type(v.aval).__name__ == "AbstractRef" for v in eqn.invars):
+        return None, None
+    try:
+        import jax
+        avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+        cost = jax.jit(lambda *xs: eqn.primitive.bind(*xs, **eqn.params)).lower(*avals).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        flops, nbytes = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+        return (max(flops, 1.0), nbytes) if nbytes > 0 else (None, None)
+    except Exception:  # a primitive that will not compile alone: the estimate
+        return None, None
 
 
 def call_jax(fn, *args):
