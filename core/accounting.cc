@@ -43,7 +43,8 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
   switch (c.op) {
     case Op::memzero:
     case Op::memset: w.bytes = B(*c.dst); break;
-    case Op::copy: w.bytes = B(*c.src) + B(*c.dst); break;
+    case Op::copy:
+    case Op::transpose: w.bytes = B(*c.src) + B(*c.dst); break;  // priced as a copy
     case Op::gemm: {
       const std::span<const int64_t> a = S(*c.a);
       const size_t r = a.size();

@@ -32,6 +32,7 @@ void for_each_use(const Command& c, F f) {
     case Op::memzero:
     case Op::memset: f(RefUse{&*c.dst, true}); break;
     case Op::copy:
+    case Op::transpose:
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:

@@ -58,6 +58,28 @@ void check_copy(const Program& p, const Command& c, const View& s, const View& d
     throw ThunkyError(c.pointer + "/dst", "copy needs equal byte sizes: src " + view_str(p, s) + " is " + std::to_string(sb) + " bytes, dst " + view_str(p, d) + " is " + std::to_string(db) + " bytes");
 }
 
+void check_transpose(const Program& p, const Command& c, const View& s, const View& d) {
+  const std::vector<int64_t>& perm = c.rare().perm;
+  const size_t r = s.shape.size();
+  if (perm.size() != r || r > 8)
+    throw ThunkyError(c.pointer + "/perm", "transpose of " + view_str(p, s) + " needs a perm of its " + std::to_string(r) + " dimensions (at most 8), not " + std::to_string(perm.size()));
+  std::vector<bool> seen(r, false);
+  std::vector<int64_t> shape(r);
+  for (size_t i = 0; i < r; ++i) {
+    if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(r) || seen[static_cast<size_t>(perm[i])])
+      throw ThunkyError(c.pointer + "/perm/" + std::to_string(i), "perm must list each of src's dimensions 0.." + std::to_string(r - 1) + " once");
+    seen[static_cast<size_t>(perm[i])] = true;
+    shape[i] = s.shape[static_cast<size_t>(perm[i])];
+  }
+  if (p.buffers[s.buffer].dtype != p.buffers[d.buffer].dtype)
+    throw ThunkyError(c.pointer + "/dst", "transpose keeps the dtype: src is " + view_str(p, s) + ", dst " + view_str(p, d));
+  if (shape != d.shape)
+    throw ThunkyError(c.pointer + "/dst", "transpose of " + view_str(p, s) + " by perm gives shape " + shape_str(shape) + ", dst is " + view_str(p, d));
+  const size_t es = dtype_size(p.buffers[s.buffer].dtype);
+  if (s.buffer == d.buffer && s.offset * es < (d.offset + d.count()) * es && d.offset * es < (s.offset + s.count()) * es && s.count() > 1)
+    throw ThunkyError(c.pointer + "/dst", "transpose: src and dst overlap in buffer '" + p.buffers[s.buffer].name + "'; they must be disjoint");
+}
+
 void check_gemm(const Program& p, const Command& c, const View& a, const View& b, const View& cv) {
   auto fail = [&](const std::string& why) {
     throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(p, a) + (c.transpose_a ? " (transposed)" : "") + ", b is " + view_str(p, b) + (c.transpose_b ? " (transposed)" : "") + ", c is " + view_str(p, cv));

@@ -22,6 +22,9 @@ View scalar_view(const Program& p, const Ref& r, const RankCtx& ctx, DType want,
 
 // copy: equal byte sizes.
 void check_copy(const Program& p, const Command& c, const View& src, const View& dst);
+// transpose: perm a permutation of src's dimensions (at most 8), dst of
+// src's dtype and of src's shape permuted, and the two disjoint.
+void check_transpose(const Program& p, const Command& c, const View& src, const View& dst);
 // gemm: one float dtype for a and b, 2-D or 3-D operands, matching
 // contraction, output and batch dimensions.
 void check_gemm(const Program& p, const Command& c, const View& a, const View& b, const View& cv);

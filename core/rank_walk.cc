@@ -187,6 +187,7 @@ class RankWalker {
       case Op::memzero:
       case Op::memset:
       case Op::copy:
+      case Op::transpose:
       case Op::gemm:
       case Op::map:
       case Op::reduce:
@@ -317,6 +318,7 @@ class RankWalker {
     if (c.op == Op::custom_call) check_custom_call(*p_, c, ctx_);
     resolve_uses(c);
     if (c.op == Op::copy) check_copy(*p_, c, view_of(c.src), view_of(c.dst));
+    if (c.op == Op::transpose) check_transpose(*p_, c, view_of(c.src), view_of(c.dst));
     if (c.op == Op::gemm) check_gemm(*p_, c, view_of(c.a), view_of(c.b), view_of(c.c));
     if (c.op == Op::reduce) check_reduce(*p_, c, view_of(c.src), view_of(c.out));
     add_uses(c, slot, branch);

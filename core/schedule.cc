@@ -290,6 +290,11 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     c.op = Op::copy;
     c.src = ref("src");
     c.dst = ref("dst");
+  } else if (op == "transpose") {
+    c.op = Op::transpose;
+    c.src = ref("src");
+    c.dst = ref("dst");
+    c.set_rare().perm = int_list(o.need("perm"), o.at("perm"));
   } else if (op == "gemm") {
     c.op = Op::gemm;
     c.a = ref("a");
@@ -467,7 +472,7 @@ std::string_view role_name(Role r) {
 
 std::string_view op_name(Op op) {
   static constexpr std::string_view names[] = {
-      "memzero", "memset", "copy", "gemm", "map", "reduce", "kernel", "ptx_kernel", "custom_call",
+      "memzero", "memset", "copy", "gemm", "map", "reduce", "kernel", "ptx_kernel", "custom_call", "transpose",
       "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_group",
       "async_start", "async_done", "cond", "switch", "while", "call"};
   return names[static_cast<size_t>(op)];
@@ -671,6 +676,7 @@ json to_json(const Command& c) {
     case Op::memzero: j["dst"] = ref_json(c.dst); break;
     case Op::memset: j["dst"] = ref_json(c.dst); j["value"] = x.value; break;
     case Op::copy: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); break;
+    case Op::transpose: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); j["perm"] = x.perm; break;
     case Op::gemm:
       j["a"] = ref_json(c.a); j["b"] = ref_json(c.b); j["c"] = ref_json(c.c);
       j["transpose_a"] = c.transpose_a; j["transpose_b"] = c.transpose_b;

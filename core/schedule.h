@@ -63,7 +63,7 @@ struct Buffer {
 };
 
 enum class Op {
-  memzero, memset, copy, gemm, map, reduce, kernel, ptx_kernel, custom_call,
+  memzero, memset, copy, gemm, map, reduce, kernel, ptx_kernel, custom_call, transpose,
   all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, collective_group,
   async_start, async_done, cond, switch_, while_, call
 };
@@ -85,7 +85,8 @@ constexpr OpFamily op_family(Op op) {
     case Op::reduce:
     case Op::kernel:
     case Op::ptx_kernel:
-    case Op::custom_call: return OpFamily::compute;
+    case Op::custom_call:
+    case Op::transpose: return OpFamily::compute;
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:
@@ -240,6 +241,7 @@ struct Command::Rare {
   double value = 0;               // memset
   std::string fn;                 // call: the function called
   std::vector<int64_t> axes_i;    // reduce axes
+  std::vector<int64_t> perm;      // transpose: dst's dimension d is src's dimension perm[d]
   std::vector<bool> written;      // ptx_kernel
   std::shared_ptr<Command> cpu;   // ptx_kernel fallback, a map
   Box<PtxLaunch> launch;          // ptx_kernel

@@ -220,6 +220,7 @@ void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*
     case Op::kernel:
     case Op::ptx_kernel:
     case Op::custom_call:
+    case Op::transpose:
     case Op::collective_group:
     case Op::async_start:
     case Op::async_done:

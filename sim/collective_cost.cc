@@ -29,6 +29,7 @@ double op_volume(Op op) {
     case Op::kernel:
     case Op::ptx_kernel:
     case Op::custom_call:
+    case Op::transpose:
     case Op::collective_group:
     case Op::async_start:
     case Op::async_done:
@@ -142,6 +143,7 @@ double bus_factor(Op op, int64_t n) {
     case Op::kernel:
     case Op::ptx_kernel:
     case Op::custom_call:
+    case Op::transpose:
     case Op::collective_group:
     case Op::async_start:
     case Op::async_done:

@@ -337,6 +337,7 @@ bool Engine::issue_until(int si) {
       case Op::kernel:
       case Op::ptx_kernel:
       case Op::custom_call:
+      case Op::transpose:
       case Op::all_reduce:
       case Op::all_gather:
       case Op::reduce_scatter:

@@ -166,6 +166,7 @@ class Run {
         case Op::kernel:
         case Op::ptx_kernel:
         case Op::custom_call:
+        case Op::transpose:
         case Op::all_reduce:
         case Op::all_gather:
         case Op::reduce_scatter:
@@ -410,6 +411,7 @@ class Run {
       case Op::kernel:
       case Op::ptx_kernel:
       case Op::custom_call:
+      case Op::transpose:
       case Op::async_start:
       case Op::async_done:
       case Op::call: break;
@@ -463,6 +465,7 @@ class Run {
         cpu::cholesky(tensor(s, c.refs[0]), tensor(s, c.refs2[0]), tensor(s, c.refs2[1]), lower);
         break;
       }
+      case Op::transpose: cpu::transpose(tensor(s, *c.src), c.rare().perm, tensor(s, *c.dst)); break;
       case Op::all_reduce:  // not a compute command: run by run_command
       case Op::all_gather:
       case Op::reduce_scatter:

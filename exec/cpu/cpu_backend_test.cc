@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -423,6 +424,39 @@ TEST(CollectiveSemantics, RandomCollectivesMatchAReference) {
       EXPECT_EQ(values(p, r, "d", rank), want) << op << " rank " << rank << " " << c.dump();
     }
   }
+}
+
+}  // namespace
+}  // namespace thunky
+
+namespace thunky {
+namespace {
+
+TEST(CpuBackend, TransposePermutesTheAxes) {
+  // x = iota over [2, 3, 2]; perm [2, 0, 1] gives dst[k][i][j] = x[i][j][k]
+  // = 6i + 2j + k: dst[1] = [[1 3 5] [7 9 11]], dst[0] the even numbers.
+  Program p = testing::load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [2, 3, 2], "dtype": "s32", "role": "input", "init": {"kind": "iota"}},
+      "y": {"shape": [2, 2, 3], "dtype": "s32", "role": "output"}},
+    "program": [{"op": "transpose", "src": "x", "dst": "y", "perm": [2, 0, 1]}]})");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_TRUE(r.ok());
+  std::vector<int32_t> y(12);
+  std::memcpy(y.data(), r->memory[0][1].data(), 48);
+  EXPECT_EQ(y, (std::vector<int32_t>{0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11}));
+  // A perm that repeats a dimension, and a dst of the wrong shape, are refused at their pointers.
+  auto bad = [](const std::string& perm, const std::string& shape) {
+    return load_schedule_text(R"({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [2, 3], "dtype": "f32", "role": "input", "init": {"kind": "iota"}},
+      "y": {"shape": )" + shape + R"(, "dtype": "f32", "role": "output"}},
+      "program": [{"op": "transpose", "src": "x", "dst": "y", "perm": )" + perm + "}]}", "t.json");
+  };
+  auto twice = bad("[0, 0]", "[2, 3]");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.errors()[0].pointer, "/program/0/perm/1");
+  auto shape = bad("[1, 0]", "[2, 3]");
+  ASSERT_FALSE(shape.ok());
+  EXPECT_EQ(shape.errors()[0].pointer, "/program/0/dst");
 }
 
 }  // namespace

@@ -304,6 +304,26 @@ void map(const Expr& expr, const std::vector<MapInput>& inputs, const std::vecto
   }
 }
 
+void transpose(const Tensor& src, const std::vector<int64_t>& perm, const Tensor& dst) {
+  // Walk dst in order; src's offset steps by the stride of the dimension
+  // each of dst's dimensions came from. Elements move as bytes.
+  const size_t r = dst.shape.size(), es = dtype_size(dst.dtype);
+  std::vector<int64_t> src_stride(r, 1), stride(r), idx(r, 0);
+  for (size_t d = r; d-- > 1;) src_stride[d - 1] = src_stride[d] * src.shape[d];
+  for (size_t d = 0; d < r; ++d) stride[d] = src_stride[static_cast<size_t>(perm[d])];
+  int64_t at = 0;
+  const int64_t n = dst.count();
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst.data + static_cast<size_t>(i) * es, src.data + static_cast<size_t>(at) * es, es);
+    for (size_t d = r; d-- > 0;) {
+      at += stride[d];
+      if (++idx[d] < dst.shape[d]) break;
+      at -= stride[d] * dst.shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 void reduce(const Tensor& in, const std::vector<int64_t>& axes_in, Reduction fn, const Tensor& out) {
   const size_t r = in.shape.size();
   std::vector<bool> reduced(r, false);

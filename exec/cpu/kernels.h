@@ -25,6 +25,8 @@ struct Tensor {
 };
 
 void fill(const Tensor& dst, double value);
+// dst = src with its dimensions permuted: dst's dimension d is src's perm[d].
+void transpose(const Tensor& src, const std::vector<int64_t>& perm, const Tensor& dst);
 
 // c = alpha * op(a) @ op(b) + beta * c, row-major, 2-D or batched 3-D
 // (a 2-D operand broadcasts over the batch); f32 accumulation for

@@ -231,6 +231,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
       const View in = resolve(*p_, *c.src, s.ctx), out = resolve(*p_, *c.out, s.ctx);
       s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduction));
     }
+    if (c.op == Op::transpose) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(dtype_of(resolve(*p_, *c.src, s.ctx)))));
     if (c.op == Op::ptx_kernel) {
       cudaKernel_t k = s.kernels[&c] = kernels_->get_ptx(ptx_.at(&c), x.launch->kernel_name);
       allow_shared_memory(k, x.launch->shmem_bytes, s.device, c);

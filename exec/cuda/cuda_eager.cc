@@ -191,6 +191,7 @@ void CudaBackend::issue_block(RankState& s, const Block& b, const StreamId& cur,
       case Op::kernel:
       case Op::ptx_kernel:
       case Op::custom_call:
+      case Op::transpose:
       case Op::all_reduce:
       case Op::all_gather:
       case Op::reduce_scatter:
@@ -239,6 +240,7 @@ void CudaBackend::issue_control_flow(RankState& s, const Command& c, const Strea
       case Op::kernel:
       case Op::ptx_kernel:
       case Op::custom_call:
+      case Op::transpose:
       case Op::all_reduce:
       case Op::all_gather:
       case Op::reduce_scatter:

@@ -59,6 +59,12 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
       break;
     }
     case Op::custom_call: cholesky(s, c, ss); break;
+    case Op::transpose: {
+      const View in = R(*c.src), out = R(*c.dst);
+      if (!out.count()) break;
+      launch(s.kernels.at(&c), out.count(), transpose_params(ptr(s, in), ptr(s, out), in.shape, c.rare().perm), st, sms(s));
+      break;
+    }
     case Op::all_reduce:  // not a compute command: issued by issue_block
     case Op::all_gather:
     case Op::reduce_scatter:

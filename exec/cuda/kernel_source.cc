@@ -344,6 +344,35 @@ KernelSource reduce_kernel(DType in, DType out, Reduction fn) {
   return {"thunky_reduce", s.str()};
 }
 
+KernelSource transpose_kernel(size_t element_bytes) {
+  std::ostringstream s;
+  s << kPrelude << "struct Params {\n  const u8_t* src;\n  u8_t* dst;\n  i64_t count;\n  i64_t rank;\n  i64_t shape[8];\n  i64_t stride[8];\n};\n"
+    << "extern \"C\" __global__ void thunky_transpose(Params p) {\n"
+    << "  for (i64_t i = (i64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.count; i += (i64_t)gridDim.x * blockDim.x) {\n"
+    // dst's index of element i (row-major), then src's offset by the strides of the dimensions it came from.
+    << "    i64_t rest = i, at = 0;\n"
+    << "    for (int d = (int)p.rank - 1; d >= 0; --d) {\n      at += (rest % p.shape[d]) * p.stride[d];\n      rest /= p.shape[d];\n    }\n"
+    << "    for (int b = 0; b < " << element_bytes << "; ++b) p.dst[i * " << element_bytes << " + b] = p.src[at * " << element_bytes << " + b];\n"
+    << "  }\n}\n";
+  return {"thunky_transpose", s.str()};
+}
+
+std::vector<uint8_t> transpose_params(const void* src, void* dst, const std::vector<int64_t>& src_shape, const std::vector<int64_t>& perm) {
+  const size_t r = src_shape.size();
+  std::vector<int64_t> src_stride(r, 1);
+  for (size_t d = r; d-- > 1;) src_stride[d - 1] = src_stride[d] * src_shape[d];
+  int64_t count = 1;
+  for (auto d : src_shape) count *= d;
+  std::vector<uint8_t> b;
+  put_ptr(b, src);
+  put_ptr(b, dst);
+  put(b, static_cast<uint64_t>(count));
+  put(b, r);
+  for (int d = 0; d < kMaxRank; ++d) put(b, d < static_cast<int>(r) ? static_cast<uint64_t>(src_shape[static_cast<size_t>(perm[d])]) : 1);
+  for (int d = 0; d < kMaxRank; ++d) put(b, d < static_cast<int>(r) ? static_cast<uint64_t>(src_stride[static_cast<size_t>(perm[d])]) : 0);
+  return b;
+}
+
 std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count, const std::vector<int64_t>& shape,
                                    const std::vector<bool>& reduced) {
   std::vector<uint8_t> b;

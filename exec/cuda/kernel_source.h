@@ -50,6 +50,10 @@ std::vector<uint8_t> map_params(const std::vector<const void*>& inputs, void* ou
 // Parameters: in, out, out_count, rank, shape[8], reduced[8].
 constexpr int kMaxRank = 8;
 KernelSource reduce_kernel(DType in, DType out, Reduction fn);
+// transpose: one thread per dst element, moving `element_bytes` bytes from
+// src's element at the permuted index (views of at most kMaxRank dimensions).
+KernelSource transpose_kernel(size_t element_bytes);
+std::vector<uint8_t> transpose_params(const void* src, void* dst, const std::vector<int64_t>& src_shape, const std::vector<int64_t>& perm);
 std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count, const std::vector<int64_t>& shape,
                                    const std::vector<bool>& reduced);
 

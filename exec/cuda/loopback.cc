@@ -151,6 +151,7 @@ class Loopback final : public RendezvousCommunicator {
       case Op::kernel:
       case Op::ptx_kernel:
       case Op::custom_call:
+      case Op::transpose:
       case Op::collective_group:
       case Op::async_start:
       case Op::async_done:
@@ -459,6 +460,7 @@ class Nccl final : public NcclTransport {
       case Op::kernel:
       case Op::ptx_kernel:
       case Op::custom_call:
+      case Op::transpose:
       case Op::collective_group:
       case Op::async_start:
       case Op::async_done:

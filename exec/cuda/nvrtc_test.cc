@@ -68,6 +68,7 @@ TEST(Nvrtc, EveryDtypeLoadsAndStores) {
 TEST(Nvrtc, ReductionsAndSupportKernelsCompile) {
   for (const std::string fn : {"sum", "prod", "max", "min"}) {
     expect_compiles(reduce_kernel(DType::bf16, DType::f32, *parse_reduction(fn)));
+    expect_compiles(transpose_kernel(2));
     expect_compiles(combine_kernel(DType::f16, *parse_reduction(fn)));
   }
   const KernelSource support = support_kernels();

@@ -321,3 +321,15 @@ def test_call_jax_lowers_lax_cond_while_and_iota_to_thunkys_own():
         # z3 = 8 y + 7 [0 1 2 3] (1 + 2 + 4 of the iota).
         y = 2 * x0 if x0 > 0 else x0 - 1
         np.testing.assert_array_equal(out[...], 8 * y + 7 * np.arange(4))
+
+
+def test_call_jax_transposes_with_thunkys_transpose():
+    @thunky.jit
+    def f(x_ref, out_ref):
+        thunky.call_jax(lambda x, o: o.__setitem__(Ellipsis, jnp.transpose(x[...], (1, 0)) + 1), x_ref, out_ref)
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = thunky.new_ref(np.zeros((3, 2), np.float32))
+    assert [c["op"] for c in f.trace(x, out).to_dict()["program"]] == ["transpose", "map"]
+    f(x, out)
+    np.testing.assert_array_equal(out[...], x.T + 1)

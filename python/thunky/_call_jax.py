@@ -280,6 +280,12 @@ class Lowering:
             shape, d = tuple(p["shape"]), p["dimension"]
             values = np.broadcast_to(np.arange(shape[d]).reshape([-1 if k == d else 1 for k in range(len(shape))]), shape)
             return [self.t.new_constant("cj_iota", np.ascontiguousarray(values, dtype=p["dtype"]))]
+        if name == "transpose":
+            src = self.written(ins[0])
+            dst = self.result(eqn, aval.shape, aval.dtype)
+            self.t.emit({"op": "transpose", "src": src.text, "dst": dst.text, "perm": [int(d) for d in p["permutation"]]},
+                        reads=[src], writes=[dst])
+            return [dst]
         if name == "dot_general":
             return [self.dot(ins, p, aval)]
         if name in _REDUCE:
