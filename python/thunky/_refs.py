@@ -1,6 +1,7 @@
 """Refs and their views: a buffer name, and the NumPy-style indices on its
 leading dimensions that thunky's ref syntax writes (`a[1][0:4]`)."""
 
+import math
 import numbers
 
 import numpy as np
@@ -134,7 +135,7 @@ class Ref:
         def step(d, k):  # the offset of index k along dimension d of `shape`
             nonlocal offset
             if offset is not None:
-                offset = None if k is None else offset + k * int(np.prod(shape[d + 1:], dtype=np.int64))
+                offset = None if k is None else offset + k * math.prod(shape[d + 1:])
         for item in idx:
             if item is Ellipsis:
                 break

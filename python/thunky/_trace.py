@@ -4,6 +4,7 @@ first accesses give), its streams' tokens, and each command's source line."""
 
 import inspect
 import json
+import math
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class Buffer:
             else:
                 merged.append([s, e])
         self.covered = merged
-        total = int(np.prod(self.shape, dtype=np.int64))
+        total = math.prod(self.shape)
         return merged[0][0] <= 0 and merged[0][1] >= total
 
 
@@ -206,10 +207,10 @@ class Tracer:
         if kind == "read" and b.first is None:
             b.first = "read"
         if kind == "write":
-            count = int(np.prod(ref.shape, dtype=np.int64))
+            count = math.prod(ref.shape)
             if b.first is None and b.cover(ref._offset, count):
                 b.first = "write"
-            if ref._offset != 0 or count != int(np.prod(b.shape, dtype=np.int64)):
+            if ref._offset != 0 or count != math.prod(b.shape):
                 kind = "update"  # what a function's caller learns: part of the parameter
         if kind != "read":
             if b.kind == "arg" and b.host is None and b.data is not None:
