@@ -376,7 +376,7 @@ class Lowering:
             return _Expr(v.text, v.ins, shape, v.dtype, v.depth, v.atomic)
         if count == 1:  # one element broadcasts in any map
             e = self.as_expr(v)
-            return _Expr(e.text, e.ins, shape, e.dtype, e.depth, e.atomic) if not e.ins else _Expr(e.text, e.ins, e.shape, e.dtype, e.depth, e.atomic)
+            return _Expr(e.text, e.ins, shape, e.dtype, e.depth, e.atomic, e.idx)
         raise Unsupported(f"broadcasting {tuple(v.shape)} to {shape}")
 
     def _same_data(self, ref, shape):
