@@ -17,7 +17,9 @@ bool unhinted_control_flow(const Block& b) {
 
 Expected<sim::SimResult> predict(const Program& p, const sim::Machine& m, const sim::SimOptions& options) {
   if (!unhinted_control_flow(p.program)) return sim::simulate(p, m, nullptr, options);
-  auto run = make_cpu_backend()->run(p, {});
+  ExecOptions functional;
+  functional.max_trip_count = options.max_trip_count;
+  auto run = make_cpu_backend()->run(p, functional);
   if (!run) return run.errors();
   return sim::simulate(p, m, &run->decisions, options);
 }

@@ -1,3 +1,4 @@
+#include "core/control_flow.h"
 #include "sim/engine_internal.h"
 
 namespace thunky::sim {
@@ -312,14 +313,12 @@ bool Engine::issue_until(int si) {
         break;
       }
       case Op::call: enter(rank, c.body, block(i, 0), cur, in_loop); break;
-      case Op::cond: {
-        const bool taken = decision(rank, c) != 0;
-        enter(rank, taken ? c.rare().then_ : c.rare().else_, block(i, taken ? 1 : 2), cur, in_loop);
-        break;
-      }
+      case Op::cond:
       case Op::switch_: {
-        const int64_t k = std::clamp<int64_t>(decision(rank, c), 0, static_cast<int64_t>(c.rare().branches.size()) - 1);
-        enter(rank, c.rare().branches[k], block(i, 3 + static_cast<size_t>(k)), cur, in_loop);
+        // The block's index among the command's blocks: body 0, then 1, else 2, branches from 3.
+        const Branch b = take_branch(c, decision(rank, c));
+        const size_t slot = c.op == Op::cond ? (b.decision ? 1 : 2) : 3 + static_cast<size_t>(b.decision);
+        enter(rank, *b.block, block(i, slot), cur, in_loop);
         break;
       }
       case Op::while_: {

@@ -48,6 +48,10 @@ struct SimOptions {
   // bytes a command (what thunky-sim's table needs, without --report,
   // --trace or --svg).
   bool timelines = true;
+  // Control flow without sim hints is decided by running the schedule on
+  // the cpu backend first (api/predict.h); a while loop there past this
+  // many trips stops the run, as thunky-exec's --max-trip-count does.
+  int64_t max_trip_count = 1'000'000;
 };
 
 // `decisions` may be null: then every cond/switch/while needs a sim hint.

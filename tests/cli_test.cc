@@ -106,6 +106,16 @@ TEST(ExecCli, RunawayLoopIsStoppedWithExit1) {
   EXPECT_NE(r.err.find("runaway_loop.json:/program/"), std::string::npos) << r.err;
 }
 
+TEST(SimCli, RunawayLoopReadsAsOnExec) {
+  // thunky-sim counts an unhinted loop's trips by running the schedule on
+  // the cpu backend: the same limit flag stops it with the same line.
+  Result s = sim(kSrc + "/tests/schedules/runaway_loop.json --machine h100-8gpu --max-trip-count 1000");
+  Result e = run(kSrc + "/tests/schedules/runaway_loop.json --max-trip-count 1000");
+  EXPECT_EQ(s.code, 1);
+  EXPECT_NE(s.err.find("/program/2: rank 0: the while loop at /program/2 ran more than 1000 iterations"), std::string::npos) << s.err;
+  EXPECT_EQ(s.err, e.err);
+}
+
 TEST(ExecCli, UsageErrorsExitWith2) {
   EXPECT_EQ(run("").code, 2);
   EXPECT_EQ(run(kSrc + "/examples/init_and_copy.json --iters 0").code, 2);

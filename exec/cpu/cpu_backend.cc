@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/accounting.h"
+#include "core/control_flow.h"
 #include "core/init.h"
 #include "core/mesh.h"
 #include "core/validate.h"
@@ -351,31 +352,13 @@ class Run {
 
   void exec(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
     switch (c.op) {
-      case Op::cond: {
-        bool taken = read_scalar(s, *c.pred) != 0;
-        decide(s, c, taken ? 1 : 0);
-        run_block(s, taken ? c.rare().then_ : c.rare().else_, stream, in_loop);
+      case Op::cond:
+      case Op::switch_:
+      case Op::while_:
+        run_control_flow(
+            c, s.rank, opts_.max_trip_count, in_loop, [&](const Ref& r) { return read_scalar(s, r); },
+            [&](const Block& b, bool loop) { run_block(s, b, stream, loop); }, [&](int64_t v) { decide(s, c, v); });
         return;
-      }
-      case Op::switch_: {
-        int64_t k = static_cast<int64_t>(read_scalar(s, *c.index));
-        k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(c.rare().branches.size()) - 1);
-        decide(s, c, k);
-        run_block(s, c.rare().branches[k], stream, in_loop);
-        return;
-      }
-      case Op::while_: {
-        for (int64_t trips = 0;; ++trips) {
-          run_block(s, c.rare().cond, stream, true);
-          if (read_scalar(s, *c.cond_buf) == 0) {
-            decide(s, c, trips);
-            return;
-          }
-          if (trips >= opts_.max_trip_count)
-            throw ThunkyError(c.pointer, "rank " + std::to_string(s.rank) + ": the while loop at " + c.id() + " ran more than " + std::to_string(opts_.max_trip_count) + " iterations");
-          run_block(s, c.body, stream, true);
-        }
-      }
       case Op::collective_group:
       case Op::all_reduce:
       case Op::all_gather:

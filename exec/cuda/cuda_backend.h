@@ -122,7 +122,7 @@ struct RankState {
   // before any capture (a buffer reallocated mid-capture would leave the
   // first loops' flags where nothing reads them).
   uint8_t* loop_guards = nullptr;
-  std::vector<std::string> loop_ids;
+  std::vector<const Command*> loops;  // the captured while loops, by slot
   std::unique_lock<std::mutex>* turn = nullptr;  // the issuing thread's turn at capture_turn_
 
   // Forgets what one iteration (or one capture) recorded.

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/accounting.h"
+#include "core/control_flow.h"
 
 namespace thunky::cuda {
 
@@ -205,32 +206,13 @@ void CudaBackend::issue_block(RankState& s, const Block& b, const StreamId& cur,
 // Eager control flow: the predicate to the host, then the branch taken.
 void CudaBackend::issue_control_flow(RankState& s, const Command& c, const StreamId& cur, bool in_loop) {
     switch (c.op) {
-      case Op::cond: {
-        const bool taken = read_scalar(s, *c.pred, cur) != 0;
-        s.decisions[c.id()].push_back(taken ? 1 : 0);
-        issue_block(s, taken ? c.rare().then_ : c.rare().else_, cur, in_loop);
+      case Op::cond:
+      case Op::switch_:
+      case Op::while_:
+        run_control_flow(
+            c, s.rank, opts_->max_trip_count, in_loop, [&](const Ref& r) { return read_scalar(s, r, cur); },
+            [&](const Block& b, bool loop) { issue_block(s, b, cur, loop); }, [&](int64_t v) { s.decisions[c.id()].push_back(v); });
         break;
-      }
-      case Op::switch_: {
-        int64_t k = static_cast<int64_t>(read_scalar(s, *c.index, cur));
-        k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(c.rare().branches.size()) - 1);
-        s.decisions[c.id()].push_back(k);
-        issue_block(s, c.rare().branches[static_cast<size_t>(k)], cur, in_loop);
-        break;
-      }
-      case Op::while_: {
-        for (int64_t trips = 0;; ++trips) {
-          issue_block(s, c.rare().cond, cur, true);
-          if (read_scalar(s, *c.cond_buf, cur) == 0) {
-            s.decisions[c.id()].push_back(trips);
-            break;
-          }
-          if (trips >= opts_->max_trip_count)
-            throw ThunkyError("", "rank " + std::to_string(s.rank) + ": the while loop at " + c.id() + " ran more than " + std::to_string(opts_->max_trip_count) + " iterations", ErrorKind::schedule);
-          issue_block(s, c.body, cur, true);
-        }
-        break;
-      }
       case Op::memzero:  // not control flow: never passed here
       case Op::memset:
       case Op::copy:

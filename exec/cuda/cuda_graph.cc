@@ -4,6 +4,8 @@
 
 #include <iostream>
 
+#include "core/control_flow.h"
+
 namespace thunky::cuda {
 
 // Why a schedule cannot be captured into one graph, or "". Control flow
@@ -58,9 +60,9 @@ void CudaBackend::capture_control_flow(RankState& s, const Command& c, const Str
     conditional_node(s, cur, cudaGraphCondTypeSwitch, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_switch, pack_params({h, ptr_bits(index), n}), st); });
   } else {
     const uint8_t* pred = view_ptr(*c.cond_buf);
-    const size_t slot = s.loop_ids.size();
+    const size_t slot = s.loops.size();
     if (slot >= captured_loops_) throw DeviceError("internal: plan() counted " + std::to_string(captured_loops_) + " while loops, the capture met more");
-    s.loop_ids.push_back(c.id());
+    s.loops.push_back(&c);
     uint8_t* counter = s.loop_guards + slot * 16;
     THUNKY_CUDA_CHECK(cudaMemsetAsync(counter, 0, 8, stream(s, cur)));
     issue_block(s, x.cond, cur, true);
@@ -146,7 +148,7 @@ void CudaBackend::capture() {
   THUNKY_CUDA_CHECK(cudaSetDevice(ds.device));
   for (auto& s : ranks_) {
     s->start_iteration();
-    s->loop_ids.clear();
+    s->loops.clear();
   }
   cudaEvent_t fork;
   THUNKY_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
@@ -187,19 +189,19 @@ void CudaBackend::launch_graph() {
     ranks_[i]->commands = captured_[i].commands;
   }
   for (auto& s : ranks_)
-    if (!s->loop_ids.empty()) THUNKY_CUDA_CHECK(cudaMemsetAsync(s->loop_guards, 0, s->loop_ids.size() * 16, ds.origin));
+    if (!s->loops.empty()) THUNKY_CUDA_CHECK(cudaMemsetAsync(s->loop_guards, 0, s->loops.size() * 16, ds.origin));
   THUNKY_CUDA_CHECK(cudaEventRecord(ds.base, ds.origin));
   const auto t0 = Clock::now();
   THUNKY_CUDA_CHECK(cudaGraphLaunch(graph_exec_, ds.origin));
   graph_launch_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
   THUNKY_CUDA_CHECK(cudaStreamSynchronize(ds.origin));
   for (auto& s : ranks_) {
-    std::vector<uint64_t> guards(s->loop_ids.size() * 2);
+    std::vector<uint64_t> guards(s->loops.size() * 2);
     if (guards.empty()) continue;
     THUNKY_CUDA_CHECK(cudaMemcpy(guards.data(), s->loop_guards, guards.size() * 8, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < s->loop_ids.size(); ++i)
+    for (size_t i = 0; i < s->loops.size(); ++i)
       if (guards[2 * i + 1])
-        throw ThunkyError("", "rank " + std::to_string(s->rank) + ": the while loop at " + s->loop_ids[i] + " ran more than " + std::to_string(opts_->max_trip_count) + " iterations", ErrorKind::schedule);
+        throw runaway_loop(*s->loops[i], s->rank, opts_->max_trip_count);
   }
 }
 

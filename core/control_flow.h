@@ -1,0 +1,72 @@
+// What cond, switch and while mean when a schedule runs, written once for
+// every consumer that runs them: the simulator's issuer, the cpu backend,
+// and the cuda backend's eager and graph paths. Each consumer supplies how
+// it reads a scalar, how it enters a block and how it logs a decision; the
+// choice of block, the clamping of a switch index and the message of a
+// runaway loop come from here, so they read the same everywhere. (The
+// validator visits every branch, not the one taken: it walks sub-blocks
+// with for_each_sub_block.)
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/schedule.h"
+#include "core/status.h"
+
+namespace thunky {
+
+// The block a cond or switch enters for a value read at run time (a cond's
+// predicate, a switch's index), and the decision a report logs for it: 1 or
+// 0 for a cond, the clamped index for a switch. A switch index outside
+// [0, branches) selects the nearest branch, as lax.switch clamps it.
+struct Branch {
+  const Block* block = nullptr;
+  int64_t decision = 0;
+};
+inline Branch take_branch(const Command& c, int64_t value) {
+  if (c.op == Op::cond) return value != 0 ? Branch{&c.rare().then_, 1} : Branch{&c.rare().else_, 0};
+  const auto& branches = c.rare().branches;
+  const int64_t k = std::clamp<int64_t>(value, 0, static_cast<int64_t>(branches.size()) - 1);
+  return {&branches[static_cast<size_t>(k)], k};
+}
+
+// A while loop that ran past the limit on its trips (--max-trip-count): a
+// wrong schedule (exit 1), named by the loop's pointer.
+inline ThunkyError runaway_loop(const Command& loop, int64_t rank, int64_t limit) {
+  return ThunkyError(loop.pointer, "rank " + std::to_string(rank) + ": the while loop at " + loop.id() + " ran more than " + std::to_string(limit) +
+                                       " iterations (raise --max-trip-count if it is meant to)",
+                     ErrorKind::schedule);
+}
+
+// Runs one cond, switch or while on a consumer that evaluates it as it
+// goes (the cpu backend, the cuda backend's eager path):
+//   read(ref) -> double   the value of a scalar buffer now;
+//   run(block, in_loop)   runs a block to its end;
+//   decide(value)         logs the decision (branch or trip count).
+// A loop runs its cond block, reads cond_buf, and runs its body while that
+// is non-zero; past max_trips trips it throws runaway_loop.
+template <typename Read, typename Run, typename Decide>
+void run_control_flow(const Command& c, int64_t rank, int64_t max_trips, bool in_loop, Read&& read, Run&& run, Decide&& decide) {
+  if (c.op != Op::while_) {
+    const double v = read(c.op == Op::cond ? *c.pred : *c.index);
+    // A switch index is an s32 scalar; the clamp keeps the cast defined for any double.
+    const Branch b = take_branch(c, c.op == Op::cond ? (v != 0 ? 1 : 0) : std::isnan(v) ? 0 : static_cast<int64_t>(std::clamp(v, -1e18, 1e18)));
+    decide(b.decision);
+    run(*b.block, in_loop);
+    return;
+  }
+  for (int64_t trips = 0;; ++trips) {
+    run(c.rare().cond, true);
+    if (read(*c.cond_buf) == 0) {
+      decide(trips);
+      return;
+    }
+    if (trips >= max_trips) throw runaway_loop(c, rank, max_trips);
+    run(c.body, true);
+  }
+}
+
+}  // namespace thunky
