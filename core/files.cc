@@ -1,7 +1,11 @@
 #include "core/files.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 
 namespace thunky {
 
@@ -48,6 +52,41 @@ bool overwrites_input(const std::string& output, const std::vector<std::string>&
     ec.clear();
   }
   return false;
+}
+
+std::string write_output_file(const std::string& path, const std::function<void(std::ostream&)>& write, bool binary) {
+  const auto mode = binary ? std::ios::out | std::ios::binary : std::ios::out;
+  auto failed = [&](const std::string& why) { return "cannot write '" + path + "'" + (why.empty() ? "" : ": " + why); };
+  auto reason = [] { return errno ? std::string(std::strerror(errno)) : std::string(); };
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    if (fs::is_directory(st)) return failed("it is a directory");
+    std::ofstream f(path, mode);
+    if (!f) return failed(reason());
+    write(f);
+    f.close();
+    return f ? "" : failed(reason());
+  }
+  const fs::path target(path);
+  if (!target.parent_path().empty()) fs::create_directories(target.parent_path(), ec);
+  const std::string temp = (target.parent_path() / ("." + target.filename().string() + ".partial." + std::to_string(::getpid()))).string();
+  errno = 0;
+  std::ofstream f(temp, mode);
+  if (!f) return failed(reason());
+  write(f);
+  f.close();  // a full device fails here, when the buffer is written
+  if (!f) {
+    const std::string why = reason();
+    fs::remove(temp, ec);
+    return failed(why);
+  }
+  fs::rename(temp, target, ec);
+  if (ec) {
+    fs::remove(temp, ec);
+    return failed(ec.message());
+  }
+  return "";
 }
 
 }  // namespace thunky

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,5 +29,13 @@ std::string check_input_file(const std::string& path);
 // Whether `output` names the same file as one of `inputs` (an existing
 // file reached by another path counts).
 bool overwrites_input(const std::string& output, const std::vector<std::string>& inputs);
+
+// Writes an output file whole or not at all: `write` fills a temporary file
+// beside `path` (missing directories are made), which is renamed onto
+// `path` only once every byte is written and closed; on any failure the
+// temporary is removed and `path` is left as it was. A path that exists and
+// is not a regular file (/dev/null, a FIFO, /dev/stdout) is written in
+// place. Returns "" or one line saying why not ("cannot write 'P': ...").
+std::string write_output_file(const std::string& path, const std::function<void(std::ostream&)>& write, bool binary = false);
 
 }  // namespace thunky

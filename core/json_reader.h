@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -106,6 +107,16 @@ inline std::string type_name(Value j) {
   return "an object";
 }
 
+// A number that is finite: JSON has no NaN, but a literal past the double
+// range (1e999) parses as an infinity, which no figure of thunky's may be.
+inline double finite_number(Value j, const std::string& ptr) {
+  if (!j.is_number()) fail(ptr, "expected a number, got " + type_name(j));
+  const double d = j.number();
+  if (!std::isfinite(d)) fail(ptr, "expected a finite number, got " + j.dump() + " (past the range of a double)");
+  return d;
+}
+
+
 // A parsed document; its Values borrow its memory. Malformed text throws a
 // ThunkyError for the whole document ("malformed JSON: ...").
 class Document {
@@ -198,8 +209,7 @@ class Obj {
   double num_or(std::string_view k, double def) {
     auto v = get(k);
     if (!v) return def;
-    if (!v->is_number()) fail(at(k), "expected a number, got " + type_name(*v));
-    return v->number();
+    return finite_number(*v, at(k));
   }
   bool bool_or(std::string_view k, bool def) {
     auto v = get(k);
@@ -310,7 +320,7 @@ class Obj {
 
 inline double non_negative(Value j, const std::string& ptr) {
   if (!j.is_number() || j.number() < 0) fail(ptr, "expected a non-negative number");
-  return j.number();
+  return finite_number(j, ptr);
 }
 
 inline int64_t as_int(Value j, const std::string& ptr) {

@@ -79,23 +79,31 @@ class Lowerer {
     for (size_t i = 0; i < block.size(); ++i) lower_command(block[i], inlined ? id + "/" + std::to_string(i) : std::string(), s);
   }
 
-  // Commands a block lowers to, calls expanded; stops counting past the limit.
-  int64_t expanded(const Block& b) {
+  // Commands a block lowers to, calls expanded; stops counting past the
+  // limit. `depth` is how many calls deep the block is: a chain of calls
+  // past kMaxCallDepth is refused here, before it is followed further (so
+  // a chain of 100,000 functions costs 33 frames, not 100,000).
+  int64_t expanded(const Block& b, int depth) {
     int64_t n = 0;
     for (const auto& c : b) {
       if (n > kMaxLoweredCommands) break;
       n += 1;
-      for_each_sub_block(c, [&](const Block& sub) { n += expanded(sub); });
-      if (c.op == Op::call) n += function_size(c.rare().fn);
+      for_each_sub_block(c, [&](const Block& sub) { n += expanded(sub, depth); });
+      if (c.op != Op::call) continue;
+      if (depth >= kMaxCallDepth) throw call_too_deep(c);
+      n += function_size(c.rare().fn, depth + 1);
     }
     return n;
   }
-  int64_t function_size(const std::string& fn) {
+  int64_t function_size(const std::string& fn, int depth) {
     if (auto it = sizes_.find(fn); it != sizes_.end()) return it->second;
     auto f = p_.functions.find(fn);
     if (f == p_.functions.end()) return 0;  // reported where the call is lowered
     sizes_[fn] = 0;                          // a recursive call counts nothing (it is an error)
-    return sizes_[fn] = expanded(f->second.program);
+    return sizes_[fn] = expanded(f->second.program, depth);
+  }
+  static ThunkyError call_too_deep(const Command& c) {
+    return ThunkyError(c.pointer, "calls nested more than " + std::to_string(kMaxCallDepth) + " deep");
   }
 
   void lower_command(Command& c, std::string inlined_id, const Scope& s) {
@@ -134,7 +142,7 @@ class Lowerer {
     const Function& f = fit->second;
     for (const auto& name : outer.call_stack)
       if (name == x.fn) throw ThunkyError(c.pointer + "/fn", "recursive call of function '" + x.fn + "'");
-    if (outer.call_stack.size() > 32) throw ThunkyError(c.pointer, "calls nested more than 32 deep");
+    if (outer.call_stack.size() >= static_cast<size_t>(kMaxCallDepth)) throw call_too_deep(c);
     Scope inner;
     inner.call_stack = outer.call_stack;
     inner.call_stack.push_back(x.fn);
@@ -164,7 +172,7 @@ class Lowerer {
       inner.bindings[sname] = r;
     }
     // The copies a call makes are counted before they are made.
-    if (p_.command_count + function_size(x.fn) > kMaxLoweredCommands)
+    if (p_.command_count + function_size(x.fn, static_cast<int>(inner.call_stack.size())) > kMaxLoweredCommands)
       throw ThunkyError(c.pointer, "calls of function '" + x.fn + "' expand the program past " + std::to_string(kMaxLoweredCommands) +
                                        " commands, the most thunky takes");
     c.body = f.program;

@@ -1,12 +1,11 @@
 #include "core/npy.h"
 
-#include "core/files.h"
-
 #include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <optional>
 
+#include "core/files.h"
 #include "core/status.h"
 
 namespace thunky {
@@ -114,21 +113,24 @@ void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>&
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw ThunkyError("", "cannot write '" + path + "'");
-  f.write("\x93NUMPY\x01\x00", 8);
-  uint16_t len = static_cast<uint16_t>(header.size());
-  char l[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
-  f.write(l, 2);
-  f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  if (out == dtype) {
-    f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * dtype_size(dtype)));
-  } else {
-    std::vector<float> wide(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) wide[i] = static_cast<float>(load_as_double(data, dtype, i));
-    f.write(reinterpret_cast<const char*>(wide.data()), static_cast<std::streamsize>(wide.size() * 4));
-  }
-  if (!f) throw ThunkyError("", "cannot write '" + path + "'");
+  const std::string error = write_output_file(
+      path,
+      [&](std::ostream& f) {
+        f.write("\x93NUMPY\x01\x00", 8);
+        const uint16_t len = static_cast<uint16_t>(header.size());
+        const char l[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+        f.write(l, 2);
+        f.write(header.data(), static_cast<std::streamsize>(header.size()));
+        if (out == dtype) {
+          f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * dtype_size(dtype)));
+        } else {
+          std::vector<float> wide(static_cast<size_t>(count));
+          for (int64_t i = 0; i < count; ++i) wide[i] = static_cast<float>(load_as_double(data, dtype, i));
+          f.write(reinterpret_cast<const char*>(wide.data()), static_cast<std::streamsize>(wide.size() * 4));
+        }
+      },
+      true);
+  if (!error.empty()) throw ThunkyError("", error);
 }
 
 }  // namespace thunky

@@ -65,7 +65,7 @@ void flatten_values(Value j, const std::string& ptr, std::vector<double>& out) {
   if (j.is_array()) {
     j.each_element([&](size_t i, Value e) { flatten_values(e, child(ptr, i), out); });
   } else if (j.is_number()) {
-    out.push_back(j.number());
+    out.push_back(finite_number(j, ptr));
   } else if (j.is_boolean()) {
     out.push_back(j.boolean() ? 1.0 : 0.0);
   } else {
@@ -84,7 +84,7 @@ Init parse_init(Value j, const std::string& ptr) {
     in.kind = Init::Kind::constant;
     Value v = o.need("value");
     if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
-    in.value = v.is_boolean() ? (v.boolean() ? 1 : 0) : v.number();
+    in.value = v.is_boolean() ? (v.boolean() ? 1 : 0) : finite_number(v, o.at("value"));
   } else if (kind == "values") {
     in.kind = Init::Kind::values;
     flatten_values(o.need("values"), o.at("values"), in.values);
@@ -285,7 +285,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     c.dst = ref("dst");
     Value v = o.need("value");
     if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
-    c.set_rare().value = v.is_boolean() ? (v.boolean() ? 1 : 0) : v.number();
+    c.set_rare().value = v.is_boolean() ? (v.boolean() ? 1 : 0) : finite_number(v, o.at("value"));
   } else if (op == "copy") {
     c.op = Op::copy;
     c.src = ref("src");

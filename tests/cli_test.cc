@@ -286,6 +286,57 @@ TEST(HostileInput, AFullDeviceIsAWriteError) {
   EXPECT_NE(r.err.find("cannot write"), std::string::npos) << r.err;
 }
 
+TEST(HostileInput, AnOutputThatCannotBeCompletedLeavesNoFile) {
+  // Under a file-size limit of 8 x 512 bytes (sh's ulimit -f), the ring's
+  // trace (tens of KiB) cannot be written: exit 2 naming it, no signal
+  // (SIGXFSZ), and neither the trace nor a temporary beside it remains.
+  TempDir d("partial");
+  const std::string trace = (d.path / "t.json").string();
+  Result r = run_tool("ulimit -f 8; " + std::string(THUNKY_SIM_BIN), kSrc + "/examples/ring_collective_matmul_n4.json --machine h100-8gpu --trace " + trace);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(trace + ": cannot write"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_empty(d.path));
+  // A dump under the same limit: each .npy is small enough (4 x 4 f32 =
+  // 64 bytes of data and a 128-byte header), lands whole under its own
+  // name, and leaves no temporary (a name starting with '.') behind.
+  r = run_tool("ulimit -f 8; " + std::string(THUNKY_EXEC_BIN), kSrc + "/examples/init_and_copy.json --dump " + (d.path / "dump").string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const auto& e : fs::directory_iterator(d.path / "dump")) EXPECT_EQ(e.path().filename().string().rfind(".", 0), std::string::npos) << e.path();
+}
+
+TEST(HostileInput, StandardOutputThatCannotBeWrittenIsExit2) {
+  // /dev/full refuses every write: each tool's table (or schedule) is lost,
+  // so the run failed.
+  for (const auto& [tool, args] : std::vector<std::pair<std::string, std::string>>{
+           {THUNKY_SIM_BIN, kSrc + "/examples/init_and_copy.json --machine h100-8gpu"},
+           {THUNKY_EXEC_BIN, kSrc + "/examples/init_and_copy.json"},
+           {THUNKY_GEN_BIN, "ring_matmul -n 4"},
+           {THUNKY_COMPARE_BIN, kSrc + "/tests/hostile/report.json " + kSrc + "/tests/hostile/report.json"}}) {
+    Result r = run_tool(tool, args + " >/dev/full");
+    EXPECT_EQ(r.code, 2) << tool;
+    EXPECT_NE(r.err.find("cannot write"), std::string::npos) << tool << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+TEST(HostileInput, AChainOf100000CallsIsRefusedAtItsDepthLimit) {
+  // f0 calls f1, which calls f2, ... f99999: lowering refuses the 33rd
+  // nested call (in f31) before following the chain, on every tool, where
+  // following it on the machine stack overflowed.
+  TempDir d("chain");
+  std::string fns;
+  constexpr int kChain = 100000;
+  for (int i = 0; i + 1 < kChain; ++i)
+    fns += "\"f" + std::to_string(i) + "\": {\"params\": [\"a\"], \"program\": [{\"op\": \"call\", \"fn\": \"f" + std::to_string(i + 1) + "\", \"args\": {\"a\": \"a\"}}]},";
+  fns += "\"f" + std::to_string(kChain - 1) + "\": {\"params\": [\"a\"], \"program\": [{\"op\": \"memset\", \"dst\": \"a\", \"value\": 1}]}";
+  const std::string sched = d.write("chain.json", R"({"format": "thunky.sched/1", "buffers": {"x": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "functions": {)" + fns + R"(}, "program": [{"op": "call", "fn": "f0", "args": {"a": "x"}}]})");
+  for (Result r : {run(sched), sim(sched + " --machine h100-8gpu")}) {
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("chain.json:/functions/f31/program/0: calls nested more than 32 deep"), std::string::npos) << r.err;
+  }
+}
+
 TEST(HostileInput, NpyHeadersAreCheckedBeforeMemoryIsSetAside) {
   TempDir d("npy");
   auto npy = [&](const std::string& name, const std::string& header, size_t data_bytes) {
@@ -1077,9 +1128,15 @@ TEST(HostileInput, EveryHostileInputGivesItsExitCodeAndMessage) {
     std::string args = cols[2];
     if (auto at = args.find("{dir}"); at != std::string::npos) args.replace(at, 5, (tmp.path / "dump").string());
     // Relative machine files live beside the inputs.
-    if (auto at = args.find("zero_peak_machine.json"); at != std::string::npos) args.insert(at, dir);
-    const std::string tool = cols[1] == "sim" ? THUNKY_SIM_BIN : THUNKY_EXEC_BIN;
-    Result r = run_tool(tool, dir + cols[0] + " " + args);
+    for (const char* machine : {"zero_peak_machine.json", "infinite_bandwidth_machine.json"})
+      if (auto at = args.find(machine); at != std::string::npos) args.insert(at, dir);
+    // TOOL is exec, sim or compare (FILE is then the second report),
+    // optionally followed by a shell limit: "exec, ulimit -v 2000000".
+    const std::string name = cols[1].substr(0, cols[1].find(','));
+    const std::string limit = cols[1].find(',') == std::string::npos ? "" : cols[1].substr(cols[1].find(',') + 1) + "; ";
+    const std::string tool = name == "sim" ? THUNKY_SIM_BIN : name == "compare" ? THUNKY_COMPARE_BIN : THUNKY_EXEC_BIN;
+    if (name == "compare") args = dir + "report.json " + args;
+    Result r = run_tool(limit + tool, name == "compare" ? args + " " + dir + cols[0] : dir + cols[0] + " " + args);
     EXPECT_EQ(r.code, std::stoi(cols[3])) << line << "\n" << r.err;
     const std::string message = cols.size() > 4 ? cols[4] : "";
     if (r.code == 0) {

@@ -5,6 +5,10 @@
 #include <CLI/CLI.hpp>
 
 #include "core/files.h"
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -103,8 +107,21 @@ inline std::optional<int> refuse_overwrite(const std::string& tool, const std::v
 // main() of a tool: the library reports errors as values, this is a last resort.
 template <typename Run>
 int guarded_main(const std::string& tool, Run run, int argc, char** argv) {
+  // A write past a file-size limit (ulimit -f) or to a closed pipe is a
+  // failed write that the tool reports (exit 2), not a signal that kills it.
+  std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
   try {
-    return run(argc, argv);
+    const int code = run(argc, argv);
+    // What the tool printed must have reached its destination: a full disk
+    // or a closed pipe on standard output is a failed run, not exit 0.
+    std::cout.flush();
+    // (A tool that failed already said why, and keeps its exit code.)
+    if ((!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) && code == 0) {
+      std::cerr << tool << ": cannot write to standard output" << (errno ? std::string(": ") + std::strerror(errno) : std::string()) << "\n";
+      return 2;
+    }
+    return code;
   } catch (const std::bad_alloc&) {
     std::cerr << tool << ": out of memory\n";
     return 2;

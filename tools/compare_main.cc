@@ -64,7 +64,7 @@ int run_main(int argc, char** argv) {
     const thunky::Comparison c = thunky::compare_reports(predicted, measured);
     thunky::print_comparison(predicted, measured, c, std::cout, all_commands ? SIZE_MAX : 60);
     if (!svg_path.empty()) {
-      auto err = thunky::write_file(svg_path, [&](std::ostream& os) { os << thunky::comparison_svg(predicted, measured); });
+      auto err = thunky::write_output_file(svg_path, [&](std::ostream& os) { os << thunky::comparison_svg(predicted, measured); });
       if (!err.empty()) return std::cerr << svg_path << ": " << err << "\n", 2;
       std::cout << "both timelines: " << svg_path << "\n";
     }

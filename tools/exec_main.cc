@@ -167,7 +167,7 @@ int run_main(int argc, char** argv) {
   }
   thunky::print_table(result->report, std::cout);
   if (!o.report.empty()) {
-    auto err = thunky::write_file(o.report, [&](std::ostream& os) { thunky::write_report(result->report, os); });
+    auto err = thunky::write_output_file(o.report, [&](std::ostream& os) { thunky::write_report(result->report, os); });
     if (!err.empty()) return std::cerr << o.report << ": " << err << "\n", 2;
   }
   if (!o.trace.empty() || !o.svg.empty()) {
@@ -175,11 +175,11 @@ int run_main(int argc, char** argv) {
     if (!ranks) return 2;
     const thunky::Report shown = thunky::select_ranks(result->report, *ranks);
     if (!o.trace.empty()) {
-      auto err = thunky::write_file(o.trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
+      auto err = thunky::write_output_file(o.trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
       if (!err.empty()) return std::cerr << o.trace << ": " << err << "\n", 2;
     }
     if (!o.svg.empty()) {
-      auto err = thunky::write_file(o.svg, [&](std::ostream& os) { os << thunky::timeline_svg(shown); });
+      auto err = thunky::write_output_file(o.svg, [&](std::ostream& os) { os << thunky::timeline_svg(shown); });
       if (!err.empty()) return std::cerr << o.svg << ": " << err << "\n", 2;
     }
   }

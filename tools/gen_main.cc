@@ -22,13 +22,8 @@ int write_schedule(const ojson& s, const std::string& out) {
     if (!std::cout) return std::cerr << "thunky-gen: cannot write the schedule to standard output\n", 2;
     return 0;
   }
-  std::ofstream f(out);
-  f << s.dump(2) << "\n";
-  f.close();
-  if (!f) {
-    std::cerr << out << ": cannot write\n";
-    return 2;
-  }
+  const std::string error = thunky::write_output_file(out, [&](std::ostream& f) { f << s.dump(2) << "\n"; });
+  if (!error.empty()) return std::cerr << out << ": " << error << "\n", 2;
   return 0;
 }
 

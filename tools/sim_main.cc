@@ -58,7 +58,7 @@ int run_main(int argc, char** argv) {
   thunky::print_table(r->report, std::cout);
   thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);
   if (!report.empty()) {
-    auto err = thunky::write_file(report, [&](std::ostream& os) { thunky::write_report(r->report, os); });
+    auto err = thunky::write_output_file(report, [&](std::ostream& os) { thunky::write_report(r->report, os); });
     if (!err.empty()) return std::cerr << report << ": " << err << "\n", 2;
   }
   if (!trace.empty() || !svg.empty()) {
@@ -66,11 +66,11 @@ int run_main(int argc, char** argv) {
     if (!ranks) return 2;
     const thunky::Report shown = thunky::select_ranks(r->report, *ranks);
     if (!trace.empty()) {
-      auto err = thunky::write_file(trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
+      auto err = thunky::write_output_file(trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
       if (!err.empty()) return std::cerr << trace << ": " << err << "\n", 2;
     }
     if (!svg.empty()) {
-      auto err = thunky::write_file(svg, [&](std::ostream& os) { os << thunky::timeline_svg(shown); });
+      auto err = thunky::write_output_file(svg, [&](std::ostream& os) { os << thunky::timeline_svg(shown); });
       if (!err.empty()) return std::cerr << svg << ": " << err << "\n", 2;
     }
   }

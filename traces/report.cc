@@ -1,5 +1,6 @@
 #include "traces/report.h"
 
+#include "core/files.h"
 #include "core/json_reader.h"
 
 #include <algorithm>
@@ -291,15 +292,15 @@ namespace {
 using json_reader::Obj;
 using json_reader::Value;
 
+// Every figure of a report is a finite, non-negative number: seconds,
+// bytes, flops, cores.
 double number(Obj& o, std::string_view k) {
-  Value v = o.need(k);
-  if (!v.is_number()) json_reader::fail(o.at(k), "expected a number, got " + json_reader::type_name(v));
-  return v.number();
+  return json_reader::non_negative(o.need(k), o.at(k));
 }
 
 int64_t integer(Value v, const std::string& ptr) {
   if (!v.is_number_integer()) json_reader::fail(ptr, "expected an integer, got " + json_reader::type_name(v));
-  return static_cast<int64_t>(v.number());
+  return json_reader::as_int(v, ptr);
 }
 
 std::vector<int64_t> integers(Value v, const std::string& ptr) {
@@ -345,8 +346,10 @@ OpRecord read_op(Value v, const std::string& ptr) {
   rec.stream = o.str_ref("stream");
   rec.start_s = number(o, "start_s");
   rec.end_s = number(o, "end_s");
+  if (rec.end_s < rec.start_s) json_reader::fail(o.at("end_s"), "ends before its start_s");
   if (auto b = o.get("bytes")) rec.bytes = integer(*b, o.at("bytes"));
-  rec.flops = o.num_or("flops", 0);
+  if (rec.bytes < 0) json_reader::fail(o.at("bytes"), "expected a non-negative number");
+  if (o.has("flops")) rec.flops = number(o, "flops");
   rec.algorithm = o.str_or("algorithm", "");
   o.done();
   return rec;
@@ -427,8 +430,7 @@ Report parse_report(const std::string& text) {
   if (auto its = j.get("iteration_makespans_s")) {
     if (!its->is_array()) json_reader::fail("/iteration_makespans_s", "expected a list of seconds");
     its->each_element([&](size_t i, Value e) {
-      if (!e.is_number()) json_reader::fail(json_reader::child("/iteration_makespans_s", i), "expected a number");
-      r.iteration_makespans_s.push_back(e.number());
+      r.iteration_makespans_s.push_back(json_reader::non_negative(e, json_reader::child("/iteration_makespans_s", i)));
     });
   }
   r.placement = string_or_null(j, "placement");
@@ -562,20 +564,8 @@ void print_table(const Report& r, std::ostream& os) {
   if (r.ranks.size() > 1) row("mean", figures(r.summary));
 }
 
-std::string write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
-  std::error_code ec;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream f(path);
-  if (!f) return "cannot write '" + path + "'";
-  write(f);
-  f.close();  // a full device fails here, when the buffer is written
-  if (!f) return "cannot write '" + path + "'";
-  return "";
-}
-
 std::string write_json_file(const std::string& path, const ojson& j) {
-  return write_file(path, [&](std::ostream& os) { os << j.dump(1) << "\n"; });
+  return write_output_file(path, [&](std::ostream& os) { os << j.dump(1) << "\n"; });
 }
 
 }  // namespace thunky

@@ -133,9 +133,8 @@ std::string us(double seconds);
 // The summary table printed on stdout.
 void print_table(const Report& r, std::ostream& os);
 
-// Writes a file (creating its directory) through `write`, or JSON; returns
-// an error message or "".
-std::string write_file(const std::string& path, const std::function<void(std::ostream&)>& write);
+// Writes JSON whole or not at all (write_output_file, core/files.h);
+// returns an error message or "".
 std::string write_json_file(const std::string& path, const nlohmann::ordered_json& j);
 
 }  // namespace thunky
