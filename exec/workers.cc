@@ -1,19 +1,42 @@
 #include "exec/workers.h"
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <system_error>
+
+// Defined when mimalloc is the process's allocator (tools/allocator.cc).
+extern "C" int mi_version(void) __attribute__((weak));
+
 namespace thunky {
 
 // One thread and the job it runs: it sleeps until handed a job or told to
 // quit, runs the job, and says it has finished.
 class Workers::Worker {
  public:
-  Worker() : thread_([this] { loop(); }) {}
+  // Throws std::system_error when the thread cannot be made (a process
+  // or address-space limit); nothing is left running then.
+  Worker() {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kWorkerStackBytes);
+    const int err = pthread_create(&thread_, &attr, [](void* self) -> void* {
+      static_cast<Worker*>(self)->loop();
+      return nullptr;
+    }, this);
+    pthread_attr_destroy(&attr);
+    if (err) throw std::system_error(err, std::generic_category(), "cannot start a thread");
+  }
   ~Worker() {
     {
       std::lock_guard<std::mutex> l(mu_);
       quit_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    pthread_join(thread_, nullptr);
   }
 
   void hand(std::function<void()> job) {
@@ -51,11 +74,45 @@ class Workers::Worker {
   std::condition_variable cv_;
   std::function<void()> job_;
   bool finished_ = true, quit_ = false;
-  std::thread thread_;  // last: it starts once the rest is built
+  pthread_t thread_{};  // started last, once the rest is built
 };
+
+std::string thread_limits_exceeded(int64_t threads, double bytes) {
+  constexpr double kMiB = 1 << 20;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NPROC, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && geteuid() != 0 && static_cast<double>(threads) > static_cast<double>(lim.rlim_cur))
+    return "needs " + std::to_string(threads) + " threads, more than this process's limit of " + std::to_string(lim.rlim_cur) + " (ulimit -u)";
+  if (getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return "";
+  // What the process maps now: the first field of /proc/self/statm, in pages.
+  double mapped = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long pages = 0;
+    if (std::fscanf(f, "%lu", &pages) == 1) mapped = static_cast<double>(pages) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    std::fclose(f);
+  }
+  const double heap = mi_version != nullptr ? 32 * kMiB : 0;
+  const double per_thread = static_cast<double>(kWorkerStackBytes) + 2 * 4096.0 + heap;
+  const double need = static_cast<double>(threads) * per_thread + bytes;
+  const double left = static_cast<double>(lim.rlim_cur) - mapped;
+  if (need <= left) return "";
+  auto mib = [&](double b) { return std::to_string(static_cast<int64_t>(b / kMiB + 0.5)) + " MiB"; };
+  char each[32];
+  std::snprintf(each, sizeof each, "%.1f MiB", per_thread / kMiB);
+  return "needs about " + mib(need) + " of address space (" + std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " x " + each + " of stack" +
+         (heap > 0 ? " and heap" : "") + ", and " + mib(bytes) + " of buffers), more than the " + mib(left > 0 ? left : 0) +
+         " left under this process's limit of " + mib(static_cast<double>(lim.rlim_cur)) + " (ulimit -v)";
+}
 
 Workers::Workers() = default;
 Workers::~Workers() = default;
+
+void Workers::reserve(size_t threads) {
+  std::lock_guard<std::mutex> l(mu_);
+  while (all_.size() < threads) {
+    all_.push_back(std::make_unique<Worker>());
+    idle_.push_back(all_.back().get());
+  }
+}
 
 Workers::Worker* Workers::start(std::function<void()> job) {
   Worker* worker = nullptr;

@@ -10,10 +10,29 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace thunky {
+
+// The stack of each worker thread. A rank's or a stream's thread runs
+// control flow (blocks nested at most 64 deep, calls 32 deep, a few
+// hundred bytes of frames a level) and collectives' copies; the host
+// kernels, whose GEMM keeps blocking buffers on the stack, run on the core
+// pool's threads (exec/cores.h) instead. 512 KiB holds it with room to
+// spare; the C library's default (the process's stack limit, often 8 MiB)
+// would make a 2,048-rank run reserve 16 GiB of address space for stacks.
+constexpr size_t kWorkerStackBytes = size_t{512} << 10;
+
+// "" when `threads` more threads, each on a kWorkerStackBytes stack, and
+// `bytes` more of memory fit under this process's limits: its address
+// space (ulimit -v, RLIMIT_AS, against what it maps already) and, when not
+// root, its processes (ulimit -u, RLIMIT_NPROC); else the rest of one line
+// ("needs about ... (ulimit -v)") saying which limit and by how much, for
+// an error before anything starts. Where the
+// allocator is mimalloc, each thread's heap reserves 32 MiB more.
+std::string thread_limits_exceeded(int64_t threads, double bytes);
 
 class Workers {
  public:
@@ -32,7 +51,12 @@ class Workers {
   // Returns once the worker's job has finished, and makes it idle again.
   void wait(Worker* worker);
 
-  // How many threads exist (each ran at least one job).
+  // Makes threads until there are `threads` in all, so that a run can
+  // start them all before any job runs; throws std::system_error (with the
+  // threads made so far kept) when one cannot be made.
+  void reserve(size_t threads);
+
+  // How many threads exist.
   size_t size() const;
 
  private:

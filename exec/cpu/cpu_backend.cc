@@ -536,6 +536,17 @@ class CpuBackend final : public Backend {
       return {{ErrorKind::input, p.file, "", "the cpu backend would allocate " + std::to_string(static_cast<int64_t>(bytes)) + " bytes (" +
                                                  std::to_string(p.mesh.size()) + " ranks x every buffer), more than its limit of " +
                                                  std::to_string(max_bytes()) + " (3/4 of this machine's memory)"}};
+    // The threads and buffers must fit the process's limits, and every
+    // thread is made now, before anything runs: a limit is met here, as
+    // one line, never halfway through a run.
+    const std::string limit = thread_limits_exceeded(threads - static_cast<int64_t>(workers_.size()), bytes);
+    if (!limit.empty())
+      return {{ErrorKind::input, p.file, "", "the cpu backend, with a thread for every rank and stream, " + limit}};
+    try {
+      workers_.reserve(static_cast<size_t>(threads));
+    } catch (const std::system_error& e) {
+      return {{ErrorKind::input, p.file, "", "the cpu backend cannot start its " + std::to_string(threads) + " threads: " + e.what() + " (see ulimit -u and ulimit -v)"}};
+    }
     try {
       npy_ = load_npy_inits(p);
     } catch (const ThunkyError& e) {
