@@ -19,6 +19,8 @@ Expected<sim::SimResult> predict(const Program& p, const sim::Machine& m, const 
   if (!unhinted_control_flow(p.program)) return sim::simulate(p, m, nullptr, options);
   ExecOptions functional;
   functional.max_trip_count = options.max_trip_count;
+  if (options.progress)
+    functional.progress = [&](const ExecProgress& e) { options.progress({e.done, 0, e.elapsed_s, true}); };
   auto run = make_cpu_backend()->run(p, functional);
   if (!run) return run.errors();
   return sim::simulate(p, m, &run->decisions, options);

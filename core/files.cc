@@ -1,5 +1,6 @@
 #include "core/files.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -54,6 +55,30 @@ bool overwrites_input(const std::string& output, const std::vector<std::string>&
   return false;
 }
 
+namespace {
+
+// The temporary file being written, for remove_partial_output: a fixed
+// buffer, since a signal handler may neither allocate nor lock.
+char g_partial[4096];
+std::atomic<bool> g_partial_set{false};
+
+// Marks `temp` as the file being written for as long as it lives.
+class PartialFile {
+ public:
+  explicit PartialFile(const std::string& temp) {
+    if (temp.size() >= sizeof g_partial) return;
+    std::memcpy(g_partial, temp.c_str(), temp.size() + 1);
+    g_partial_set = true;
+  }
+  ~PartialFile() { g_partial_set = false; }
+};
+
+}  // namespace
+
+void remove_partial_output() noexcept {
+  if (g_partial_set) ::unlink(g_partial);
+}
+
 std::string write_output_file(const std::string& path, const std::function<void(std::ostream&)>& write, bool binary) {
   const auto mode = binary ? std::ios::out | std::ios::binary : std::ios::out;
   auto failed = [&](const std::string& why) { return "cannot write '" + path + "'" + (why.empty() ? "" : ": " + why); };
@@ -72,6 +97,7 @@ std::string write_output_file(const std::string& path, const std::function<void(
   if (!target.parent_path().empty()) fs::create_directories(target.parent_path(), ec);
   const std::string temp = (target.parent_path() / ("." + target.filename().string() + ".partial." + std::to_string(::getpid()))).string();
   errno = 0;
+  PartialFile partial(temp);
   std::ofstream f(temp, mode);
   if (!f) return failed(reason());
   write(f);

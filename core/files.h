@@ -38,4 +38,8 @@ bool overwrites_input(const std::string& output, const std::vector<std::string>&
 // place. Returns "" or one line saying why not ("cannot write 'P': ...").
 std::string write_output_file(const std::string& path, const std::function<void(std::ostream&)>& write, bool binary = false);
 
+// Removes the temporary file write_output_file is writing, if any. Safe to
+// call from a signal handler (a tool stopped by SIGINT leaves nothing).
+void remove_partial_output() noexcept;
+
 }  // namespace thunky

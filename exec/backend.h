@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <queue>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,14 @@
 #include "traces/report.h"
 
 namespace thunky {
+
+// How far a long run has got: commands finished in this iteration (every
+// rank's), and iterations done of all (warm-up included).
+struct ExecProgress {
+  int64_t done = 0, expected = 0;  // expected: 0, not known ahead
+  int iteration = 0, iterations = 1;
+  double elapsed_s = 0;
+};
 
 struct ExecOptions {
   int warmup = 0;
@@ -27,6 +37,9 @@ struct ExecOptions {
   // cpu: the cores compute commands run on, one each, first come first
   // served (0 = this process's: its affinity mask and cgroup quota).
   int host_cores = 0;
+  // Called about every five seconds while a run that has taken five seconds
+  // or more goes on (cpu backend; thunky-exec prints it on stderr).
+  std::function<void(const ExecProgress&)> progress;
 };
 
 struct ExecResult {
@@ -71,8 +84,30 @@ std::unique_ptr<Backend> make_cuda_backend();
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name);
 
 // The timeline of the median makespan among the timed iterations, with
-// every iteration's makespan in iteration_makespans_s. Needs one or more.
-Report median_timeline(std::vector<Report> timelines);
+// every iteration's makespan in iteration_makespans_s, gathered one
+// iteration at a time in bounded memory: every makespan is kept (8 bytes
+// each), but at most kKept timelines, those nearest the running median.
+// Up to kKept iterations the report is exactly the median one; past that,
+// the kept timeline nearest the final median (its makespan is in the
+// middle of the kept ones, which bracket the median unless the makespans
+// drift by more than kKept / 2 iterations' worth).
+class MedianTimeline {
+ public:
+  static constexpr size_t kKept = 16;
+  void add(Report timeline);
+  // Needs one add() or more.
+  Report take();
+
+ private:
+  // The median so far, the upper one of an even count (as sorted[n / 2]),
+  // from two heaps: the lower half's largest on top of low_, the upper
+  // half's smallest on top of high_, which holds one more when n is odd.
+  double running_median() const { return high_.top(); }
+  std::vector<double> spans_;
+  std::priority_queue<double> low_;
+  std::priority_queue<double, std::vector<double>, std::greater<double>> high_;
+  std::vector<Report> kept_;
+};
 
 // Gathers a buffer that declares `global` from every rank's shard into the
 // global array (row-major bytes).

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/init.h"
@@ -12,14 +13,37 @@ Expected<ExecResult> Backend::run(const Program& p, const ExecOptions& opts) {
   return execute();
 }
 
-Report median_timeline(std::vector<Report> timelines) {
-  std::vector<double> spans;
-  for (const auto& t : timelines) spans.push_back(t.makespan_s);
-  std::vector<size_t> order(timelines.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return spans[a] < spans[b]; });
-  Report r = std::move(timelines[order[order.size() / 2]]);
-  r.iteration_makespans_s = spans;
+void MedianTimeline::add(Report timeline) {
+  const double span = timeline.makespan_s;
+  spans_.push_back(span);
+  // high_ holds the upper ceil(n/2) makespans, low_ the rest.
+  if (!high_.empty() && span < high_.top()) low_.push(span);
+  else high_.push(span);
+  if (low_.size() > high_.size()) {
+    high_.push(low_.top());
+    low_.pop();
+  } else if (high_.size() > low_.size() + 1) {
+    low_.push(high_.top());
+    high_.pop();
+  }
+  kept_.push_back(std::move(timeline));
+  if (kept_.size() <= kKept) return;
+  // One over: the timeline farthest from the median so far goes.
+  const double median = running_median();
+  auto farthest = std::max_element(kept_.begin(), kept_.end(), [&](const Report& a, const Report& b) {
+    return std::abs(a.makespan_s - median) < std::abs(b.makespan_s - median);
+  });
+  kept_.erase(farthest);
+}
+
+Report MedianTimeline::take() {
+  const double median = running_median();
+  auto nearest = std::min_element(kept_.begin(), kept_.end(), [&](const Report& a, const Report& b) {
+    return std::abs(a.makespan_s - median) < std::abs(b.makespan_s - median);
+  });
+  Report r = std::move(*nearest);
+  r.iteration_makespans_s = std::move(spans_);
+  kept_.clear();
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <system_error>
 
@@ -51,6 +52,10 @@ class Workers::Worker {
   void wait() {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return finished_; });
+  }
+  bool wait_for(double seconds) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::duration<double>(seconds), [&] { return finished_; });
   }
 
  private:
@@ -134,6 +139,13 @@ void Workers::wait(Worker* worker) {
   worker->wait();
   std::lock_guard<std::mutex> l(mu_);
   idle_.push_back(worker);
+}
+
+bool Workers::wait_for(Worker* worker, double seconds) {
+  if (!worker->wait_for(seconds)) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  idle_.push_back(worker);
+  return true;
 }
 
 size_t Workers::size() const {

@@ -50,6 +50,8 @@ class Workers {
   Worker* start(std::function<void()> job);
   // Returns once the worker's job has finished, and makes it idle again.
   void wait(Worker* worker);
+  // Whether the worker's job finishes within `seconds`; if it does, as wait().
+  bool wait_for(Worker* worker, double seconds);
 
   // Makes threads until there are `threads` in all, so that a run can
   // start them all before any job runs; throws std::system_error (with the

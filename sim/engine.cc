@@ -49,7 +49,8 @@ double compute_seconds(const Program& p, const Machine& m, const Command& c, con
 
 namespace internal {
 
-Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold) : p_(p), m_(m), decisions_(d) {
+Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold, const SimOptions& options)
+    : p_(p), m_(m), decisions_(d), options_(options) {
   const int64_t n = p.mesh.size();
   ctx_.resize(static_cast<size_t>(n));  // filled as ranks are met (ctx)
   for (const auto& name : p.mesh.axis_names) links_by_dim_.push_back(m.axis(name));
@@ -80,8 +81,84 @@ Expected<SimSummary> Engine::run_summary() {
   return s;
 }
 
+int64_t Engine::expected_commands(const Block& b) {
+  static constexpr int64_t kSaturated = int64_t{1} << 62;
+  auto add = [](int64_t a, int64_t b) { return std::min(kSaturated, a + b); };
+  auto mul = [](int64_t a, int64_t b) { return b != 0 && a > kSaturated / b ? kSaturated : a * b; };
+  // The mean of rank 0's decisions for a command, if the functional model made any.
+  auto decided = [&](const Command& c) -> std::optional<int64_t> {
+    if (!decisions_ || decisions_->empty()) return std::nullopt;
+    auto it = (*decisions_)[0].find(c.id());
+    if (it == (*decisions_)[0].end() || it->second.empty()) return std::nullopt;
+    double sum = 0;
+    for (int64_t v : it->second) sum += static_cast<double>(v);
+    return static_cast<int64_t>(sum / static_cast<double>(it->second.size()) + 0.5);
+  };
+  // What is recorded: each compute command and collective, each member of
+  // a group; control flow, streams and calls only for what they hold.
+  int64_t n = 0;
+  for (const Command& c : b) {
+    const Command::Rare& x = c.rare();
+    switch (op_family(c.op)) {
+      case OpFamily::control: {
+        if (c.op == Op::while_) {
+          const int64_t trips = x.sim.trip_count ? *x.sim.trip_count : decided(c).value_or(0);
+          const int64_t loop = add(expected_commands(x.cond), mul(std::max<int64_t>(trips, 0), add(expected_commands(c.body), expected_commands(x.cond))));
+          if (loop > heaviest_loop_commands_) heaviest_loop_commands_ = loop, heaviest_loop_ = &c;
+          n = add(n, loop);
+          break;
+        }
+        std::optional<int64_t> k = c.op == Op::cond ? (x.sim.taken ? std::optional<int64_t>(*x.sim.taken ? 1 : 0) : decided(c)) : (x.sim.branch ? x.sim.branch : decided(c));
+        if (k) {
+          n = add(n, expected_commands(*take_branch(c, *k).block));
+        } else {
+          int64_t most = 0;
+          for_each_sub_block(c, [&](const Block& sub) { most = std::max(most, expected_commands(sub)); });
+          n = add(n, most);
+        }
+        break;
+      }
+      case OpFamily::compute:
+      case OpFamily::collective: n = add(n, 1); break;
+      case OpFamily::group:
+      case OpFamily::stream:
+      case OpFamily::call: n = add(n, expected_commands(c.body)); break;
+    }
+  }
+  return n;
+}
+
+void Engine::check_expected_size() {
+  started_ = last_progress_ = std::chrono::steady_clock::now();
+  const int64_t ranks = fold_ ? 1 : p_.mesh.size();
+  const int64_t one = expected_commands(p_.program);
+  expected_ = one > (int64_t{1} << 62) / ranks ? int64_t{1} << 62 : one * ranks;
+  if (expected_ <= command_limit()) return;
+  // Named by the loop that weighs most, where there is one.
+  const Command* loop = heaviest_loop_;
+  const std::string where = !loop ? "" : loop->rare().sim.trip_count ? loop->pointer + "/sim/trip_count" : loop->pointer;
+  const std::string about = std::to_string(expected_) + " in all: loop trips times commands, on every rank simulated";
+  if (keep_ != Keep::records)
+    throw ThunkyError(where, std::string(loop ? "this loop takes" : "the schedule takes") + " the simulation past " + std::to_string(command_limit()) +
+                                 " commands (about " + about + "), the most thunky-sim " + limit_verb());
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f GiB", static_cast<double>(expected_) * kBytesPerRecord / (1 << 30));
+  throw ThunkyError(where, std::string(loop ? "this loop takes" : "the schedule takes") + " the report past " + std::to_string(options_.max_records) +
+                               " commands, --max-records (about " + about + "; about " + gib +
+                               " while simulating, as much again for each file); raise it, lower the trip counts, or simulate without --report, --trace and --svg");
+}
+
+void Engine::maybe_report_progress() {
+  if (!options_.progress) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_progress_ < std::chrono::seconds(5)) return;
+  last_progress_ = now;
+  options_.progress({simulated_, expected_, std::chrono::duration<double>(now - started_).count()});
+}
+
 std::vector<Diagnostic> Engine::simulate_all() {
   try {
+    check_expected_size();
     start_issuing();
     advance();
     while (auto e = queue_.pop()) {
@@ -506,7 +583,8 @@ void Engine::record(int64_t rank, const Rec& r) {
     throw ThunkyError("", "the simulated time passed " + std::to_string(static_cast<int64_t>(kMaxSimulatedSeconds)) +
                               " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
   const int64_t limit = command_limit();
-  if (++simulated_ > limit)
+  if ((++simulated_ & 0xffff) == 0) maybe_report_progress();
+  if (simulated_ > limit)
     throw ThunkyError("", "the simulation passed " + std::to_string(limit) + " commands (loop trips times commands, on every rank simulated), the most thunky-sim " + limit_verb());
   switch (keep_) {
     case Keep::records: ops_[rank].push_back(r); return;
@@ -640,10 +718,10 @@ namespace {
 template <typename Run>
 auto run_engine(const Program& p, const Machine& m, const Decisions* decisions, const SimOptions& options, Run what) -> decltype(what(std::declval<Engine&>())) {
   try {
-    Engine e(p, m, decisions, options.fold_symmetric_ranks);
+    Engine e(p, m, decisions, options.fold_symmetric_ranks, options);
     auto r = what(e);
     if (r || !e.folded()) return r;
-    Engine full(p, m, decisions, false);
+    Engine full(p, m, decisions, false, options);
     return what(full);
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{ErrorKind::input, p.file, e.pointer(), e.what()}};

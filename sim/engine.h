@@ -6,6 +6,7 @@
 // recomputed at every start and end.
 #pragma once
 
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -37,6 +38,17 @@ struct SimResult {
   std::vector<CollectiveStat> collectives;  // rank 0's view, in start order
 };
 
+// How far a long simulation has got: rank-commands finished, and how many
+// its trip counts and branches lead to expect (0 when not known).
+struct SimProgress {
+  int64_t done = 0, expected = 0;
+  double elapsed_s = 0;
+  // Still deciding control flow by running the schedule on the cpu
+  // backend (api/predict.h): `done` counts commands run there.
+  bool functional = false;
+};
+constexpr double kBytesPerRecord = 450;
+
 struct SimOptions {
   // Simulate one rank for all when every rank provably has the same
   // timeline (see docs/decisions.md, "Symmetric ranks are simulated once");
@@ -52,6 +64,15 @@ struct SimOptions {
   // the cpu backend first (api/predict.h); a while loop there past this
   // many trips stops the run, as thunky-exec's --max-trip-count does.
   int64_t max_trip_count = 1'000'000;
+  // The most rank-commands kept for a report, trace or SVG (`timelines`):
+  // each takes about kBytesPerRecord while simulating and as much again in
+  // each file written. A run expected to pass it (from its trip counts) is
+  // refused before it starts, with the estimate; thunky-sim's
+  // --max-records raises it.
+  int64_t max_records = int64_t{1} << 22;
+  // Called about every five seconds while a simulation that has run five
+  // seconds or more goes on (thunky-sim prints it on stderr).
+  std::function<void(const SimProgress&)> progress;
 };
 
 // `decisions` may be null: then every cond/switch/while needs a sim hint.

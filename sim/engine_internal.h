@@ -11,6 +11,7 @@
 #include "core/command_facts.h"
 #include "sim/engine.h"
 
+#include <chrono>
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -235,7 +236,7 @@ class Engine {
   static constexpr size_t kArenaChunk = 16 * 1024;
 
  public:
-  Engine(const Program& p, const Machine& m, const Decisions* d, bool fold);
+  Engine(const Program& p, const Machine& m, const Decisions* d, bool fold, const SimOptions& options = {});
 
   // Rank 0 stands for every rank (ranks_symmetric): only its streams run,
   // a collective starts as soon as it arrives, and links are their classes
@@ -263,16 +264,25 @@ class Engine {
   // What is kept of a finished command: its record for the report, its
   // interval in its rank's statistics, or only a count (simulate_summary).
   enum class Keep { records, stats, count };
-  // Commands simulated (each rank simulated counts its own): 2^25 when
-  // each is kept for the report (about 1.3 GB of records); 2^27 when only
-  // statistics are (at most 16 bytes each, a minute of simulation); 2^30
-  // when they are only counted (a few minutes).
-  static constexpr int64_t kMaxRecordedCommands = int64_t{1} << 25;
+  // Commands simulated (each rank simulated counts its own): options'
+  // max_records when each is kept for the report (2^22 by default, about
+  // 1.9 GB of records); 2^27 when only statistics are (at most 16 bytes
+  // each, a minute of simulation); 2^30 when they are only counted (a few
+  // minutes).
   static constexpr int64_t kMaxTalliedCommands = int64_t{1} << 27;
   static constexpr int64_t kMaxSimulatedCommands = int64_t{1} << 30;
   int64_t command_limit() const {
-    return keep_ == Keep::records ? kMaxRecordedCommands : keep_ == Keep::stats ? kMaxTalliedCommands : kMaxSimulatedCommands;
+    return keep_ == Keep::records ? options_.max_records : keep_ == Keep::stats ? kMaxTalliedCommands : kMaxSimulatedCommands;
   }
+  // Rank-commands one rank runs in `b`, from the sim hints (or, where a
+  // command has none, the functional model's decisions for rank 0: a
+  // loop's mean trips; the larger branch otherwise); saturates at 2^62.
+  int64_t expected_commands(const Block& b);
+  // Refuses, before the run, one expected to keep more records than the
+  // limit; and sets up progress reports.
+  void check_expected_size();
+  // Reports progress (options_.progress) if five seconds have passed.
+  void maybe_report_progress();
   const char* limit_verb() const { return keep_ == Keep::count ? "runs" : "reports on"; }
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes);
@@ -453,6 +463,11 @@ class Engine {
   const Program& p_;
   const Machine& m_;
   const Decisions* decisions_;
+  SimOptions options_;
+  int64_t expected_ = 0;  // rank-commands, every rank simulated (0: unknown)
+  const Command* heaviest_loop_ = nullptr;  // the while loop expected to run most commands
+  int64_t heaviest_loop_commands_ = 0;
+  std::chrono::steady_clock::time_point started_, last_progress_;
   // The engine's many small containers (maps, per-link and per-flow lists,
   // the issuers' stacks) and the commands' facts (reserved whole) come from
   // one arena, given back all at once when the engine goes; the arrays that

@@ -1054,13 +1054,28 @@ TEST(HostileInput, ATripCountPastTheSimulatorsLimitIsRefused) {
       "c": {"shape": [], "dtype": "bool", "role": "output"}, "x": {"shape": [4], "dtype": "f32", "role": "output"}},
     "program": [{"op": "while", "cond_buf": "c", "cond": [{"op": "memset", "dst": "c", "value": 1}],
                  "body": [{"op": "memset", "dst": "x", "value": 1.0}], "sim": {"trip_count": 1000000000000000}}]})");
-  // Reported on (--report): 2^25 commands kept; only tallied for the table: 2^27.
+  // Refused before the run, from the expected count: 1 + 10^15 x 2 memsets
+  // (the cond block runs once more than the body). Reported on (--report):
+  // --max-records, 2^22 by default, at 450 bytes a record; only tallied for
+  // the table: 2^27.
   Result r = sim(sched + " --machine h100-8gpu --report " + (d.path / "r.json").string());
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("s.json:/program/0/sim/trip_count: a trip count of 1000000000000000 passes the 33554432 commands"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("s.json:/program/0/sim/trip_count: this loop takes the report past 4194304 commands, --max-records (about 2000000000000001 in all"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d.path / "r.json"));
   r = sim(sched + " --machine h100-8gpu");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("s.json:/program/0/sim/trip_count: a trip count of 1000000000000000 passes the 134217728 commands"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("s.json:/program/0/sim/trip_count: this loop takes the simulation past 134217728 commands (about 2000000000000001 in all"), std::string::npos) << r.err;
+  // 2 x 10^6 + 1 records: past the default, within --max-records 3000000.
+  const std::string smaller = d.write("m.json", R"({"format": "thunky.sched/1", "buffers": {
+      "c": {"shape": [], "dtype": "bool", "role": "output"}, "x": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "while", "cond_buf": "c", "cond": [{"op": "memset", "dst": "c", "value": 1}],
+                 "body": [{"op": "memset", "dst": "x", "value": 1.0}], "sim": {"trip_count": 1000000}}]})");
+  r = sim(smaller + " --machine h100-8gpu --report " + (d.path / "r.json").string() + " --max-records 2000000");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("takes the report past 2000000 commands, --max-records (about 2000001 in all"), std::string::npos) << r.err;
+  r = sim(smaller + " --machine h100-8gpu --report " + (d.path / "r.json").string() + " --max-records 3000000");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(d.path / "r.json"));
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/files.h"
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -14,6 +13,10 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
+
+#include "core/files.h"
 
 namespace thunky::cli {
 
@@ -105,12 +108,70 @@ inline std::optional<int> refuse_overwrite(const std::string& tool, const std::v
 }
 
 // main() of a tool: the library reports errors as values, this is a last resort.
+// A signal handler: one line on stderr, the partial output removed, and
+// exit 128 + the signal, with only async-signal-safe calls.
+template <const char* Tool>
+void stop_on_signal(int sig) {
+  remove_partial_output();
+  const char* what = sig == SIGINT ? ": interrupted (SIGINT); no output written\n" : ": terminated (SIGTERM); no output written\n";
+  auto put = [](const char* s) {
+    size_t n = 0;
+    while (s[n]) ++n;
+    if (::write(2, s, n) < 0) return;
+  };
+  put(Tool);
+  put(what);
+  ::_exit(128 + sig);
+}
+
+// A progress line on stderr for a long run, as a long build prints one:
+// "thunky-sim: 3276800 of about 20000001 commands simulated (16%), 4 s
+// elapsed, about 20 s left".
+template <typename P>
+void progress_line(const std::string& tool, const char* verb, const P& p) {
+  std::cerr << tool << ": " << p.done;
+  if (p.expected > 0) std::cerr << " of about " << p.expected;
+  std::cerr << " commands " << verb;
+  if (p.expected >= p.done && p.done > 0) {
+    const double fraction = static_cast<double>(p.done) / static_cast<double>(p.expected);
+    std::cerr << " (" << static_cast<int>(fraction * 100) << "%), " << static_cast<int64_t>(p.elapsed_s) << " s elapsed, about "
+              << static_cast<int64_t>(p.elapsed_s / fraction - p.elapsed_s + 0.5) << " s left\n";
+  } else {
+    std::cerr << ", " << static_cast<int64_t>(p.elapsed_s) << " s elapsed\n";
+  }
+}
+inline auto print_progress(const std::string& tool, const char* verb) {
+  return [tool, verb](const auto& p) { progress_line(tool, p.functional ? "run on the cpu backend to decide control flow" : verb, p); };
+}
+
+// The running tool's name, for the signal handler (which may not allocate).
+inline char g_tool_name[64] = "thunky";
+
+// A signal handler: one line on stderr, the partial output removed, and
+// exit 128 + the signal, with only async-signal-safe calls.
+inline void stop_on_signal(int sig) {
+  remove_partial_output();
+  const char* what = sig == SIGINT ? ": interrupted (SIGINT); no output written\n" : ": terminated (SIGTERM); no output written\n";
+  for (const char* s : {static_cast<const char*>(g_tool_name), what}) {
+    size_t n = 0;
+    while (s[n]) ++n;
+    if (::write(2, s, n) < 0) break;
+  }
+  ::_exit(128 + sig);
+}
+
 template <typename Run>
 int guarded_main(const std::string& tool, Run run, int argc, char** argv) {
   // A write past a file-size limit (ulimit -f) or to a closed pipe is a
   // failed write that the tool reports (exit 2), not a signal that kills it.
   std::signal(SIGXFSZ, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
+  // SIGINT and SIGTERM stop the tool at once (exit 130 or 143), leaving no
+  // output: every file is written under a temporary name and renamed when
+  // whole, and the one being written, if any, is removed.
+  std::snprintf(g_tool_name, sizeof g_tool_name, "%s", tool.c_str());
+  std::signal(SIGINT, stop_on_signal);
+  std::signal(SIGTERM, stop_on_signal);
   try {
     const int code = run(argc, argv);
     // What the tool printed must have reached its destination: a full disk

@@ -150,6 +150,13 @@ int run_main(int argc, char** argv) {
   eo.graph = o.graph;
   eo.timeout_s = o.timeout_s;
   eo.host_cores = o.host_cores;
+  eo.progress = [](const thunky::ExecProgress& p) {
+    // "thunky-exec: iteration 3 of 1000, 12000 commands finished in it, 6 s elapsed, about 1994 s left"
+    std::cerr << "thunky-exec: iteration " << p.iteration + 1 << " of " << p.iterations << ", " << p.done << " commands finished in it, "
+              << static_cast<int64_t>(p.elapsed_s) << " s elapsed";
+    if (p.iteration > 0) std::cerr << ", about " << static_cast<int64_t>(p.elapsed_s / p.iteration * (p.iterations - p.iteration) + 0.5) << " s left";
+    std::cerr << "\n";
+  };
   if (!o.devices.empty()) {
     auto devices = thunky::cli::parse_int_list(o.devices);
     if (!devices) return std::cerr << "thunky-exec: --devices: expected a comma-separated list of GPU numbers, got '" << o.devices << "'\n", 2;

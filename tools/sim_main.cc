@@ -38,6 +38,9 @@ int run_main(int argc, char** argv) {
   int64_t max_trip_count = 1'000'000;
   app.add_option("--max-trip-count", max_trip_count, "a while loop without a sim hint is run on the cpu backend to count its trips; past this many it stops the run (exit 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  int64_t max_records = thunky::sim::SimOptions{}.max_records;
+  app.add_option("--max-records", max_records, "the most commands (loop trips times commands, on every rank simulated) kept for --report, --trace and --svg (default 4194304, about 450 bytes each)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   if (auto code = thunky::cli::parse(app, "thunky-sim", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
@@ -53,7 +56,9 @@ int run_main(int argc, char** argv) {
   // Without output files only the table is printed: each rank's statistics
   // are gathered as the simulation runs instead of its every op.
   const bool timelines = !report.empty() || !trace.empty() || !svg.empty();
-  auto r = thunky::predict(*prog, *m, thunky::sim::SimOptions{!every_rank, timelines, max_trip_count});
+  thunky::sim::SimOptions options{!every_rank, timelines, max_trip_count, max_records};
+  options.progress = thunky::cli::print_progress("thunky-sim", "simulated");
+  auto r = thunky::predict(*prog, *m, options);
   if (!r) return fail(r.errors(), r.exit_code());
   thunky::print_table(r->report, std::cout);
   thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);

@@ -87,11 +87,31 @@ class Run {
       threads.push_back(workers_.start([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false, &start_); }); }));
     }
     start_.open_when_all_arrived(t0_);
-    for (auto* t : threads) workers_.wait(t);
+    for (auto* t : threads)
+      while (!workers_.wait_for(t, 0.5)) report_progress();
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
   }
   const std::string& failed_pointer() const { return monitor_.pointer(); }
+
+  // The iteration this run is, and the clock of the progress lines, which
+  // outlives it.
+  struct ProgressClock {
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now(), last = started;
+  };
+  void set_iteration(int iteration, int iterations, ProgressClock* clock) {
+    iteration_ = iteration;
+    iterations_ = iterations;
+    clock_ = clock;
+  }
+  // A progress line (ExecOptions::progress) if five seconds passed since the last.
+  void report_progress() {
+    if (!opts_.progress || !clock_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - clock_->last < std::chrono::seconds(5)) return;
+    clock_->last = now;
+    opts_.progress({finished_.load(), 0, iteration_, iterations_, std::chrono::duration<double>(now - clock_->started).count()});
+  }
   bool out_of_memory() const { return out_of_memory_; }
 
   std::vector<std::map<std::string, std::vector<int64_t>>> decisions() {
@@ -343,6 +363,7 @@ class Run {
     std::string id = c.id();
     if (in_loop) id += "#" + std::to_string(s.instances[c.id()]++);
     s.ops.push_back({id, std::string(op_name(c.op)), c.rare().name, stream.str(), start, end, w.bytes, w.flops});
+    ++finished_;
   }
 
   void decide(RankState& s, const Command& c, int64_t value) {
@@ -485,6 +506,9 @@ class Run {
   const Program& p_;
   const ExecOptions& opts_;
   Workers& workers_;
+  std::atomic<int64_t> finished_{0};  // commands recorded, every rank's
+  int iteration_ = 0, iterations_ = 1;
+  ProgressClock* clock_ = nullptr;
   CorePool& cores_;
   // Set by a record whose wake-up waits until this thread's next command is
   // queued for a core (per thread: each stream's thread runs its own queue).
@@ -576,24 +600,27 @@ class CpuBackend final : public Backend {
     const Program& p = *p_;
     const ExecOptions& opts = *opts_;
     ExecResult result;
-    std::vector<Report> timelines;
+    MedianTimeline timelines;
     const int total = std::max(0, opts.warmup) + std::max(1, opts.iters);
+    Run::ProgressClock clock;
     for (int it = 0; it < total; ++it) {
       set_inputs();
       Run run(p, opts, memory_, workers_, staging_, *cores_);
+      run.set_iteration(it, total, &clock);
       // A deadlock, a collective mismatch or a runaway loop: the schedule is wrong (exit 1).
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
+      run.report_progress();
       if (!failure.empty())
         return std::vector<Diagnostic>{{run.out_of_memory() ? ErrorKind::input : ErrorKind::schedule, p.file, run.failed_pointer(), failure}};
       if (it == total - 1) result.decisions = run.decisions();
       if (it >= std::max(0, opts.warmup)) {
         Report rep = run.report();
         summarize(rep);
-        timelines.push_back(std::move(rep));
+        timelines.add(std::move(rep));
       }
     }
-    result.report = median_timeline(std::move(timelines));
+    result.report = timelines.take();
     result.report.source = "exec";
     result.report.backend = "cpu";
     result.report.schedule = p.name.empty() ? p.file : p.name;

@@ -461,3 +461,43 @@ TEST(CpuBackend, TransposePermutesTheAxes) {
 
 }  // namespace
 }  // namespace thunky
+
+namespace thunky {
+namespace {
+
+Report timeline_of(double makespan) {
+  Report r;
+  r.makespan_s = makespan;
+  return r;
+}
+
+TEST(MedianTimeline, FewIterationsGiveTheExactMedianOne) {
+  // Makespans 5 1 4 2 3: sorted 1 2 3 4 5, the median (index 5 / 2 = 2) is 3.
+  MedianTimeline m;
+  for (double s : {5.0, 1.0, 4.0, 2.0, 3.0}) m.add(timeline_of(s));
+  Report r = m.take();
+  EXPECT_EQ(r.makespan_s, 3.0);
+  EXPECT_EQ(r.iteration_makespans_s, (std::vector<double>{5, 1, 4, 2, 3}));
+  // Four: sorted 1 2 3 4, the upper median (index 2) is 3.
+  MedianTimeline even;
+  for (double s : {4.0, 1.0, 3.0, 2.0}) even.add(timeline_of(s));
+  EXPECT_EQ(even.take().makespan_s, 3.0);
+}
+
+TEST(MedianTimeline, ManyIterationsKeepFewTimelinesAndFindTheMedian) {
+  // 10,000 iterations alternating 1 s and 3 s, then one of 2 s: sorted,
+  // 5,000 ones come first, so the median (index 10001 / 2 = 5000) is the
+  // last iteration's 2 s, though only 16 timelines are kept: when it
+  // arrives it is nearer the median than any kept 1 or 3.
+  MedianTimeline m;
+  for (int i = 0; i < 10000; ++i) m.add(timeline_of(i % 2 ? 3.0 : 1.0));
+  m.add(timeline_of(2.0));
+  Report r = m.take();
+  EXPECT_EQ(r.makespan_s, 2.0);
+  ASSERT_EQ(r.iteration_makespans_s.size(), 10001u);
+  EXPECT_EQ(r.iteration_makespans_s[1], 3.0);
+  EXPECT_EQ(r.iteration_makespans_s.back(), 2.0);
+}
+
+}  // namespace
+}  // namespace thunky

@@ -95,14 +95,14 @@ std::vector<Diagnostic> CudaBackend::initialise() {
 
 Expected<ExecResult> CudaBackend::execute() {
   ExecResult result;
-  std::vector<Report> timelines;
+  MedianTimeline timelines;
   std::vector<double> dispatch;
   const int total = std::max(0, opts_->warmup) + std::max(1, opts_->iters);
   auto errors = guarded([&] {
     for (int it = 0; it < total; ++it) {
       run_iteration();
       if (it >= std::max(0, opts_->warmup)) {
-        timelines.push_back(read_timeline());
+        timelines.add(read_timeline());
         double issue_s = 0;
         int64_t issued = 0;
         for (auto& s : ranks_) issue_s += s->issue_s, issued += s->issued;
@@ -115,7 +115,7 @@ Expected<ExecResult> CudaBackend::execute() {
     }
   });
   if (!errors.empty()) return errors;
-  result.report = median_timeline(std::move(timelines));
+  result.report = timelines.take();
   Report& r = result.report;
   r.source = "exec";
   r.backend = "cuda";
