@@ -368,6 +368,24 @@ TEST(HostileInput, ThreadsFitUnderATwoGigabyteAddressSpace) {
 }
 #endif
 
+TEST(HostileInput, ALongRunShowsProgressAndStopsAtOnceOnSigint) {
+  // The runaway loop under a cap of 10^9 trips runs for minutes: after
+  // five seconds it prints a progress line; SIGINT at six seconds ends it
+  // with exit 130 at once, and the report it was to write does not exist.
+  TempDir d("sigint");
+  const std::string report = (d.path / "r.json").string();
+  Result r = run_tool("sh -c '" + std::string(THUNKY_EXEC_BIN) + " " + kSrc + "/tests/schedules/runaway_loop.json --max-trip-count 1000000000 --report " + report +
+                          " & pid=$!; sleep 6; kill -INT $pid; t0=$(date +%s%N); wait $pid; rc=$?; echo $rc $(( ($(date +%s%N) - t0) / 1000000 ))'",
+                      "");
+  int code = -1, ms = -1;
+  std::istringstream(r.out) >> code >> ms;
+  EXPECT_EQ(code, 130) << r.out << r.err;
+  EXPECT_LT(ms, 1000) << r.out;
+  EXPECT_NE(r.err.find("thunky-exec: iteration 1 of 1, "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("thunky-exec: interrupted (SIGINT); no output written"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_empty(d.path));
+}
+
 TEST(HostileInput, NpyHeadersAreCheckedBeforeMemoryIsSetAside) {
   TempDir d("npy");
   auto npy = [&](const std::string& name, const std::string& header, size_t data_bytes) {
