@@ -1,5 +1,6 @@
 #include "core/op_rules.h"
 
+#include <cmath>
 #include <set>
 
 #include "core/validate.h"
@@ -50,6 +51,15 @@ View scalar_view(const Program& p, const Ref& r, const RankCtx& ctx, DType want,
   if (v.count() != 1 || b.dtype != want)
     throw ThunkyError(std::string(r.pointer), std::string(what) + " must be a " + std::string(dtype_name(want)) + " scalar, got " + view_str(p, v));
   return v;
+}
+
+void check_memset(const Program& p, const Command& c, const View& d) {
+  const DType t = p.buffers[d.buffer].dtype;
+  const Command::Rare& x = c.rare();
+  if (x.bits && dtype_size(t) != 4)
+    throw ThunkyError(c.pointer + "/bits", "a 32-bit pattern sets 4-byte elements, but dst " + view_str(p, d) + " has " + std::to_string(dtype_size(t)) + "-byte ones");
+  if (!x.bits && !std::isfinite(x.value) && !is_float(t))
+    throw ThunkyError(c.pointer + "/value", "NaN and infinities need a floating-point dst, got " + view_str(p, d));
 }
 
 void check_copy(const Program& p, const Command& c, const View& s, const View& d) {

@@ -21,6 +21,9 @@ View writable_view(const Program& p, const Ref& r, const RankCtx& ctx);
 View scalar_view(const Program& p, const Ref& r, const RankCtx& ctx, DType want, const char* what);
 
 // copy: equal byte sizes.
+// A memset's pattern fits its dst: 4-byte elements for "bits", a
+// floating-point dtype for NaN and infinities.
+void check_memset(const Program& p, const Command& c, const View& dst);
 void check_copy(const Program& p, const Command& c, const View& src, const View& dst);
 // transpose: perm a permutation of src's dimensions (at most 8), dst of
 // src's dtype and of src's shape permuted, and the two disjoint.

@@ -317,6 +317,7 @@ class RankWalker {
     if (c.op == Op::ptx_kernel && c.rare().cpu) check_map(*p_, *c.rare().cpu, ctx_, structural_);
     if (c.op == Op::custom_call) check_custom_call(*p_, c, ctx_);
     resolve_uses(c);
+    if (c.op == Op::memset) check_memset(*p_, c, view_of(c.dst));
     if (c.op == Op::copy) check_copy(*p_, c, view_of(c.src), view_of(c.dst));
     if (c.op == Op::transpose) check_transpose(*p_, c, view_of(c.src), view_of(c.dst));
     if (c.op == Op::gemm) check_gemm(*p_, c, view_of(c.a), view_of(c.b), view_of(c.c));

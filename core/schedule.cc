@@ -5,7 +5,10 @@
 #include "core/recent_table.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -71,6 +74,24 @@ void flatten_values(Value j, const std::string& ptr, std::vector<double>& out) {
   } else {
     fail(ptr, "expected a number, got " + type_name(j));
   }
+}
+
+// A memset's 32-bit pattern: an integer from 0 to 2^32 - 1, or a string of
+// up to 8 hex digits after "0x" ("0x7fc00000").
+uint32_t parse_bits(Value j, const std::string& ptr) {
+  const char* expected = "expected a 32-bit pattern: an integer from 0 to 4294967295 or a hex string such as \"0x7fc00000\"";
+  if (j.is_string()) {
+    const std::string_view t = j.str();
+    if (t.size() < 3 || t.size() > 10 || t[0] != '0' || (t[1] != 'x' && t[1] != 'X')) fail(ptr, expected);
+    uint32_t bits = 0;
+    auto [end, ec] = std::from_chars(t.data() + 2, t.data() + t.size(), bits, 16);
+    if (ec != std::errc() || end != t.data() + t.size()) fail(ptr, expected);
+    return bits;
+  }
+  if (!j.is_number_integer()) fail(ptr, expected);
+  const int64_t v = as_int(j, ptr);
+  if (v < 0 || v > 0xffffffffLL) fail(ptr, expected);
+  return static_cast<uint32_t>(v);
 }
 
 Init parse_init(Value j, const std::string& ptr) {
@@ -283,9 +304,24 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   } else if (op == "memset") {
     c.op = Op::memset;
     c.dst = ref("dst");
-    Value v = o.need("value");
-    if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
-    c.set_rare().value = v.is_boolean() ? (v.boolean() ? 1 : 0) : finite_number(v, o.at("value"));
+    Command::Rare& x = c.set_rare();
+    if (o.has("bits") == o.has("value")) fail(o.ptr(), "memset takes one of \"value\" (a number) and \"bits\" (a 32-bit pattern)");
+    if (o.has("bits")) {
+      x.bits = parse_bits(o.need("bits"), o.at("bits"));
+    } else {
+      Value v = o.need("value");
+      if (v.is_string()) {
+        // The values JSON cannot write as numbers.
+        const std::string_view t = v.str();
+        if (t == "nan") x.value = std::numeric_limits<double>::quiet_NaN();
+        else if (t == "inf") x.value = std::numeric_limits<double>::infinity();
+        else if (t == "-inf") x.value = -std::numeric_limits<double>::infinity();
+        else fail(o.at("value"), "expected a number, true, false, \"nan\", \"inf\" or \"-inf\", got \"" + std::string(t) + "\"");
+      } else {
+        if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
+        x.value = v.is_boolean() ? (v.boolean() ? 1 : 0) : finite_number(v, o.at("value"));
+      }
+    }
   } else if (op == "copy") {
     c.op = Op::copy;
     c.src = ref("src");
@@ -674,7 +710,18 @@ json to_json(const Command& c) {
   };
   switch (c.op) {
     case Op::memzero: j["dst"] = ref_json(c.dst); break;
-    case Op::memset: j["dst"] = ref_json(c.dst); j["value"] = x.value; break;
+    case Op::memset:
+      j["dst"] = ref_json(c.dst);
+      if (x.bits) {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(*x.bits));
+        j["bits"] = hex;
+      } else if (std::isfinite(x.value)) {
+        j["value"] = x.value;
+      } else {
+        j["value"] = std::isnan(x.value) ? "nan" : x.value > 0 ? "inf" : "-inf";
+      }
+      break;
     case Op::copy: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); break;
     case Op::transpose: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); j["perm"] = x.perm; break;
     case Op::gemm:

@@ -238,7 +238,8 @@ struct Command::Rare {
   std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
   std::string name;
   Reduction reduction = Reduction::sum;  // reduce ("fn"), all_reduce, reduce_scatter
-  double value = 0;               // memset
+  double value = 0;               // memset: a number, NaN or an infinity
+  std::optional<uint32_t> bits;   // memset: each 4-byte element set to this pattern instead
   std::string fn;                 // call: the function called
   std::vector<int64_t> axes_i;    // reduce axes
   std::vector<int64_t> perm;      // transpose: dst's dimension d is src's dimension perm[d]

@@ -370,12 +370,12 @@ TEST(HostileInput, ThreadsFitUnderATwoGigabyteAddressSpace) {
 
 TEST(HostileInput, ALongRunShowsProgressAndStopsAtOnceOnSigint) {
   // The runaway loop under a cap of 10^9 trips runs for minutes: after
-  // five seconds it prints a progress line; SIGINT at six seconds ends it
+  // five seconds it prints a progress line; SIGINT at seven seconds ends it
   // with exit 130 at once, and the report it was to write does not exist.
   TempDir d("sigint");
   const std::string report = (d.path / "r.json").string();
   Result r = run_tool("sh -c '" + std::string(THUNKY_EXEC_BIN) + " " + kSrc + "/tests/schedules/runaway_loop.json --max-trip-count 1000000000 --report " + report +
-                          " & pid=$!; sleep 6; kill -INT $pid; t0=$(date +%s%N); wait $pid; rc=$?; echo $rc $(( ($(date +%s%N) - t0) / 1000000 ))'",
+                          " & pid=$!; sleep 7; kill -INT $pid; t0=$(date +%s%N); wait $pid; rc=$?; echo $rc $(( ($(date +%s%N) - t0) / 1000000 ))'",
                       "");
   int code = -1, ms = -1;
   std::istringstream(r.out) >> code >> ms;

@@ -437,7 +437,10 @@ class Run {
         std::memset(d.data, 0, d.bytes());
         break;
       }
-      case Op::memset: cpu::fill(tensor(s, *c.dst), c.rare().value); break;
+      case Op::memset:
+        if (c.rare().bits) cpu::fill_bits(tensor(s, *c.dst), *c.rare().bits);
+        else cpu::fill(tensor(s, *c.dst), c.rare().value);
+        break;
       case Op::copy: {
         cpu::Tensor a = tensor(s, *c.src), d = tensor(s, *c.dst);
         std::memmove(d.data, a.data, d.bytes());

@@ -156,6 +156,26 @@ TEST(CpuBackend, MismatchedCollectivesAreReportedNotHung) {
   EXPECT_EQ(r.errors()[0].pointer, "/program/0/then/0");
 }
 
+TEST(CpuBackend, MemsetWritesNanInfinitiesAndAny32BitPattern) {
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "a": {"shape": [4], "dtype": "f32", "role": "output"}, "b": {"shape": [2], "dtype": "s32", "role": "output"}},
+    "program": [{"op": "memset", "dst": "a[0:1]", "value": "nan"}, {"op": "memset", "dst": "a[1:2]", "value": "-inf"},
+                {"op": "memset", "dst": "a[2:4]", "bits": "0x7fc00001"}, {"op": "memset", "dst": "b", "bits": 4294967295}]})");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  uint32_t a[4];
+  std::memcpy(a, r->memory[0][0].data(), 16);
+  // A quiet NaN is 0x7fc00000, -inf 0xff800000; the pattern lands as given.
+  EXPECT_EQ(std::vector<uint32_t>(a, a + 4), (std::vector<uint32_t>{0x7fc00000u, 0xff800000u, 0x7fc00001u, 0x7fc00001u}));
+  EXPECT_EQ(testing::values(p, *r, "b"), (std::vector<double>{-1, -1}));  // all ones, as s32
+  // Written back, the schedule says the same: "nan", "-inf" and the hex pattern.
+  const json j = to_json(p);
+  EXPECT_EQ(j["program"][0]["value"], "nan");
+  EXPECT_EQ(j["program"][1]["value"], "-inf");
+  EXPECT_EQ(j["program"][2]["bits"], "0x7fc00001");
+  EXPECT_EQ(j["program"][3]["bits"], "0xffffffff");
+}
+
 TEST(CpuBackend, RunawayWhileIsStopped) {
   Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {"c": {"shape": [], "dtype": "bool"}},
     "program": [{"op": "while", "cond_buf": "c", "cond": [{"op": "memset", "dst": "c", "value": 1}], "body": []}]})");

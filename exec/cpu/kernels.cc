@@ -9,6 +9,10 @@
 
 namespace thunky::cpu {
 
+void fill_bits(const Tensor& dst, uint32_t bits) {
+  for (int64_t i = 0; i < dst.count(); ++i) std::memcpy(dst.data + i * 4, &bits, 4);
+}
+
 void fill(const Tensor& dst, double value) {
   const size_t es = dtype_size(dst.dtype);
   const int64_t n = dst.count();

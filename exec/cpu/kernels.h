@@ -25,6 +25,8 @@ struct Tensor {
 };
 
 void fill(const Tensor& dst, double value);
+// Every 4-byte element of dst set to `bits` (memset's "bits").
+void fill_bits(const Tensor& dst, uint32_t bits);
 // dst = src with its dimensions permuted: dst's dimension d is src's perm[d].
 void transpose(const Tensor& src, const std::vector<int64_t>& perm, const Tensor& dst);
 

@@ -235,7 +235,8 @@ class CudaBackend final : public Backend {
   // ---- the leaf commands (cuda_ops.cc)
 
   void compute(RankState& s, const Command& c, const StreamId& cur);
-  void fill(RankState& s, const View& d, double value, cudaStream_t st);
+  // Sets every element of d to `pattern`, an element's bits (fill_pattern).
+  void fill(RankState& s, const View& d, uint64_t pattern, cudaStream_t st);
   void map(RankState& s, const Command& c, const Command& m, StreamState& ss);
   // cuBLASLt multiplies a and b of one dtype into c of the same, or bf16
   // and f16 operands into an f32 c (the tensor-core path); other dtypes

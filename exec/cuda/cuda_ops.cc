@@ -15,7 +15,11 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
       if (bytes(d)) THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, d), 0, bytes(d), st));
       break;
     }
-    case Op::memset: fill(s, R(*c.dst), c.rare().value, st); break;
+    case Op::memset: {
+      const View d = R(*c.dst);
+      fill(s, d, c.rare().bits ? *c.rare().bits : fill_pattern(dtype_of(d), c.rare().value), st);
+      break;
+    }
     case Op::copy: {
       const View a = R(*c.src), d = R(*c.dst);
       const size_t n = bytes(d);
@@ -80,11 +84,10 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
   }
 }
 
-void CudaBackend::fill(RankState& s, const View& d, double value, cudaStream_t st) {
+void CudaBackend::fill(RankState& s, const View& d, uint64_t pattern, cudaStream_t st) {
   const size_t n = bytes(d);
   if (!n) return;
   const size_t es = dtype_size(dtype_of(d));
-  const uint64_t pattern = fill_pattern(dtype_of(d), value);
   bool uniform = true;  // every byte of the pattern alike: one memset
   for (size_t i = 1; i < es; ++i) uniform &= ((pattern >> (8 * i)) & 0xff) == (pattern & 0xff);
   if (uniform) {

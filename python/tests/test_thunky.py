@@ -338,3 +338,22 @@ def test_an_argument_is_an_output_only_when_all_of_it_is_written_for_sure():
     roles(*args)
     np.testing.assert_array_equal(args[2][...], [0, 0, 7, 7])
     np.testing.assert_array_equal(args[3][...], [0, 0, 0, 0])
+
+
+def test_memset_writes_any_32_bit_pattern_nan_payloads_included():
+    @thunky.jit
+    def fill(f_ref, i_ref):
+        thunky.memset(f_ref.at[:2], np.uint32(0x7FC00001))  # a quiet NaN with payload 1
+        thunky.memset(f_ref.at[2:], np.float32(-np.inf))
+        thunky.memset(i_ref, np.float32(1.0))  # 1.0's bits, 0x3f800000, as int32
+
+    f = thunky.new_ref(np.zeros(4, np.float32))
+    i = thunky.new_ref(np.zeros(2, np.int32))
+    program = fill.trace(f, i).to_dict()["program"]
+    # Non-finite patterns travel as bits; finite ones as the value in dst's dtype.
+    assert program[0] == {"op": "memset", "dst": "f_ref[0:2]", "bits": "0x7fc00001"}
+    assert program[1] == {"op": "memset", "dst": "f_ref[2:4]", "bits": "0xff800000"}
+    assert program[2] == {"op": "memset", "dst": "i_ref", "value": 0x3F800000}
+    fill.execute(f, i)
+    assert f[...].view(np.uint32).tolist() == [0x7FC00001, 0x7FC00001, 0xFF800000, 0xFF800000]
+    assert i[...].tolist() == [0x3F800000] * 2

@@ -49,7 +49,10 @@ def memset(dst, value):
         raise ValueError(_source.here(f"memset writes a 32-bit pattern: dst is {dtype_name(dst.dtype)} ({dst.dtype.itemsize} bytes an element)"))
     as_dst = v.reshape(1).view(dst.dtype)[0]
     if np.asarray(as_dst).dtype.kind == "f" and not np.isfinite(as_dst):
-        raise ValueError(_source.here("memset's pattern is NaN or inf in dst's dtype: thunky writes values, not patterns"))
+        # NaN (with its payload) and infinities go as the pattern itself.
+        bits = int(v.reshape(1).view(np.uint32)[0])
+        t.emit({"op": "memset", "dst": dst.text, "bits": f"0x{bits:08x}"}, writes=[dst])
+        return
     t.emit({"op": "memset", "dst": dst.text, "value": as_dst.item()}, writes=[dst])
 
 
