@@ -2,6 +2,7 @@
 
 #include "core/files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -224,6 +225,22 @@ Machine read_machine(Value j) {
   return m;
 }
 
+// Levenshtein distance: insertions, deletions and substitutions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
 
 Machine parse_machine_text(const std::string& text) {
@@ -240,7 +257,24 @@ Expected<Machine> load_machine(const std::string& name_or_path, const std::strin
     path = fs::path(models_dir) / name_or_path;
     if (!fs::exists(path)) path += ".json";
   }
-  if (!fs::exists(path)) return std::vector<Diagnostic>{{ErrorKind::input, name_or_path, "", "no machine model file or name under " + models_dir}};
+  if (!fs::exists(path)) {
+    // The names there are, and the nearest by edits, so a near miss ("h100") reads as a hint.
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(models_dir, ec))
+      if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+    std::string msg = "no machine model file or name under " + models_dir;
+    if (!names.empty()) {
+      std::sort(names.begin(), names.end());
+      auto closest = std::min_element(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+        return edit_distance(a, name_or_path) < edit_distance(b, name_or_path);
+      });
+      msg += "; the closest is '" + *closest + "' (models: ";
+      for (size_t i = 0; i < names.size(); ++i) msg += (i ? ", " : "") + names[i];
+      msg += ")";
+    }
+    return std::vector<Diagnostic>{{ErrorKind::input, name_or_path, "", msg}};
+  }
   std::string error;
   const std::string text = read_input_file(path.string(), error);
   if (!error.empty()) return std::vector<Diagnostic>{{ErrorKind::input, path.string(), "", "the machine model " + error}};

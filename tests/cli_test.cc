@@ -106,6 +106,15 @@ TEST(ExecCli, RunawayLoopIsStoppedWithExit1) {
   EXPECT_NE(r.err.find("runaway_loop.json:/program/"), std::string::npos) << r.err;
 }
 
+TEST(SimCli, AnUnknownMachineNameSuggestsTheClosestModel) {
+  // "h100" is 5 edits from "h100-8gpu" (append "-8gpu"), 6 from "h200-8gpu"
+  // and 8 from "h100-cluster": the first is suggested, and every model listed.
+  Result r = sim(kSrc + "/examples/init_and_copy.json --machine h100");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("h100:/: no machine model file or name under "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the closest is 'h100-8gpu' (models: a100-8gpu, b200-8gpu, h100-8gpu, h100-cluster,"), std::string::npos) << r.err;
+}
+
 TEST(SimCli, RunawayLoopReadsAsOnExec) {
   // thunky-sim counts an unhinted loop's trips by running the schedule on
   // the cpu backend: the same limit flag stops it with the same line.
