@@ -1,9 +1,11 @@
 #include "exec/workers.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -106,6 +108,14 @@ std::string thread_limits_exceeded(int64_t threads, double bytes) {
   return "needs about " + mib(need) + " of address space (" + std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " x " + each + " of stack" +
          (heap > 0 ? " and heap" : "") + ", and " + mib(bytes) + " of buffers), more than the " + mib(left > 0 ? left : 0) +
          " left under this process's limit of " + mib(static_cast<double>(lim.rlim_cur)) + " (ulimit -v)";
+}
+
+void share_heaps_under_address_limit() {
+  rlimit lim{};
+  if (mi_version != nullptr || getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
+  constexpr double kArenaBytes = 64.0 * (1 << 20);
+  const int arenas = static_cast<int>(std::max(1.0, static_cast<double>(lim.rlim_cur) / 8 / kArenaBytes));
+  mallopt(M_ARENA_MAX, arenas);
 }
 
 Workers::Workers() = default;

@@ -34,6 +34,13 @@ constexpr size_t kWorkerStackBytes = size_t{512} << 10;
 // allocator is mimalloc, each thread's heap reserves 32 MiB more.
 std::string thread_limits_exceeded(int64_t threads, double bytes);
 
+// Under an address-space limit (ulimit -v), caps the C library's malloc
+// arenas, each of which reserves 64 MiB, to an eighth of the limit: with a
+// thread per rank, busy threads would otherwise open an arena each up to 8
+// per core, and 16 arenas took a 2 GB process past its limit under load.
+// Nothing changes without a limit, or where mimalloc is the allocator.
+void share_heaps_under_address_limit();
+
 class Workers {
  public:
   class Worker;

@@ -566,6 +566,7 @@ class CpuBackend final : public Backend {
     // The threads and buffers must fit the process's limits, and every
     // thread is made now, before anything runs: a limit is met here, as
     // one line, never halfway through a run.
+    share_heaps_under_address_limit();
     const std::string limit = thread_limits_exceeded(threads - static_cast<int64_t>(workers_.size()), bytes);
     if (!limit.empty())
       return {{ErrorKind::input, p.file, "", "the cpu backend, with a thread for every rank and stream, " + limit}};
