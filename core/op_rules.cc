@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/broadcast.h"
 #include "core/validate.h"
 
 namespace thunky {
@@ -136,8 +137,12 @@ void check_map(const Program& p, const Command& m, const RankCtx& ctx, bool name
   View out = writable_view(p, *m.out, ctx);
   for (const auto& [k, r] : m.in) {
     View v = resolve(p, r, ctx);
-    if (v.count() != out.count() && v.count() != 1)
-      throw ThunkyError(std::string(r.pointer), "map input '" + k + "' is " + view_str(p, v) + "; inputs must be scalars or have out's " + std::to_string(out.count()) + " elements (out is " + view_str(p, out) + ")");
+    const bool broadcast = v.count() != out.count() && v.count() != 1;
+    if (broadcast && out.shape.size() > 8)
+      throw ThunkyError(std::string(r.pointer), "map input '" + k + "' broadcasts to out " + view_str(p, out) + ", which has more than 8 dimensions, the most a broadcast takes");
+    if (broadcast && !broadcast_strides(v.shape, out.shape))
+      throw ThunkyError(std::string(r.pointer), "map input '" + k + "' is " + view_str(p, v) + "; inputs must be scalars, have out's " + std::to_string(out.count()) +
+                                                    " elements, or broadcast to out's shape by numpy's rules (out is " + view_str(p, out) + ")");
   }
 }
 

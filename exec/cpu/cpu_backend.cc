@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/accounting.h"
+#include "core/broadcast.h"
 #include "core/control_flow.h"
 #include "core/init.h"
 #include "core/mesh.h"
@@ -495,6 +496,15 @@ class Run {
     copies.reserve(m.in.size());
     for (const auto& [name, r] : m.in) {
       cpu::Tensor t = tensor(s, r);
+      // An input that broadcasts to out's shape (a bias row, a per-row
+      // max) is expanded to out's shape first.
+      if (t.count() != out.count() && t.count() != 1) {
+        cpu::Tensor wide{nullptr, t.dtype, out.shape};
+        copies.emplace_back(wide.bytes());
+        wide.data = copies.back().data();
+        cpu::strided_copy(t, *broadcast_strides(t.shape, out.shape), wide);
+        t = wide;
+      }
       // An input that overlaps out at another offset is read before any write.
       bool overlap = t.data < out.data + out.bytes() && out.data < t.data + t.bytes();
       if (overlap && t.data != out.data) {

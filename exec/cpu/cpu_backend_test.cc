@@ -156,6 +156,31 @@ TEST(CpuBackend, MismatchedCollectivesAreReportedNotHung) {
   EXPECT_EQ(r.errors()[0].pointer, "/program/0/then/0");
 }
 
+TEST(CpuBackend, MapInputsBroadcastByNumpysRules) {
+  // x [2, 3] = 1 2 3 / 4 5 6; a row max m [2, 1] = 3 / 6; a bias b [3] =
+  // 10 20 30. out = x - m + b: row 0: 1-3+10, 2-3+20, 3-3+30 = 8 19 30;
+  // row 1: 4-6+10, 5-6+20, 6-6+30 = 8 19 30. In place over x too.
+  Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [2, 3], "dtype": "f32", "role": "inout", "init": {"kind": "values", "values": [[1, 2, 3], [4, 5, 6]]}},
+      "m": {"shape": [2, 1], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [[3], [6]]}},
+      "b": {"shape": [3], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [10, 20, 30]}},
+      "out": {"shape": [2, 3], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "map", "out": "out", "expr": "x - m + b", "in": {"x": "x", "m": "m", "b": "b"}},
+                {"op": "map", "out": "x", "expr": "x * b", "in": {"x": "x", "b": "b"}}]})");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_EQ(testing::values(p, *r, "out"), (std::vector<double>{8, 19, 30, 8, 19, 30}));
+  EXPECT_EQ(testing::values(p, *r, "x"), (std::vector<double>{10, 40, 90, 40, 100, 180}));
+  // A [2] input does not broadcast to [2, 3] (its last dimension is 2, not 1 or 3).
+  auto bad = load_schedule_text(R"({"format": "thunky.sched/1", "buffers": {
+      "v": {"shape": [2], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+      "out": {"shape": [2, 3], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "map", "out": "out", "expr": "v", "in": {"v": "v"}}]})", "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.errors()[0].pointer, "/program/0/in/v");
+  EXPECT_NE(bad.errors()[0].message.find("or broadcast to out's shape by numpy's rules"), std::string::npos) << bad.errors()[0].str();
+}
+
 TEST(CpuBackend, MemsetWritesNanInfinitiesAndAny32BitPattern) {
   Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
       "a": {"shape": [4], "dtype": "f32", "role": "output"}, "b": {"shape": [2], "dtype": "s32", "role": "output"}},

@@ -308,13 +308,11 @@ void map(const Expr& expr, const std::vector<MapInput>& inputs, const std::vecto
   }
 }
 
-void transpose(const Tensor& src, const std::vector<int64_t>& perm, const Tensor& dst) {
-  // Walk dst in order; src's offset steps by the stride of the dimension
-  // each of dst's dimensions came from. Elements move as bytes.
+void strided_copy(const Tensor& src, const std::vector<int64_t>& stride, const Tensor& dst) {
+  // Walk dst in order; src's offset steps by the stride of each of dst's
+  // dimensions. Elements move as bytes.
   const size_t r = dst.shape.size(), es = dtype_size(dst.dtype);
-  std::vector<int64_t> src_stride(r, 1), stride(r), idx(r, 0);
-  for (size_t d = r; d-- > 1;) src_stride[d - 1] = src_stride[d] * src.shape[d];
-  for (size_t d = 0; d < r; ++d) stride[d] = src_stride[static_cast<size_t>(perm[d])];
+  std::vector<int64_t> idx(r, 0);
   int64_t at = 0;
   const int64_t n = dst.count();
   for (int64_t i = 0; i < n; ++i) {
@@ -326,6 +324,15 @@ void transpose(const Tensor& src, const std::vector<int64_t>& perm, const Tensor
       idx[d] = 0;
     }
   }
+}
+
+void transpose(const Tensor& src, const std::vector<int64_t>& perm, const Tensor& dst) {
+  // dst's dimension d steps through src's dimension perm[d].
+  const size_t r = dst.shape.size();
+  std::vector<int64_t> src_stride(r, 1), stride(r);
+  for (size_t d = r; d-- > 1;) src_stride[d - 1] = src_stride[d] * src.shape[d];
+  for (size_t d = 0; d < r; ++d) stride[d] = src_stride[static_cast<size_t>(perm[d])];
+  strided_copy(src, stride, dst);
 }
 
 void reduce(const Tensor& in, const std::vector<int64_t>& axes_in, Reduction fn, const Tensor& out) {

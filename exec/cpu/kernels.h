@@ -35,7 +35,13 @@ void transpose(const Tensor& src, const std::vector<int64_t>& perm, const Tensor
 // f32/f16/bf16/f8 inputs, f64 for f64. c may alias a or b.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a, bool transpose_b, double alpha, double beta);
 
-// Elementwise out = expr(inputs); inputs of one element broadcast.
+// dst[i] = src[offset], where offset steps by stride[d] as dst's index in
+// dimension d grows (0: src repeats along it). A transpose, or a map
+// input broadcast to out's shape (core/broadcast.h).
+void strided_copy(const Tensor& src, const std::vector<int64_t>& stride, const Tensor& dst);
+
+// Elementwise out = expr(inputs); inputs of one element broadcast (others
+// have out's element count: run_map expands a broadcast input first).
 // `axis_values` give the mesh axis names' values on this rank.
 struct MapInput {
   std::string name;

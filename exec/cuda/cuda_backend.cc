@@ -226,7 +226,15 @@ void CudaBackend::allow_shared_memory(cudaKernel_t k, int64_t bytes, int device,
 void CudaBackend::compile_block(RankState& s, const Block& b) {
   for (const auto& c : b) {
     const Command::Rare& x = c.rare();
-    if (c.op == Op::map) s.kernels[&c] = kernels_->get(map_source(s, c));
+    if (c.op == Op::map) {
+      s.kernels[&c] = kernels_->get(map_source(s, c));
+      // The gather that stages a broadcast input expanded (CudaBackend::map).
+      const int64_t out = resolve(*p_, *c.out, s.ctx).count();
+      for (const auto& [name, r] : c.in) {
+        const View v = resolve(*p_, r, s.ctx);
+        if (v.count() != out && v.count() != 1) kernels_->get(transpose_kernel(dtype_size(dtype_of(v))));
+      }
+    }
     if (c.op == Op::reduce) {
       const View in = resolve(*p_, *c.src, s.ctx), out = resolve(*p_, *c.out, s.ctx);
       s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduction));

@@ -1,6 +1,8 @@
 // The cuda backend: the leaf commands.
 #include "exec/cuda/cuda_backend.h"
 
+#include "core/broadcast.h"
+
 #include <algorithm>
 
 namespace thunky::cuda {
@@ -105,27 +107,43 @@ void CudaBackend::map(RankState& s, const Command& c, const Command& m, StreamSt
   std::vector<const void*> ins;
   // Each input that overlaps out other than element for element is read
   // before any write, as on the cpu backend: staged aside, one slot per
-  // input (two inputs may start at one address with different sizes).
-  std::vector<size_t> staged_bytes;
+  // input (two inputs may start at one address with different sizes). An
+  // input that broadcasts to out's shape is staged expanded to it.
+  struct Staged {
+    size_t bytes = 0;
+    std::optional<std::vector<int64_t>> broadcast;  // strides into the input
+    size_t element = 0;
+  };
+  std::vector<Staged> staged_as;
   size_t staged = 0;
   for (const auto& [name, r] : m.in) {
     const View v = resolve(*p_, r, s.ctx);
     const uint8_t* p = ptr(s, v);
-    const bool same = p == o && v.count() == out.count() && dtype_of(v) == dtype_of(out);
-    const bool aside = overlap(p, bytes(v), o, ob) && !same;
-    staged_bytes.push_back(aside ? bytes(v) : 0);
-    if (aside) staged += (bytes(v) + 255) & ~size_t{255};
+    Staged st;
+    if (v.count() != out.count() && v.count() != 1) {
+      st.broadcast = broadcast_strides(v.shape, out.shape);
+      st.element = dtype_size(dtype_of(v));
+      st.bytes = static_cast<size_t>(out.count()) * st.element;
+    } else {
+      const bool same = p == o && v.count() == out.count() && dtype_of(v) == dtype_of(out);
+      if (overlap(p, bytes(v), o, ob) && !same) st.bytes = bytes(v);
+    }
+    staged += (st.bytes + 255) & ~size_t{255};
+    staged_as.push_back(std::move(st));
     ins.push_back(p);
   }
   if (staged) {
     uint8_t* tmp = ss.temp.get(staged, "staged map inputs", s.device);
     size_t off = 0;
     for (size_t i = 0; i < ins.size(); ++i) {
-      const size_t n = staged_bytes[i];
-      if (!n) continue;
-      THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp + off, ins[i], n, cudaMemcpyDeviceToDevice, ss.stream));
+      const Staged& st = staged_as[i];
+      if (!st.bytes) continue;
+      if (st.broadcast)
+        launch(kernels_->get(transpose_kernel(st.element)), out.count(), strided_copy_params(ins[i], tmp + off, out.shape, *st.broadcast), ss.stream, sms(s));
+      else
+        THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp + off, ins[i], st.bytes, cudaMemcpyDeviceToDevice, ss.stream));
       ins[i] = tmp + off;
-      off += (n + 255) & ~size_t{255};
+      off += (st.bytes + 255) & ~size_t{255};
     }
   }
   launch(s.kernels.at(&c), out.count(), map_params(ins, o, out.count(), s.axis_values), ss.stream, sms(s));

@@ -357,20 +357,30 @@ KernelSource transpose_kernel(size_t element_bytes) {
   return {"thunky_transpose", s.str()};
 }
 
-std::vector<uint8_t> transpose_params(const void* src, void* dst, const std::vector<int64_t>& src_shape, const std::vector<int64_t>& perm) {
-  const size_t r = src_shape.size();
-  std::vector<int64_t> src_stride(r, 1);
-  for (size_t d = r; d-- > 1;) src_stride[d - 1] = src_stride[d] * src_shape[d];
+std::vector<uint8_t> strided_copy_params(const void* src, void* dst, const std::vector<int64_t>& dst_shape, const std::vector<int64_t>& stride) {
+  const size_t r = dst_shape.size();
   int64_t count = 1;
-  for (auto d : src_shape) count *= d;
+  for (auto d : dst_shape) count *= d;
   std::vector<uint8_t> b;
   put_ptr(b, src);
   put_ptr(b, dst);
   put(b, static_cast<uint64_t>(count));
   put(b, r);
-  for (int d = 0; d < kMaxRank; ++d) put(b, d < static_cast<int>(r) ? static_cast<uint64_t>(src_shape[static_cast<size_t>(perm[d])]) : 1);
-  for (int d = 0; d < kMaxRank; ++d) put(b, d < static_cast<int>(r) ? static_cast<uint64_t>(src_stride[static_cast<size_t>(perm[d])]) : 0);
+  for (int d = 0; d < kMaxRank; ++d) put(b, d < static_cast<int>(r) ? static_cast<uint64_t>(dst_shape[static_cast<size_t>(d)]) : 1);
+  for (int d = 0; d < kMaxRank; ++d) put(b, d < static_cast<int>(r) ? static_cast<uint64_t>(stride[static_cast<size_t>(d)]) : 0);
   return b;
+}
+
+std::vector<uint8_t> transpose_params(const void* src, void* dst, const std::vector<int64_t>& src_shape, const std::vector<int64_t>& perm) {
+  // dst's dimension d is src's perm[d], stepping by its stride.
+  const size_t r = src_shape.size();
+  std::vector<int64_t> src_stride(r, 1), shape(r), stride(r);
+  for (size_t d = r; d-- > 1;) src_stride[d - 1] = src_stride[d] * src_shape[d];
+  for (size_t d = 0; d < r; ++d) {
+    shape[d] = src_shape[static_cast<size_t>(perm[d])];
+    stride[d] = src_stride[static_cast<size_t>(perm[d])];
+  }
+  return strided_copy_params(src, dst, shape, stride);
 }
 
 std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count, const std::vector<int64_t>& shape,

@@ -53,6 +53,11 @@ KernelSource reduce_kernel(DType in, DType out, Reduction fn);
 // transpose: one thread per dst element, moving `element_bytes` bytes from
 // src's element at the permuted index (views of at most kMaxRank dimensions).
 KernelSource transpose_kernel(size_t element_bytes);
+// The transpose kernel's parameters for any strided gather: dst (of
+// dst_shape, row-major) element i reads src at the offset that steps by
+// stride[d] along dst's dimension d (0: src repeats, as a broadcast map
+// input does).
+std::vector<uint8_t> strided_copy_params(const void* src, void* dst, const std::vector<int64_t>& dst_shape, const std::vector<int64_t>& stride);
 std::vector<uint8_t> transpose_params(const void* src, void* dst, const std::vector<int64_t>& src_shape, const std::vector<int64_t>& perm);
 std::vector<uint8_t> reduce_params(const void* in, void* out, int64_t out_count, const std::vector<int64_t>& shape,
                                    const std::vector<bool>& reduced);

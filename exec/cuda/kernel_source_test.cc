@@ -7,6 +7,8 @@
 // avoid.
 #include "exec/cuda/kernel_source.h"
 
+#include "core/broadcast.h"
+
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,7 +20,9 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <tuple>
 
+#include "core/broadcast.h"
 #include "core/expr.h"
 #include "core/status.h"
 #include "exec/cpu/kernels.h"
@@ -317,6 +321,26 @@ TEST(GeneratedKernels, ReductionsOfEveryDtypeMatchTheCpuBackend) {
       }
       EXPECT_TRUE(same_values(t, want, got)) << "combine " << fns[f];
     }
+  }
+}
+
+TEST(GeneratedKernels, ABroadcastMapInputIsStagedExpandedAsOnTheCpu) {
+  // The gather that stages a broadcast input: a column [3, 1] (0 1 2) and
+  // a row [4] (10 11 12 13) over out [3, 4]. The column repeats along out's
+  // dimension 1 (strides 1, 0), the row along dimension 0 (strides 0, 1).
+  HostKernelBatch batch({transpose_kernel(4)});
+  const std::vector<int32_t> column = {0, 1, 2}, row = {10, 11, 12, 13};
+  const std::vector<int64_t> out_shape = {3, 4};
+  for (const auto& [in, shape, want] : std::vector<std::tuple<std::vector<int32_t>, std::vector<int64_t>, std::vector<int32_t>>>{
+           {column, {3, 1}, {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}}, {row, {4}, {10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13}}}) {
+    const std::vector<int64_t> stride = *broadcast_strides(shape, out_shape);
+    std::vector<int32_t> got(12), cpu_got(12);
+    batch.call<(4 + 16) * 8>(0, strided_copy_params(in.data(), got.data(), out_shape, stride));
+    EXPECT_EQ(got, want);
+    std::vector<int32_t> src = in;
+    cpu::strided_copy(cpu::Tensor{reinterpret_cast<uint8_t*>(src.data()), DType::s32, shape}, stride,
+                      cpu::Tensor{reinterpret_cast<uint8_t*>(cpu_got.data()), DType::s32, out_shape});
+    EXPECT_EQ(cpu_got, want);
   }
 }
 

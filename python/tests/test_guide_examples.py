@@ -333,3 +333,21 @@ def test_call_jax_transposes_with_thunkys_transpose():
     assert [c["op"] for c in f.trace(x, out).to_dict()["program"]] == ["transpose", "map"]
     f(x, out)
     np.testing.assert_array_equal(out[...], x.T + 1)
+
+
+def test_call_jax_adds_a_bias_row_as_one_broadcasting_map():
+    # x [2, 3] + b [3] (jnp inserts broadcast_in_dim [3] -> [2, 3]): one map
+    # whose input b broadcasts, not a copy of b per row.
+    @thunky.jit
+    def f(x_ref, b_ref, out_ref):
+        thunky.call_jax(lambda x, b, o: o.__setitem__(Ellipsis, x[...] * 2 + b[...]), x_ref, b_ref, out_ref)
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([10, 20, 30], np.float32)
+    out = thunky.new_ref(np.zeros((2, 3), np.float32))
+    program = f.trace(x, b, out).to_dict()["program"]
+    assert [c["op"] for c in program] == ["map"]
+    assert sorted(program[0]["in"].values()) == ["b_ref", "x_ref"]
+    f(x, b, out)
+    # Row 0: 0 2 4 + 10 20 30 = 10 22 34; row 1: 6 8 10 + 10 20 30 = 16 28 40.
+    np.testing.assert_array_equal(out[...], [[10, 22, 34], [16, 28, 40]])

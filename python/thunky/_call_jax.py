@@ -56,6 +56,25 @@ class _Expr:
         self.idx = idx
 
 
+def _core(shape):
+    """A shape without its leading ones, which broadcasting ignores."""
+    s = tuple(shape)
+    return s[next((i for i, d in enumerate(s) if d != 1), len(s)):]
+
+
+def _broadcasts(e, shape):
+    """Whether the map that computes `e` may compute it at `shape` with its
+    inputs broadcast by numpy's rules (as sched.json's map reads them): `e`'s
+    shape broadcasts to `shape`, and each buffer it reads has one element or
+    `e`'s own shape (give or take leading ones), not the same data seen flat."""
+    try:
+        if np.broadcast_shapes(e.shape, shape) != tuple(shape):
+            return False
+    except ValueError:
+        return False
+    return all(math.prod(r.shape) == 1 or _core(r.shape) == _core(e.shape) for r in e.ins.values())
+
+
 def _literal(value, dtype):
     v = np.asarray(value).item()
     if np.dtype(dtype).kind == "f":
@@ -267,6 +286,10 @@ class Lowering:
             items = tuple(slice(None) if (a, b) == (0, n) else slice(a, b)
                           for a, b, n in zip(p["start_indices"], p["limit_indices"], ins[0].shape))
             return [ins[0]._view(items)]
+        if name == "broadcast_in_dim":
+            wide = self.broadcast(ins[0], p["broadcast_dimensions"], aval)
+            if wide is not None:
+                return [wide]
         if name in ("broadcast_in_dim", "reshape", "squeeze", "expand_dims"):
             return [self.reshape(ins[0], aval)]
         if name == "axis_index":
@@ -351,7 +374,7 @@ class Lowering:
         es = [self.as_expr(v) for v in ins]
         shape = tuple(aval.shape)
         for e in es:
-            if math.prod(e.shape) not in (1, math.prod(shape)):
+            if math.prod(e.shape) not in (1, math.prod(shape)) and not _broadcasts(e, shape):
                 raise Unsupported(f"broadcasting {e.shape} to {shape}")
         texts = [e.text if e.atomic else "(" + e.text + ")" for e in es]
         merged = {}
@@ -378,6 +401,21 @@ class Lowering:
             e = self.as_expr(v)
             return _Expr(e.text, e.ins, shape, e.dtype, e.depth, e.atomic, e.idx)
         raise Unsupported(f"broadcasting {tuple(v.shape)} to {shape}")
+
+    def broadcast(self, v, dims, aval):
+        """`v` repeated along new leading dimensions or its dimensions of
+        size 1, as a map input broadcasts by numpy's rules (a bias row over a
+        matrix); None where that is not such a broadcast."""
+        shape, src = tuple(aval.shape), tuple(v.shape)
+        if math.prod(src) in (1, math.prod(shape)):
+            return None  # a reshape, or one element: reshape() says
+        lead = len(shape) - len(src)
+        if tuple(dims) != tuple(range(lead, len(shape))) or any(s not in (1, o) for s, o in zip(src, shape[lead:])):
+            return None
+        e = self.as_expr(v)
+        if not _broadcasts(e, shape):
+            return None
+        return _Expr(e.text, e.ins, shape, e.dtype, e.depth, e.atomic)
 
     def _same_data(self, ref, shape):
         """A Ref's data under another shape: an expression over it (elementwise
