@@ -58,18 +58,58 @@ IndexItem parse_item(std::string_view text, size_t& p) {
 }
 }  // namespace
 
+// `.reshape(d0, d1, ...)` at p: integer literals, at most one -1.
+IndexItem parse_reshape(std::string_view text, size_t& p) {
+  p += 8;
+  skip_ws(text, p);
+  if (p >= text.size() || text[p] != '(') fail(text, "expected '(' after .reshape");
+  ++p;
+  IndexItem it;
+  it.kind = IndexItem::Kind::reshape;
+  int inferred = 0;
+  for (;;) {
+    skip_ws(text, p);
+    if (it.dims.empty() && p < text.size() && text[p] == ')') {  // .reshape(): a scalar
+      ++p;
+      break;
+    }
+    const bool negative = p < text.size() && text[p] == '-';
+    if (negative) ++p;
+    int64_t d = 0;
+    auto [end, ec] = std::from_chars(text.data() + p, text.data() + text.size(), d);
+    if (ec != std::errc() || end == text.data() + p) fail(text, "expected a dimension (an integer literal) in .reshape(...)");
+    p = static_cast<size_t>(end - text.data());
+    if (negative && d != 1) fail(text, "a .reshape dimension is a size, or -1 for the one inferred");
+    if (negative) ++inferred;
+    if (inferred > 1) fail(text, "at most one .reshape dimension may be -1");
+    if (it.dims.size() >= 64) fail(text, "a .reshape of more than 64 dimensions");
+    it.dims.push_back(negative ? -1 : d);
+    skip_ws(text, p);
+    if (p < text.size() && text[p] == ',') { ++p; continue; }
+    if (p < text.size() && text[p] == ')') { ++p; break; }
+    fail(text, "expected ',' or ')' in .reshape(...)");
+  }
+  return it;
+}
+
 RefSyntax parse_ref(std::string_view text) {
   RefSyntax r;
   size_t p = 0;
   skip_ws(text, p);
   size_t start = p;
   while (p < text.size() && is_ident(text[p])) ++p;
+  // Names may hold dots: `w.q.reshape(2, 2)` is buffer `w.q` reshaped.
+  if (text.substr(start, p - start).ends_with(".reshape") && p < text.size() && text[p] == '(') p -= 8;
   if (p == start) fail(text, "expected a buffer name");
   r.buffer = std::string(text.substr(start, p - start));
   for (;;) {
     skip_ws(text, p);
     if (p >= text.size()) break;
-    if (text[p] != '[') fail(text, "expected '[' or the end");
+    if (text.substr(p, 8) == ".reshape") {
+      r.groups.push_back({parse_reshape(text, p)});
+      continue;
+    }
+    if (text[p] != '[') fail(text, "expected '[', '.reshape(' or the end");
     ++p;
     IndexGroup g;
     skip_ws(text, p);
@@ -172,6 +212,15 @@ void RefSyntax::classify() {
 std::string RefSyntax::text() const {
   std::string s = buffer;
   for (const auto& g : groups) {
+    if (!g.empty() && g[0].kind == IndexItem::Kind::reshape) {
+      s += ".reshape(";
+      for (size_t i = 0; i < g[0].dims.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(g[0].dims[i]);
+      }
+      s += ')';
+      continue;
+    }
     s += "[";
     for (size_t i = 0; i < g.size(); ++i) {
       if (i) s += ", ";
@@ -206,6 +255,34 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+namespace {
+
+// The view under another shape of as many elements (a contiguous range
+// reads the same under any shape); one -1 takes what the others leave.
+void reshape_view(View& v, const std::vector<int64_t>& dims) {
+  const int64_t n = v.count();
+  int64_t known = 1;  // the product of the given sizes, saturated past n
+  size_t inferred = dims.size();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) inferred = i;
+    else if (__builtin_mul_overflow(known, dims[i], &known) || known > n) known = dims[i] == 0 ? 0 : n + 1;
+  }
+  auto refuse = [&](const std::string& why) {
+    throw ThunkyError("", ".reshape" + shape_str(dims) + " of a view of shape " + shape_str(v.shape) + ": " + why);
+  };
+  std::vector<int64_t> shape = dims;
+  if (inferred < dims.size()) {
+    if (known == 0 || known > n || n % known != 0)
+      refuse(std::to_string(n) + " elements do not divide into dimensions of " + std::to_string(known));
+    shape[inferred] = n / known;
+  } else if (known != n) {
+    refuse("it holds " + std::to_string(n) + " elements, the new shape another number");
+  }
+  v.shape = shape;
+}
+
+}  // namespace
+
 View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax& ref, const NameLookup& lookup) {
   View v;
   v.buffer = buffer;
@@ -219,6 +296,10 @@ View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax
     return eval_int(*e, lookup);
   };
   for (const auto& g : groups) {
+    if (!g.empty() && g[0].kind == IndexItem::Kind::reshape) {
+      reshape_view(v, g[0].dims);
+      continue;
+    }
     if (g.size() > v.shape.size())
       throw ThunkyError("", "too many indices (" + std::to_string(g.size()) + ") for a view of shape " + shape_str(v.shape));
     // Strides of the current view (row-major, contiguous by construction);

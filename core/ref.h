@@ -1,5 +1,7 @@
 // Refs: a buffer name followed by NumPy-style indexing of leading dimensions,
-// `a`, `a[3]`, `a[2:6]`, `a[1, 0:4]`, `a[1][0:4]`, `a[ds(start, size)]`.
+// `a`, `a[3]`, `a[2:6]`, `a[1, 0:4]`, `a[1][0:4]`, `a[ds(start, size)]`, and
+// reshapes of the (contiguous) view, `a[2:6].reshape(2, 2)`, as upstream's
+// `ref.reshape(...)`.
 #pragma once
 
 #include <climits>
@@ -72,7 +74,9 @@ bool run_index_code(const IndexStep* at, const Name& name, int64_t& out) {
 }
 
 struct IndexItem {
-  enum class Kind { index, slice, ds };
+  // reshape: the view takes the shape `dims` (`.reshape(2, -1)`), alone in
+  // its group; the others index one dimension each.
+  enum class Kind { index, slice, ds, reshape };
   Kind kind = Kind::index;
   ExprPtr a;     // index, slice start, ds start
   ExprPtr b;     // slice stop, ds size
@@ -82,9 +86,11 @@ struct IndexItem {
   // whether a and b are negations (a negative literal counts from the end).
   int32_t code_a = -1, code_b = -1, code_step = -1;
   bool a_negated = false, b_negated = false;
+  std::vector<int64_t> dims;  // reshape: the new shape; one -1 is inferred
 };
 
-// One `[...]` group; a ref is a chain of groups applied one after another.
+// One `[...]` group, or a `.reshape(...)`; a ref is a chain of them
+// applied one after another.
 using IndexGroup = std::vector<IndexItem>;
 
 struct RefSyntax {

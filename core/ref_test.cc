@@ -129,6 +129,40 @@ TEST(Ref, CompiledIndexCodeAgreesWithTheTree) {
   EXPECT_NE(message("a[ds(x / 2, 1)]", 0).find("not an integer index expression"), std::string::npos);
 }
 
+TEST(Ref, ReshapeGivesTheContiguousViewAnotherShape) {
+  // a[2:6] of an [8, 4] buffer is 16 elements at offset 2 * 4 = 8; under
+  // .reshape(2, -1) the -1 is 16 / 2 = 8, and indexing goes on in the new
+  // shape: [1] is the second row of 8, at offset 8 + 8 = 16.
+  View v = view("a[2:6].reshape(2, -1)", {8, 4});
+  EXPECT_EQ(v.offset, 8);
+  EXPECT_EQ(std::vector<int64_t>(v.shape), (std::vector<int64_t>{2, 8}));
+  v = view("a[2:6].reshape(2, -1)[1]", {8, 4});
+  EXPECT_EQ(v.offset, 16);
+  EXPECT_EQ(std::vector<int64_t>(v.shape), (std::vector<int64_t>{8}));
+  // A keepdims row vector: a[3] of [8, 4] as [1, 4] (offset 12); a scalar
+  // view reshapes to () and back.
+  v = view("a[3].reshape(1, 4)", {8, 4});
+  EXPECT_EQ(v.offset, 12);
+  EXPECT_EQ(std::vector<int64_t>(v.shape), (std::vector<int64_t>{1, 4}));
+  v = view("a[3, 1].reshape()", {8, 4});
+  EXPECT_EQ(v.shape.size(), 0u);
+  EXPECT_EQ(v.offset, 13);
+  // The counts must agree: 32 elements are not 5 x 7, nor a multiple of 5
+  // under (5, -1); and -1 is the only negative size, at most once.
+  EXPECT_THROW(view("a.reshape(5, 7)", {8, 4}), ThunkyError);
+  EXPECT_THROW(view("a.reshape(5, -1)", {8, 4}), ThunkyError);
+  EXPECT_THROW(view("a.reshape(4611686018427387904, 4)", {8, 4}), ThunkyError);  // 2^62 * 4 overflows
+  EXPECT_THROW(parse_ref("a.reshape(-1, -1)"), ThunkyError);
+  EXPECT_THROW(parse_ref("a.reshape(-2, 16)"), ThunkyError);
+  EXPECT_THROW(parse_ref("a.reshape(x, 2)"), ThunkyError);
+  EXPECT_THROW(parse_ref("a.reshape(2, 2"), ThunkyError);
+  EXPECT_THROW(parse_ref("a.reshap(2)"), ThunkyError);
+  // Text round-trips.
+  EXPECT_EQ(parse_ref("a[2:6].reshape( 2,-1 )[1]").text(), "a[2:6].reshape(2, -1)[1]");
+  EXPECT_EQ(parse_ref("a.reshape()").text(), "a.reshape()");
+  EXPECT_EQ(parse_ref("w.q.reshape(4, 8)").buffer, "w.q");  // names may hold dots
+}
+
 TEST(Ref, TextIsCanonical) {
   EXPECT_EQ(parse_ref("a[ 2 : 6 ]").text(), "a[2:6]");
   EXPECT_EQ(parse_ref("a[ds(x*2, 2)]").text(), "a[ds((x * 2), 2)]");

@@ -181,6 +181,34 @@ TEST(CpuBackend, MapInputsBroadcastByNumpysRules) {
   EXPECT_NE(bad.errors()[0].message.find("or broadcast to out's shape by numpy's rules"), std::string::npos) << bad.errors()[0].str();
 }
 
+TEST(CpuBackend, ReshapedViewsReadAndWriteTheSameElements) {
+  // x [2, 3] = 1 2 3 / 4 5 6. A reduce of max over the last axis into m [2]
+  // gives 3 / 6; read back as m.reshape(2, 1) it broadcasts per row:
+  // x - m = -2 -1 0 / -2 -1 0. The result is written through a reshaped
+  // view of a flat [6] buffer, and a copy from f.reshape(3, 2)[1] takes
+  // elements 2 and 3 of f: 0 and -2.
+  Program p = load_ok(R"J({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [2, 3], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [[1, 2, 3], [4, 5, 6]]}},
+      "m": {"shape": [2], "dtype": "f32"},
+      "f": {"shape": [6], "dtype": "f32", "role": "output"},
+      "g": {"shape": [2], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "reduce", "in": "x", "out": "m", "fn": "max", "axes": [1]},
+                {"op": "map", "out": "f.reshape(2, -1)", "expr": "x - m", "in": {"x": "x", "m": "m.reshape(2, 1)"}},
+                {"op": "copy", "src": "f.reshape(3, 2)[1]", "dst": "g"}]})J");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_EQ(testing::values(p, *r, "f"), (std::vector<double>{-2, -1, 0, -2, -1, 0}));
+  EXPECT_EQ(testing::values(p, *r, "g"), (std::vector<double>{0, -2}));
+  // A reshape to another element count is refused at load, at its ref.
+  auto bad = load_schedule_text(R"J({"format": "thunky.sched/1", "buffers": {
+      "v": {"shape": [6], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+      "out": {"shape": [2, 3], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "map", "out": "out", "expr": "v", "in": {"v": "v.reshape(2, 4)"}}]})J", "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.errors()[0].pointer, "/program/0/in/v");
+  EXPECT_NE(bad.errors()[0].message.find("6 elements"), std::string::npos) << bad.errors()[0].str();
+}
+
 TEST(CpuBackend, MemsetWritesNanInfinitiesAndAny32BitPattern) {
   Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
       "a": {"shape": [4], "dtype": "f32", "role": "output"}, "b": {"shape": [2], "dtype": "s32", "role": "output"}},

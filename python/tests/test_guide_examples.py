@@ -336,8 +336,9 @@ def test_call_jax_transposes_with_thunkys_transpose():
 
 
 def test_call_jax_adds_a_bias_row_as_one_broadcasting_map():
-    # x [2, 3] + b [3] (jnp inserts broadcast_in_dim [3] -> [2, 3]): one map
-    # whose input b broadcasts, not a copy of b per row.
+    # x [2, 3] + b [3] (jnp reshapes b to [1, 3], a view, then inserts
+    # broadcast_in_dim [1, 3] -> [2, 3]): one map whose input b broadcasts,
+    # not a copy of b per row.
     @thunky.jit
     def f(x_ref, b_ref, out_ref):
         thunky.call_jax(lambda x, b, o: o.__setitem__(Ellipsis, x[...] * 2 + b[...]), x_ref, b_ref, out_ref)
@@ -347,7 +348,57 @@ def test_call_jax_adds_a_bias_row_as_one_broadcasting_map():
     out = thunky.new_ref(np.zeros((2, 3), np.float32))
     program = f.trace(x, b, out).to_dict()["program"]
     assert [c["op"] for c in program] == ["map"]
-    assert sorted(program[0]["in"].values()) == ["b_ref", "x_ref"]
+    assert sorted(program[0]["in"].values()) == ["b_ref.reshape(1, 3)", "x_ref"]
     f(x, b, out)
     # Row 0: 0 2 4 + 10 20 30 = 10 22 34; row 1: 6 8 10 + 10 20 30 = 16 28 40.
     np.testing.assert_array_equal(out[...], [[10, 22, 34], [16, 28, 40]])
+
+
+def test_call_jax_subtracts_a_keepdims_row_max_through_a_reshaped_view():
+    # The softmax shift x - max(x, axis=1, keepdims=True): the reduce writes
+    # m [2]; keepdims reads it as m.reshape(2, 1), a view, which then
+    # broadcasts per row in the one map (no copy of m, no per-row loop).
+    @thunky.jit
+    def f(x_ref, out_ref):
+        thunky.call_jax(lambda x, o: o.__setitem__(Ellipsis, x[...] - jnp.max(x[...], axis=1, keepdims=True)), x_ref, out_ref)
+
+    x = np.array([[1, 5, 2], [7, 3, 4]], np.float32)
+    out = thunky.new_ref(np.zeros((2, 3), np.float32))
+    program = f.trace(x, out).to_dict()["program"]
+    assert [c["op"] for c in program] == ["reduce", "map"]
+    assert any(r.endswith(".reshape(2, 1)") for r in program[1]["in"].values()), program[1]
+    f(x, out)
+    # Row maxima 5 and 7: 1-5 5-5 2-5 = -4 0 -3; 7-7 3-7 4-7 = 0 -4 -3.
+    np.testing.assert_array_equal(out[...], [[-4, 0, -3], [0, -4, -3]])
+
+
+def test_call_jax_broadcasts_a_column_inserted_by_none_indexing():
+    # x / s[:, None]: broadcast_in_dim [2] -> [2, 3] on dimension 0 reads s
+    # as s.reshape(2, 1). Row 0: 2 4 6 / 2 = 1 2 3; row 1: 3 6 9 / 3 = 1 2 3.
+    @thunky.jit
+    def f(x_ref, s_ref, out_ref):
+        thunky.call_jax(lambda x, s, o: o.__setitem__(Ellipsis, x[...] / s[...][:, None]), x_ref, s_ref, out_ref)
+
+    x = np.array([[2, 4, 6], [3, 6, 9]], np.float32)
+    s = np.array([2, 3], np.float32)
+    out = thunky.new_ref(np.zeros((2, 3), np.float32))
+    assert [c["op"] for c in f.trace(x, s, out).to_dict()["program"]] == ["map"]
+    f(x, s, out)
+    np.testing.assert_array_equal(out[...], [[1, 2, 3], [1, 2, 3]])
+
+
+def test_a_ref_reshapes_as_a_view():
+    @thunky.jit
+    def f(a_ref, out_ref):
+        out_ref[...] = a_ref.reshape(3, -1).at[1][...]
+
+    a = np.arange(6, dtype=np.float32)
+    out = thunky.new_ref(np.zeros(2, np.float32))
+    program = f.trace(a, out).to_dict()["program"]
+    assert program[0]["src"] == "a_ref.reshape(3, 2)[1]"
+    f(a, out)
+    np.testing.assert_array_equal(out[...], [2, 3])  # row 1 of 0 1 / 2 3 / 4 5
+    # 6 elements are not 4 x 2; chained reshapes write the last one only.
+    with pytest.raises(ValueError, match=r"cannot reshape \(6,\)"):
+        thunky.new_ref(a).reshape(4, 2)
+    assert thunky.new_ref(a).reshape(2, 3).reshape(3, 2).shape == (3, 2)

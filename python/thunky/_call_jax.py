@@ -394,9 +394,7 @@ class Lowering:
         shape = tuple(aval.shape)
         count = math.prod(v.shape)
         if count == math.prod(shape):
-            if isinstance(v, Ref):
-                return v if v.shape == shape else self._same_data(v, shape)
-            return _Expr(v.text, v.ins, shape, v.dtype, v.depth, v.atomic)
+            return self._with_shape(v, shape)
         if count == 1:  # one element broadcasts in any map
             e = self.as_expr(v)
             return _Expr(e.text, e.ins, shape, e.dtype, e.depth, e.atomic, e.idx)
@@ -406,22 +404,38 @@ class Lowering:
         """`v` repeated along new leading dimensions or its dimensions of
         size 1, as a map input broadcasts by numpy's rules (a bias row over a
         matrix); None where that is not such a broadcast."""
-        shape, src = tuple(aval.shape), tuple(v.shape)
+        shape, src, dims = tuple(aval.shape), tuple(v.shape), tuple(dims)
         if math.prod(src) in (1, math.prod(shape)):
             return None  # a reshape, or one element: reshape() says
+        if any(a >= b for a, b in zip(dims, dims[1:])):
+            return None  # a transpose on the way
         lead = len(shape) - len(src)
-        if tuple(dims) != tuple(range(lead, len(shape))) or any(s not in (1, o) for s, o in zip(src, shape[lead:])):
+        if dims != tuple(range(lead, len(shape))):
+            # A dimension is inserted in the middle or at the end (m[:, None]
+            # of a row max): the same data with ones there broadcasts.
+            ones = [1] * (len(shape) - dims[0])
+            for d, n in zip(dims, src):
+                ones[d - dims[0]] = n
+            v, src, lead = self._with_shape(v, tuple(ones)), tuple(ones), dims[0]
+        if any(s not in (1, o) for s, o in zip(src, shape[lead:])):
             return None
         e = self.as_expr(v)
         if not _broadcasts(e, shape):
             return None
         return _Expr(e.text, e.ins, shape, e.dtype, e.depth, e.atomic)
 
-    def _same_data(self, ref, shape):
-        """A Ref's data under another shape: an expression over it (elementwise
-        uses need only its element count)."""
-        n = self._name()
-        return _Expr(n, {n: ref}, shape, ref.dtype, atomic=True)
+    def _with_shape(self, v, shape):
+        """`v` under another shape of as many elements: a Ref's reshaped
+        view (no data moves), or an expression over reshaped views of the
+        buffers it reads (its one-element inputs broadcast as they are; one
+        that broadcasts within `v` pins its shape, so `v` is written first)."""
+        n = math.prod(v.shape)
+        if isinstance(v, _Expr) and any(math.prod(r.shape) not in (1, n) for r in v.ins.values()):
+            v = self.written(v)
+        if isinstance(v, Ref):
+            return v.reshape(shape)
+        ins = {k: (r.reshape(shape) if math.prod(r.shape) == n else r) for k, r in v.ins.items()}
+        return _Expr(v.text, ins, shape, v.dtype, v.depth, v.atomic, v.idx)
 
     # ---- views of Refs
     def view(self, ref, eqn, index_vals):

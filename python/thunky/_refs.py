@@ -104,7 +104,7 @@ class Ref:
     def __init__(self, buffer, shape, groups=(), offset=0):
         self._buffer = buffer
         self.shape = tuple(shape)
-        self._groups = tuple(groups)  # each a string "[...]"
+        self._groups = tuple(groups)  # each a string "[...]" or ".reshape(...)"
         self._offset = offset  # the view's first element in its buffer; None where it depends on the rank
 
     @property
@@ -195,6 +195,29 @@ class Ref:
             parts.pop()
         groups = self._groups + ((("[" + ", ".join(parts) + "]"),) if parts else ())
         return Ref(self._buffer, shape, groups, offset)
+
+    def reshape(self, *shape):
+        """The same elements under another shape, as jax's ref.reshape: a
+        view is contiguous, so this moves no data (`m.reshape(2, 1)`, one
+        size may be -1)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= -1 for d in shape) \
+                or sum(d == -1 for d in shape) > 1:
+            raise ValueError(_source.here(f"reshape sizes are integers, one of them may be -1: {shape}"))
+        n, known = math.prod(self.shape), math.prod(d for d in shape if d != -1)
+        if -1 in shape:
+            if known == 0 or n % known:
+                raise ValueError(_source.here(f"cannot reshape {self.shape} ({n} elements) to {shape}"))
+            shape = tuple(n // known if d == -1 else int(d) for d in shape)
+        elif known != n:
+            raise ValueError(_source.here(f"cannot reshape {self.shape} ({n} elements) to {shape}"))
+        shape = tuple(int(d) for d in shape)
+        if shape == self.shape:
+            return self
+        group = ".reshape(" + ", ".join(str(d) for d in shape) + ")"
+        groups = self._groups[:-1] if self._groups and self._groups[-1].startswith(".reshape(") else self._groups
+        return Ref(self._buffer, shape, groups + (group,), self._offset)  # reshapes in a row: the last one says
 
     # ref[...] reads; dst[...] = src[...] copies (inside a trace).
     def __getitem__(self, idx):
