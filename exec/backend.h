@@ -15,6 +15,8 @@
 
 namespace thunky {
 
+class Processes;  // exec/processes.h
+
 // How far a long run has got: commands finished in this iteration (every
 // rank's), and iterations done of all (warm-up included).
 struct ExecProgress {
@@ -40,11 +42,15 @@ struct ExecOptions {
   // Called about every five seconds while a run that has taken five seconds
   // or more goes on (cpu backend; thunky-exec prints it on stderr).
   std::function<void(const ExecProgress&)> progress;
+  // cpu: this process runs one block of the ranks, and the others' through
+  // these processes (mpirun, srun; exec/processes.h); null: every rank here.
+  Processes* processes = nullptr;
 };
 
 struct ExecResult {
   Report report;  // the timeline of the median iteration
-  // Final contents after the last iteration: [rank][buffer] bytes.
+  // Final contents after the last iteration: [rank][buffer] bytes (across
+  // processes, those of this process's ranks; the others' are empty).
   std::vector<std::vector<std::vector<uint8_t>>> memory;
   // Control-flow decisions of the last iteration, per rank: for each cond,
   // switch and while id, in execution order, the branch taken (cond: 1 then,

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <stdexcept>
 
 namespace thunky {
 
@@ -43,9 +45,44 @@ std::string list(const std::vector<int>& v) {
 
 // Host memory: every member's sources are copied before the rendezvous,
 // so an in-place collective reads them before anyone's dst changes.
+// Appends to / reads from a message between processes.
+void put_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  out.insert(out.end(), b, b + n);
+}
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  put_bytes(out, &v, sizeof v);
+}
+void put_string(std::vector<uint8_t>& out, const std::string& s) {
+  put<uint64_t>(out, s.size());
+  put_bytes(out, s.data(), s.size());
+}
+struct Reader {
+  const std::vector<uint8_t>& in;
+  size_t at = 0;
+  const uint8_t* take(size_t n) {
+    if (n > in.size() - at) throw std::runtime_error("a message between processes ends early (a process of another build, or a corrupted message)");
+    at += n;
+    return in.data() + at - n;
+  }
+  template <typename T>
+  T get() {
+    T v;
+    std::memcpy(&v, take(sizeof v), sizeof v);
+    return v;
+  }
+  std::string string() {
+    const auto n = get<uint64_t>();
+    const auto* p = take(n);
+    return std::string(reinterpret_cast<const char*>(p), n);
+  }
+};
+
 class InProcess final : public RendezvousCommunicator {
  public:
-  InProcess(Monitor& m, StagingPool& staging, CorePool* cores) : RendezvousCommunicator(m, cores), pool_(staging) {}
+  InProcess(Monitor& m, StagingPool& staging, CorePool* cores, const CrossProcess* cross)
+      : RendezvousCommunicator(m, cores), pool_(staging), cross_(cross ? std::optional<CrossProcess>(*cross) : std::nullopt) {}
 
  protected:
   void stage(int rank, std::vector<CollectiveCall>& group) override {
@@ -75,7 +112,10 @@ class InProcess final : public RendezvousCommunicator {
           continue;
         }
         std::vector<const uint8_t*> src(mine.ranks.size());
-        for (size_t p = 0; p < mine.ranks.size(); ++p) src[p] = staged_.at(launch.at(mine.ranks[p]))[i].data();
+        for (size_t p = 0; p < mine.ranks.size(); ++p) {
+          const int q = mine.ranks[p];
+          src[p] = is_local(q) ? staged_.at(launch.at(q))[i].data() : remote_.at(&launch).at(q)[i].data();
+        }
         collective_result(mine, src, mine.dst);
         if (same_for_all) computed[mine.ranks] = &mine;
       }
@@ -85,10 +125,82 @@ class InProcess final : public RendezvousCommunicator {
       for (auto& buffer : it->second) pool_.give(std::move(buffer));
       staged_.erase(it);
     }
+    remote_.erase(&launch);
+  }
+
+  bool is_local(int rank) const override { return !cross_ || cross_->block.holds(rank); }
+
+  // This process's members' sources go to every process that runs one of
+  // the others, and theirs come back: [members][rank, calls][signature,
+  // id, bytes] each way. Every process then computes its own members'
+  // results from all the sources, as one process does, bit for bit.
+  void join_remote(const Launch& launch, const std::vector<int>& key, int64_t seq) override {
+    std::vector<int> peers;
+    for (int m : key)
+      if (!is_local(m)) peers.push_back(process_of(m, cross_->ranks, cross_->processes->place().count));
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    std::vector<uint8_t> mine;
+    {
+      std::lock_guard<std::mutex> l(staged_mu_);
+      put<uint32_t>(mine, static_cast<uint32_t>(launch.size()));
+      for (const auto& [r, calls] : launch) {
+        put<int32_t>(mine, r);
+        put<uint32_t>(mine, static_cast<uint32_t>(calls->size()));
+        const auto& staged = staged_.at(calls);
+        for (size_t i = 0; i < calls->size(); ++i) {
+          put_string(mine, (*calls)[i].signature);
+          put_string(mine, (*calls)[i].id);
+          put<uint64_t>(mine, staged[i].size());
+          put_bytes(mine, staged[i].data(), staged[i].size());
+        }
+      }
+    }
+    auto poll = [this] {
+      std::lock_guard<std::mutex> l(monitor().mutex());
+      if (monitor().aborted()) throw Aborted(monitor().reason());
+    };
+    std::vector<std::vector<uint8_t>> got;
+    try {
+      got = cross_->processes->exchange(launch_key(key, seq), mine, peers, cross_->timeout_s, poll);
+    } catch (const ProcessTimeout& e) {
+      // Which ranks it waits for: the members the silent processes run.
+      std::vector<int> silent;
+      for (int m : key)
+        if (std::count(e.missing.begin(), e.missing.end(), process_of(m, cross_->ranks, cross_->processes->place().count))) silent.push_back(m);
+      throw ProcessTimeout(std::string(e.what()) + " (it runs rank" + (silent.size() > 1 ? "s " : " ") + list(silent) + ")", e.missing);
+    }
+    const auto& ref = *launch.begin()->second;
+    std::map<int, std::vector<std::vector<uint8_t>>> theirs;
+    for (const auto& message : got) {
+      Reader in{message};
+      for (uint32_t n = in.get<uint32_t>(); n > 0; --n) {
+        const int r = in.get<int32_t>();
+        const uint32_t calls = in.get<uint32_t>();
+        if (std::find(key.begin(), key.end(), r) == key.end() || is_local(r) || theirs.count(r))
+          throw std::runtime_error("a process sent the sources of rank " + std::to_string(r) + ", not one of the others of communicator {" + list(key) + "}");
+        auto& sources = theirs[r];
+        for (uint32_t i = 0; i < calls; ++i) {
+          const std::string signature = in.string(), id = in.string();
+          if (calls != ref.size() || signature != ref[i].signature)
+            throw std::runtime_error("deadlock: ranks " + std::to_string(launch.begin()->first) + " and " + std::to_string(r) + " of communicator {" + list(key) +
+                                     "} issue different collectives: rank " + std::to_string(launch.begin()->first) + " " + ref.front().id + " " +
+                                     ref.front().signature + ", rank " + std::to_string(r) + " " + id + " " + signature);
+          const auto bytes = in.get<uint64_t>();
+          const uint8_t* p = in.take(bytes);
+          sources.emplace_back(p, p + bytes);
+        }
+      }
+    }
+    std::lock_guard<std::mutex> l(staged_mu_);
+    remote_[&launch] = std::move(theirs);
   }
 
  private:
   StagingPool& pool_;
+  std::optional<CrossProcess> cross_;
+  // The sources of other processes' members, by launch and rank.
+  std::map<const Launch*, std::map<int, std::vector<std::vector<uint8_t>>>> remote_;
   std::mutex staged_mu_;
   // By the issuing thread's group (a rank's streams are threads of their
   // own, so one rank may be in several launches at once).
@@ -99,15 +211,20 @@ class InProcess final : public RendezvousCommunicator {
 
 void RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) {
   const std::vector<int>& key = members;
-  if (!cores_) stage(rank, group);  // with cores, the last to arrive stages every member's
+  size_t here = 0;
+  for (int m : key) here += is_local(m);
+  const bool remote = here < key.size();
+  // With cores, the last to arrive stages every member's; a launch with
+  // members elsewhere stages first, to send the sources before it moves.
+  if (!cores_ || remote) stage(rank, group);
   std::unique_lock<std::mutex> lock(monitor_.mutex());
   if (monitor_.aborted()) throw Aborted(monitor_.reason());
   const int64_t seq = seq_[{rank, key}]++;
   auto& rv = pending_[{key, seq}];
-  rv.expected = key.size();
+  rv.expected = here;
   rv.calls[rank] = &group;
   if (rv.calls.size() == rv.expected) {
-    complete(lock, key, rv);
+    complete(lock, key, seq, remote, rv);
   } else {
     try {
       monitor_.wait(lock, [&] { return rv.done; },
@@ -120,7 +237,7 @@ void RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, c
   if (--rv.left == 0) pending_.erase({key, seq});
 }
 
-void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, Rendezvous& rv) {
+void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, int64_t seq, bool remote, Rendezvous& rv) {
   rv.left = rv.expected;
   // Every participant must have issued the same collectives.
   const int first = rv.calls.begin()->first;
@@ -138,13 +255,36 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
   }
   std::string failed;
   try {
+    if (remote) {
+      // The other processes' sources, waited for holding neither the lock
+      // nor a core, which this process's other streams may need meanwhile.
+      lock.unlock();
+      try {
+        join_remote(rv.calls, key, seq);
+      } catch (const ProcessTimeout& e) {
+        lock.lock();
+        stop_exit_code_ = 3;
+        const auto& first = rv.calls.begin()->second->front();
+        throw std::runtime_error("timeout: rank " + std::to_string(rv.calls.begin()->first) + " waited in collective #" + std::to_string(seq) + " (" + first.id +
+                                 ") with ranks {" + list(key) + "}, " + e.what());
+      } catch (const ProcessFailure& e) {
+        lock.lock();
+        stop_exit_code_ = e.exit_code;
+        throw;
+      } catch (...) {
+        lock.lock();
+        throw;
+      }
+      lock.lock();
+    }
     if (cores_) {
       // Moving is the cpu's work: on a core, and not under the lock that
       // every other thread's events and waits need meanwhile.
       lock.unlock();
       try {
         cores_->run([&] {
-          for (auto& [r, calls] : rv.calls) stage(r, *calls);  // every source read before any dst changes
+          if (!remote)
+            for (auto& [r, calls] : rv.calls) stage(r, *calls);  // every source read before any dst changes
           move(rv.calls);
         }, /*urgent=*/true);
       } catch (...) {
@@ -159,7 +299,7 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
     failed = e.what();
   }
   if (!failed.empty()) {
-    monitor_.abort(lock, failed, false);
+    monitor_.abort(lock, failed, false, rv.calls.begin()->second->front().pointer);
     throw Aborted(monitor_.reason());
   }
   rv.done = true;
@@ -253,8 +393,8 @@ void StagingPool::give(std::vector<uint8_t> buffer) {
   kept_.push_back(std::move(buffer));
 }
 
-std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging, CorePool* cores) {
-  return std::make_unique<InProcess>(monitor, staging, cores);
+std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging, CorePool* cores, const CrossProcess* cross) {
+  return std::make_unique<InProcess>(monitor, staging, cores, cross);
 }
 
 }  // namespace thunky

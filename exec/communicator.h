@@ -17,6 +17,7 @@
 #include "core/validate.h"
 #include "exec/cores.h"
 #include "exec/monitor.h"
+#include "exec/processes.h"
 
 namespace thunky {
 
@@ -50,6 +51,20 @@ class Communicator {
   // until every member has joined and the data has moved. Throws Aborted
   // when the run is aborted (deadlock, mismatch) while waiting.
   virtual void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) = 0;
+  // Why a run across processes stopped, where it did: 3 when another
+  // process was not heard from within the timeout, the exit code another
+  // process failed with, else 0.
+  virtual int stop_exit_code() const { return 0; }
+};
+
+// The ranks of other processes, for a communicator whose process runs only
+// `block` of the mesh's `ranks`: a launch with members elsewhere exchanges
+// their sources through `processes`, waiting at most `timeout_s`.
+struct CrossProcess {
+  Processes* processes = nullptr;
+  int64_t ranks = 0;
+  RankBlock block;
+  double timeout_s = 0;
 };
 
 // The rendezvous of in-process transports. run() stages the caller's
@@ -67,6 +82,7 @@ class RendezvousCommunicator : public Communicator {
  public:
   explicit RendezvousCommunicator(Monitor& m, CorePool* cores = nullptr) : monitor_(m), cores_(cores) {}
   void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) final;
+  int stop_exit_code() const final { return stop_exit_code_; }
 
  protected:
   // Calls of one launch, by rank; entry i of every rank is the same collective.
@@ -78,6 +94,15 @@ class RendezvousCommunicator : public Communicator {
   // On the last thread to arrive: under the monitor's lock, or without
   // cores, holding a core instead.
   virtual void move(const Launch& launch) = 0;
+  // Whether `rank` runs in this process (every rank, in one process).
+  virtual bool is_local(int rank) const { return true; }
+  // A launch with members in other processes, after this process's
+  // members have met and staged their sources, outside every lock and
+  // core: brings the others' sources for move(). `key` and `seq` name the
+  // launch in every process. Throws ProcessTimeout, ProcessFailure, or
+  // Aborted when the run is aborted meanwhile.
+  virtual void join_remote(const Launch& launch, const std::vector<int>& key, int64_t seq) {}
+  Monitor& monitor() { return monitor_; }
 
  private:
   struct Rendezvous {
@@ -86,8 +111,9 @@ class RendezvousCommunicator : public Communicator {
     bool done = false;
     size_t left = 0;
   };
-  void complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, Rendezvous& rv);
+  void complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, int64_t seq, bool remote, Rendezvous& rv);
   Monitor& monitor_;
+  int stop_exit_code_ = 0;
   CorePool* cores_;
   std::map<std::pair<int, std::vector<int>>, int64_t> seq_;
   std::map<std::pair<std::vector<int>, int64_t>, Rendezvous> pending_;
@@ -112,7 +138,10 @@ class StagingPool {
 
 // Exact in-process collectives for ranks that share one address space,
 // staging through `staging` (which outlives the communicator).
-std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging, CorePool* cores = nullptr);
+// With `cross`, only the ranks of its block run here, and launches with
+// members elsewhere go through its processes.
+std::unique_ptr<Communicator> make_inprocess_communicator(Monitor& monitor, StagingPool& staging, CorePool* cores = nullptr,
+                                                          const CrossProcess* cross = nullptr);
 
 // The element-level semantics of each collective, shared by every
 // transport: given every participant's staged src, produce `dst` of the

@@ -111,7 +111,7 @@ elif [ $rehearse = 1 ]; then
   exit 1
 else
   echo "   building here: $how" | tee -a "$log"
-  cmake_args=(-DCMAKE_BUILD_TYPE=Release -DTHUNKY_CUDA=ON -DTHUNKY_MIMALLOC=OFF)
+  cmake_args=(-DCMAKE_BUILD_TYPE=Release -DTHUNKY_CUDA=ON -DTHUNKY_MIMALLOC=OFF -DTHUNKY_MPI=OFF)
   if [ -d .gpu-pack/deps ]; then
     deps=$root/.gpu-pack/deps
     arch=$(cat "$deps/ARCH")

@@ -2,7 +2,7 @@
 # Installs what thunky builds with (Debian packages). Safe to run again:
 # it only calls apt-get when something is missing.
 set -euo pipefail
-packages=(cmake g++ make clang libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libsimdjson-dev libmimalloc-dev libeigen3-dev libcli11-dev python3 python3-venv)
+packages=(cmake g++ make clang libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libsimdjson-dev libmimalloc-dev libeigen3-dev libcli11-dev libopenmpi-dev openmpi-bin python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

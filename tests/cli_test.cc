@@ -17,6 +17,7 @@
 
 #include "core/npy.h"
 #include "tests/test_util.h"
+#include "tests/tool_runner.h"
 
 namespace {
 
@@ -35,29 +36,7 @@ bool has_row(const std::string& out, const std::vector<std::string>& fields) {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
 
-Result run_tool(const std::string& tool, const std::string& args) {
-  const fs::path err = fs::temp_directory_path() / ("thunky_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = tool + " " + args + " 2>" + err.string();
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  // A signal (a crash) is never an acceptable outcome.
-  EXPECT_TRUE(WIFEXITED(status)) << cmd;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream f(err);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.err = ss.str();
-  return r;
-}
 
 Result run(const std::string& args) { return run_tool(THUNKY_EXEC_BIN, args); }
 Result sim(const std::string& args) { return run_tool(THUNKY_SIM_BIN, args); }

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <sstream>
 
 #include "core/npy.h"
 #include "core/load.h"
 #include "core/validate.h"
 #include "exec/backend.h"
+#include "exec/processes.h"
 #include "traces/report.h"
 #include "traces/svg.h"
 
@@ -35,6 +37,10 @@ void hand_cuda_run_over(char** argv) {
   (void)argv;
 #endif
 }
+
+// How long a process waits for the others in one collective or barrier
+// when --timeout does not say (a run across processes only).
+constexpr double kDefaultProcessTimeoutS = 300;
 
 struct Options {
   std::string schedule;
@@ -114,6 +120,74 @@ int dump(const thunky::Program& p, const thunky::ExecResult& r, const std::strin
   return 0;
 }
 
+// Across processes: every process's report (its ranks) and, for --dump,
+// its ranks' output buffers, gathered on process 0, which writes them as
+// one run's. Returns false where the others could not be heard from.
+std::string to_text(const thunky::Report& r) {
+  std::ostringstream os;
+  thunky::write_report(r, os);
+  return os.str();
+}
+
+bool gather_run(thunky::Processes& procs, const thunky::Program& p, bool with_memory, double clock_uncertainty_s, thunky::ExecResult& result) {
+  using thunky::Role;
+  const int count = procs.place().count;
+  const thunky::RankBlock mine = thunky::rank_block(p.mesh.size(), procs.place().index, count);
+  auto is_dumped = [&](const thunky::Buffer& b) { return with_memory && (b.role == Role::output || b.role == Role::inout); };
+  const std::string text = to_text(result.report);
+  const uint64_t n = text.size();
+  std::vector<uint8_t> message(sizeof n + text.size());
+  std::memcpy(message.data(), &n, sizeof n);
+  std::memcpy(message.data() + sizeof n, text.data(), text.size());
+  for (int64_t r = mine.first; r < mine.first + mine.n; ++r)
+    for (size_t b = 0; b < p.buffers.size(); ++b)
+      if (is_dumped(p.buffers[b])) message.insert(message.end(), result.memory[r][b].begin(), result.memory[r][b].end());
+  const auto all = procs.gather(message);
+  if (procs.place().index != 0) return true;
+  thunky::Report merged = result.report;
+  merged.ranks.clear();
+  for (int k = 0; k < count; ++k) {
+    const auto& m = all[static_cast<size_t>(k)];
+    uint64_t len = 0;
+    std::memcpy(&len, m.data(), sizeof len);
+    thunky::Report part = thunky::parse_report(std::string(reinterpret_cast<const char*>(m.data()) + sizeof len, len));
+    for (auto& rr : part.ranks) {
+      if (rr.same_as) rr.ops = part.timeline(rr).ops, rr.flows = part.timeline(rr).flows, rr.same_as.reset();
+      merged.ranks.push_back(std::move(rr));
+    }
+    size_t at = sizeof len + len;
+    const thunky::RankBlock theirs = thunky::rank_block(p.mesh.size(), k, count);
+    for (int64_t r = theirs.first; r < theirs.first + theirs.n; ++r) {
+      auto& mem = result.memory[static_cast<size_t>(r)];
+      mem.resize(p.buffers.size());
+      for (size_t b = 0; b < p.buffers.size(); ++b) {
+        if (!is_dumped(p.buffers[b])) continue;
+        const size_t bytes = p.buffers[b].bytes();
+        mem[b].assign(m.begin() + static_cast<std::ptrdiff_t>(at), m.begin() + static_cast<std::ptrdiff_t>(at + bytes));
+        at += bytes;
+      }
+    }
+  }
+  std::sort(merged.ranks.begin(), merged.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  thunky::summarize(merged);
+  merged.processes = count;
+  merged.clock_uncertainty_s = clock_uncertainty_s;
+  result.report = std::move(merged);
+  return true;
+}
+
+// How far apart the processes may leave a barrier: the longest, over the
+// processes, of the time one barrier takes (the best of 5).
+double barrier_uncertainty(thunky::Processes& procs) {
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = std::chrono::steady_clock::now();
+    procs.barrier();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+  }
+  return procs.max(best);
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) {
@@ -132,17 +206,55 @@ int run_main(int argc, char** argv) {
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
   app.add_flag("--graph", o.graph, "cuda: capture the whole schedule into one CUDA graph (eager, with the reason on stderr, where it cannot)");
   app.add_option("--devices", o.devices, "cuda: GPUs by rank, e.g. 0,1,2,3 (one per rank) or 0 (every rank on GPU 0)");
-  app.add_option("--timeout", o.timeout_s, "cuda: abort a collective that takes longer than this many seconds (exit 3)")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--timeout", o.timeout_s, "cuda, or across processes: abort a collective that takes longer than this many seconds (exit 3; across processes 300 by default)")->check(CLI::Range(0.0, 1e6));
   app.add_option("--host-cores", o.host_cores,
                  "cpu: the cores compute commands run on, one each, first come first served (default: this process's, from its affinity mask and cgroup quota)")
       ->check(CLI::Range(1, 1024));
   if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
   if (o.backend == "cuda") hand_cuda_run_over(argv);
+  // Launched by mpirun or srun: this process's place, and MPI.
+  std::unique_ptr<thunky::Processes> procs;
+  try {
+    procs = thunky::start_processes();
+  } catch (const thunky::ThunkyError& e) {
+    return std::cerr << "thunky-exec: " << e.what() << "\n", 2;
+  }
+  // A failure here is every process's. Bad input (exit 2) is refused
+  // alike by every process before the run: each says so, and they meet
+  // once so that mpirun ends none before it has spoken. A failure in the
+  // run is sent to the others, so that none waits for this one until its
+  // timeout.
+  auto stop = [&](int code) {
+    if (procs && code == 3) std::_Exit(3);  // a process is silent: it will not meet the others, and mpirun ends it
+    if (procs && code != 0) {
+      if (code != 2) procs->fail("exit " + std::to_string(code) + " (its message is above)", code);
+      procs->timeout_s = 5;
+      try {
+        procs->barrier();  // every process that fails meets here; one stuck is left after 5 s
+      } catch (const std::exception&) {
+        std::cerr.flush();
+        std::_Exit(code);
+      }
+    }
+    return code;
+  };
   auto prog = thunky::load_schedule_file(o.schedule);
-  if (!prog) return fail(prog.errors(), prog.exit_code());
-  if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, inputs_of(*prog))) return *code;
+  if (!prog) return stop(fail(prog.errors(), prog.exit_code()));
+  if (procs) {
+    const int64_t ranks = prog->mesh.size();
+    const int count = procs->place().count;
+    if (ranks % count != 0)
+      return stop((std::cerr << o.schedule << ": launched as " << count << " processes (" << procs->place().from << "), but the mesh's " << ranks
+                             << " ranks do not divide into " << count << " equal blocks: launch a number of processes that divides " << ranks << "\n",
+                   2));
+    if (o.backend != "cpu")
+      return stop((std::cerr << "thunky-exec: --backend " << o.backend << " runs in one process for now; across processes, use --backend cpu\n", 2));
+    if (o.timeout_s <= 0) o.timeout_s = kDefaultProcessTimeoutS;
+    procs->timeout_s = o.timeout_s;
+  }
+  if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, inputs_of(*prog))) return stop(*code);
   auto backend = thunky::make_backend(o.backend);
-  if (!backend) return fail(backend.errors(), 2);
+  if (!backend) return stop(fail(backend.errors(), 2));
   thunky::ExecOptions eo;
   eo.warmup = o.warmup;
   eo.iters = o.iters;
@@ -162,15 +274,32 @@ int run_main(int argc, char** argv) {
     if (!devices) return std::cerr << "thunky-exec: --devices: expected a comma-separated list of GPU numbers, got '" << o.devices << "'\n", 2;
     eo.devices = *devices;
   }
-  if (o.backend == "cpu" && (o.graph || !o.devices.empty() || o.timeout_s > 0))
-    return std::cerr << "thunky-exec: --graph, --devices and --timeout apply to --backend cuda\n", 2;
+  if (o.backend == "cpu" && (o.graph || !o.devices.empty() || (o.timeout_s > 0 && !procs)))
+    return stop((std::cerr << "thunky-exec: --graph, --devices and --timeout apply to --backend cuda (and --timeout to a run across processes)\n", 2));
+  eo.processes = procs.get();
+  double clock_uncertainty_s = 0;
+  if (procs) {
+    try {
+      clock_uncertainty_s = barrier_uncertainty(*procs);
+    } catch (const std::exception& e) {
+      return stop((std::cerr << "thunky-exec: " << e.what() << "\n", 3));
+    }
+  }
   if (o.backend == "cuda" && o.host_cores > 0) return std::cerr << "thunky-exec: --host-cores applies to --backend cpu\n", 2;
   auto result = (*backend)->run(*prog, eo);
   if (!result) {
     auto errors = result.errors();
     for (auto& e : errors)
       if (e.file.empty()) e.file = o.schedule;
-    return fail(errors, result.exit_code());
+    return stop(fail(errors, result.exit_code()));
+  }
+  if (procs) {
+    try {
+      gather_run(*procs, *prog, !o.dump.empty(), clock_uncertainty_s, *result);
+    } catch (const std::exception& e) {
+      return stop((std::cerr << "thunky-exec: gathering the processes' results: " << e.what() << "\n", 3));
+    }
+    if (procs->place().index != 0) return 0;  // process 0 writes the run's outputs
   }
   thunky::print_table(result->report, std::cout);
   if (!o.report.empty()) {

@@ -283,6 +283,8 @@ void write_report(const Report& r, std::ostream& os) {
   if (r.dispatch_s_per_command) w.member("dispatch_s_per_command", *r.dispatch_s_per_command);
   if (r.graph_launch_s) w.member("graph_launch_s", *r.graph_launch_s);
   if (r.host_cores) w.member("host_cores", *r.host_cores);
+  if (r.processes) w.member("processes", *r.processes);
+  if (r.clock_uncertainty_s) w.member("clock_uncertainty_s", *r.clock_uncertainty_s);
   w.close('}');
   os << "\n";
 }
@@ -442,6 +444,13 @@ Report parse_report(const std::string& text) {
     if (!(cores >= 1 && cores <= 1 << 20) || cores != std::floor(cores)) json_reader::fail("/host_cores", "expected a whole number of cores, 1 to 2^20");
     r.host_cores = static_cast<int64_t>(cores);
   }
+  if (j.has("processes")) {
+    const double n = number(j, "processes");
+    if (!(n >= 1 && n <= static_cast<double>(mesh_size)) || n != std::floor(n))
+      json_reader::fail("/processes", "expected a whole number of processes, 1 to the mesh's " + std::to_string(mesh_size) + " ranks");
+    r.processes = static_cast<int64_t>(n);
+  }
+  if (j.has("clock_uncertainty_s")) r.clock_uncertainty_s = json_reader::non_negative(*j.get("clock_uncertainty_s"), "/clock_uncertainty_s");
   j.done();
   summarize(r);
   return r;
@@ -532,6 +541,9 @@ void print_table(const Report& r, std::ostream& os) {
   }
   os << "\n";
   if (r.host_cores) os << "host cores: " << *r.host_cores << " (each compute command runs on one, first come first served)\n";
+  if (r.processes)
+    os << "processes: " << *r.processes << ", a block of " << r.ranks.size() / static_cast<size_t>(*r.processes) << " ranks each"
+       << (r.clock_uncertainty_s ? "; their clocks agree within " + us(*r.clock_uncertainty_s) + " us" : "") << "\n";
   if (r.placement) os << "placement: " << *r.placement << (*r.placement == "shared-device" ? " (every rank on one GPU: not the timings of N GPUs)" : "") << "\n";
   if (r.timing_overhead_s || r.dispatch_s_per_command || r.graph_launch_s) {
     os << "instrumentation:";

@@ -98,6 +98,12 @@ struct Report {
   std::optional<double> timing_overhead_s, dispatch_s_per_command, graph_launch_s;
   // exec, cpu backend: the cores its compute commands ran on (--host-cores).
   std::optional<int64_t> host_cores;
+  // exec across processes (mpirun, srun): how many ran the ranks, each a
+  // block, and how far apart their clocks may be: the ranks of every
+  // process start each iteration on leaving one barrier, whose measured
+  // duration bounds how far apart they left it.
+  std::optional<int64_t> processes;
+  std::optional<double> clock_uncertainty_s;
   std::vector<LinkSeries> links;              // sim: one counter track per link in the trace
 
   // The rank whose ops and flows `r` has: r itself, or the rank it is the same as.

@@ -5,7 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <optional>
 #include <map>
 #include <set>
 #include <memory>
@@ -22,6 +25,7 @@
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "exec/communicator.h"
+#include "exec/processes.h"
 #include "exec/cores.h"
 #include "exec/cpu/kernels.h"
 #include "exec/monitor.h"
@@ -65,14 +69,17 @@ class Run {
  public:
   Run(const Program& p, const ExecOptions& o, std::vector<std::vector<std::vector<uint8_t>>>& memory, Workers& workers, StagingPool& staging,
       CorePool& cores)
-      : p_(p), opts_(o), workers_(workers), cores_(cores), comm_(make_inprocess_communicator(monitor_, staging, &cores)) {
-    ranks_.resize(static_cast<size_t>(p.mesh.size()));
+      : p_(p), opts_(o), workers_(workers), cores_(cores) {
+    const RankBlock block = o.processes ? rank_block(p.mesh.size(), o.processes->place().index, o.processes->place().count) : RankBlock{0, p.mesh.size()};
+    if (o.processes) cross_ = CrossProcess{o.processes, p.mesh.size(), block, o.timeout_s};
+    comm_ = make_inprocess_communicator(monitor_, staging, &cores, o.processes ? &cross_ : nullptr);
+    ranks_.resize(static_cast<size_t>(block.n));
     for (size_t r = 0; r < ranks_.size(); ++r) {
       auto& s = ranks_[r];
       s = std::make_unique<RankState>();
-      s->rank = static_cast<int64_t>(r);
+      s->rank = block.first + static_cast<int64_t>(r);
       s->ctx = rank_ctx(p.mesh, s->rank);
-      s->memory = &memory[r];
+      s->memory = &memory[static_cast<size_t>(s->rank)];
       for (size_t a = 0; a < p.mesh.axis_names.size(); ++a) s->axis_values.emplace_back(p.mesh.axis_names[a], s->ctx.coords[a]);
     }
   }
@@ -87,12 +94,24 @@ class Run {
     for (auto& rs : ranks_) {
       threads.push_back(workers_.start([this, s = rs.get()] { thread_main([&] { run_block(*s, p_.program, StreamId{}, false, &start_); }); }));
     }
-    start_.open_when_all_arrived(t0_);
+    // Across processes, every process's ranks leave together: a barrier
+    // before the clock starts (its time bounds the skew of their clocks).
+    start_.open_when_all_arrived(t0_, [&] {
+      if (!opts_.processes) return;
+      try {
+        opts_.processes->barrier();
+      } catch (const std::exception& e) {
+        std::unique_lock<std::mutex> l(monitor_.mutex());
+        monitor_.abort(l, e.what(), false);
+      }
+    });
     for (auto* t : threads)
       while (!workers_.wait_for(t, 0.5)) report_progress();
     deadlock = monitor_.deadlocked();
     return monitor_.aborted() ? monitor_.reason() : "";
   }
+  // Why a run across processes stopped (Communicator::stop_exit_code).
+  int stop_exit_code() const { return comm_->stop_exit_code(); }
   const std::string& failed_pointer() const { return monitor_.pointer(); }
 
   // The iteration this run is, and the clock of the progress lines, which
@@ -222,9 +241,10 @@ class Run {
     // once every thread expected has arrived, none is still to come. The
     // clock `t0` is set before any thread leaves (under the lock they
     // leave through).
-    void open_when_all_arrived(Clock::time_point& t0) {
+    void open_when_all_arrived(Clock::time_point& t0, const std::function<void()>& before_open) {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return arrived_ == expected_; });
+      before_open();
       t0 = Clock::now();
       open_ = true;
       cv_.notify_all();
@@ -373,6 +393,7 @@ class Run {
   }
 
   void exec(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
+    if (stop_at_ && stop_at_->rank == s.rank && stop_at_->pointer == c.pointer) stop_here();
     switch (c.op) {
       case Op::cond:
       case Op::switch_:
@@ -526,7 +547,32 @@ class Run {
   // Set by a record whose wake-up waits until this thread's next command is
   // queued for a core (per thread: each stream's thread runs its own queue).
   static thread_local bool wake_after_queueing_;
+  // A test hook for runs across processes: THUNKY_TEST_STOP_AT=
+  // "RANK:POINTER:exit" ends this process (as a crash would) when that rank
+  // reaches that command, ":hang" stops it there for good (as a stuck GPU).
+  struct StopAt {
+    int64_t rank;
+    std::string pointer;
+    bool hang;
+  };
+  static std::optional<StopAt> read_stop_at() {
+    const char* v = std::getenv("THUNKY_TEST_STOP_AT");
+    if (!v) return std::nullopt;
+    const std::string s = v;
+    const size_t a = s.find(':'), b = s.rfind(':');
+    if (a == std::string::npos || b == a) return std::nullopt;
+    return StopAt{std::atoll(s.substr(0, a).c_str()), s.substr(a + 1, b - a - 1), s.substr(b + 1) == "hang"};
+  }
+  [[noreturn]] void stop_here() {
+    std::cerr << "thunky-exec: THUNKY_TEST_STOP_AT: rank " << stop_at_->rank << " stops at " << stop_at_->pointer << (stop_at_->hang ? " (hangs)" : " (exits)") << std::endl;
+    if (stop_at_->hang)
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::_Exit(9);
+  }
+  const std::optional<StopAt> stop_at_ = read_stop_at();
+
   Monitor monitor_;
+  CrossProcess cross_;
   std::unique_ptr<Communicator> comm_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   Clock::time_point t0_;
@@ -560,18 +606,19 @@ class CpuBackend final : public Backend {
     // the threads are counted before any starts.
     std::set<StreamId> streams = {StreamId{}};
     count_streams(p.program, streams);
-    const int64_t threads = p.mesh.size() * static_cast<int64_t>(streams.size());
+    block_ = opts.processes ? rank_block(p.mesh.size(), opts.processes->place().index, opts.processes->place().count) : RankBlock{0, p.mesh.size()};
+    const int64_t threads = block_.n * static_cast<int64_t>(streams.size());
     if (threads > kMaxThreads)
-      return {{ErrorKind::input, p.file, "", "the cpu backend runs every rank and stream as a thread: " + std::to_string(p.mesh.size()) + " ranks x " +
+      return {{ErrorKind::input, p.file, "", "the cpu backend runs every rank and stream as a thread: " + std::to_string(block_.n) + " ranks x " +
                                                  std::to_string(streams.size()) + " streams = " + std::to_string(threads) + " threads, more than its limit of " +
                                                  std::to_string(kMaxThreads)}};
     // Every rank holds every buffer: the bytes are counted before any is allocated.
     double bytes = 0;
     for (const auto& b : p.buffers) bytes += static_cast<double>(b.bytes());
-    bytes *= static_cast<double>(p.mesh.size());
+    bytes *= static_cast<double>(block_.n);
     if (bytes > static_cast<double>(max_bytes()))
       return {{ErrorKind::input, p.file, "", "the cpu backend would allocate " + std::to_string(static_cast<int64_t>(bytes)) + " bytes (" +
-                                                 std::to_string(p.mesh.size()) + " ranks x every buffer), more than its limit of " +
+                                                 std::to_string(block_.n) + " ranks x every buffer), more than its limit of " +
                                                  std::to_string(max_bytes()) + " (3/4 of this machine's memory)"}};
     // The threads and buffers must fit the process's limits, and every
     // thread is made now, before anything runs: a limit is met here, as
@@ -598,7 +645,8 @@ class CpuBackend final : public Backend {
     const Program& p = *p_;
     try {
       memory_.assign(static_cast<size_t>(p.mesh.size()), {});
-      for (auto& m : memory_) {
+      for (int64_t r = block_.first; r < block_.first + block_.n; ++r) {
+        auto& m = memory_[static_cast<size_t>(r)];
         m.resize(p.buffers.size());
         for (size_t b = 0; b < p.buffers.size(); ++b) m[b].resize(p.buffers[b].bytes());
       }
@@ -625,12 +673,29 @@ class CpuBackend final : public Backend {
       bool deadlock = false;
       std::string failure = run.execute(deadlock);
       run.report_progress();
-      if (!failure.empty())
-        return std::vector<Diagnostic>{{run.out_of_memory() ? ErrorKind::input : ErrorKind::schedule, p.file, run.failed_pointer(), failure}};
+      if (!failure.empty()) {
+        const int stop = run.stop_exit_code();
+        const ErrorKind kind = run.out_of_memory() ? ErrorKind::input : stop == 3 ? ErrorKind::timeout : stop == 2 ? ErrorKind::input : ErrorKind::schedule;
+        // The others stop at once rather than at their timeout (a failure
+        // that came from another process is theirs already).
+        if (opts.processes && stop == 0) opts.processes->fail(failure, kind == ErrorKind::input ? 2 : 1);
+        return std::vector<Diagnostic>{{kind, p.file, run.failed_pointer(), failure}};
+      }
       if (it == total - 1) result.decisions = run.decisions();
       if (it >= std::max(0, opts.warmup)) {
         Report rep = run.report();
         summarize(rep);
+        // Across processes, the iteration's makespan is every process's
+        // longest, so that each keeps the timeline of the same iteration.
+        if (opts.processes) {
+          try {
+            rep.makespan_s = opts.processes->max(rep.makespan_s);
+          } catch (const ProcessTimeout& e) {
+            return std::vector<Diagnostic>{{ErrorKind::timeout, p.file, "", std::string("after iteration ") + std::to_string(it + 1) + ", " + e.what()}};
+          } catch (const ProcessFailure& e) {
+            return std::vector<Diagnostic>{{e.exit_code == 2 ? ErrorKind::input : ErrorKind::schedule, p.file, "", e.what()}};
+          }
+        }
         timelines.add(std::move(rep));
       }
     }
@@ -648,7 +713,7 @@ class CpuBackend final : public Backend {
  private:
   void set_inputs() {
     const Program& p = *p_;
-    for (int64_t r = 0; r < p.mesh.size(); ++r) {
+    for (int64_t r = block_.first; r < block_.first + block_.n; ++r) {
       for (size_t b = 0; b < p.buffers.size(); ++b) {
         const Buffer& buf = p.buffers[b];
         auto& bytes = memory_[r][b];
@@ -695,6 +760,7 @@ class CpuBackend final : public Backend {
   const ExecOptions* opts_ = nullptr;
   std::map<std::string, NpyArray> npy_;
   std::vector<std::vector<std::vector<uint8_t>>> memory_;
+  RankBlock block_;  // the ranks this process runs
   Workers workers_;      // every rank's and stream's thread, kept between iterations
   StagingPool staging_;  // the collectives' staging buffers, the same
   std::unique_ptr<CorePool> cores_;

@@ -1,0 +1,167 @@
+// thunky-exec across processes (mpirun): the same dumps and report as one
+// process, a wrong process count refused on every process, and a process
+// that hangs or dies stops the others. Skips where this build has no MPI
+// or mpirun is missing.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/load.h"
+#include "exec/processes.h"
+#include "tests/tool_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+class Processes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!thunky::processes_supported()) GTEST_SKIP() << "this build has no MPI (THUNKY_MPI)";
+    if (!have_mpirun()) GTEST_SKIP() << "mpirun is not installed";
+    // As root (containers, CI), Open MPI asks for these.
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    dir_ = fs::temp_directory_path() /
+           ("thunky_processes_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  static Result mpirun(int n, const std::string& args, const std::string& env = "") {
+    return run_tool(env + " mpirun --oversubscribe -np " + std::to_string(n) + " " THUNKY_EXEC_BIN, args);
+  }
+  // Whether a thunky-exec of this test still runs (zombies aside): its
+  // arguments name this test's own directory.
+  bool exec_left_running() const {
+    return std::system(("ps -eo stat=,args= | grep -v '^Z' | grep -v grep | grep -q 'thunky-exec .*" + dir_.string() + "/'").c_str()) == 0;
+  }
+  fs::path dir_;
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Each rank's op ids, from report.json.
+std::vector<std::multiset<std::string>> op_ids(const fs::path& report) {
+  const auto j = nlohmann::json::parse(read_file(report));
+  std::vector<std::multiset<std::string>> ids;
+  for (const auto& r : j["ranks"]) {
+    std::multiset<std::string> s;
+    const auto& source = r.contains("same_as") ? j["ranks"][r["same_as"].get<size_t>()] : r;
+    for (const auto& op : source["ops"]) s.insert(op["id"].get<std::string>());
+    ids.push_back(s);
+  }
+  return ids;
+}
+
+
+std::vector<fs::path> schedules() {
+  std::vector<fs::path> v;
+  for (const char* d : {"examples", "tests/schedules"})
+    for (const auto& e : fs::directory_iterator(fs::path(THUNKY_SOURCE_DIR) / d))
+      if (e.path().extension() == ".json") v.push_back(e.path());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST_F(Processes, EveryScheduleGivesTheDumpsAndReportOfOneProcess) {
+  // Each schedule of several ranks, on 2 and 4 processes (where they divide
+  // its ranks: 4 ranks on 2 processes are 2 blocks of 2): every dumped
+  // .npy is byte for byte the one-process run's, and the merged report has
+  // every rank with the same commands.
+  int compared = 0;
+  for (const auto& sched : schedules()) {
+    auto prog = thunky::load_schedule_file(sched.string());
+    if (!prog.ok()) continue;  // an example of a refused schedule (a race)
+    const int64_t ranks = prog->mesh.size();
+    const fs::path one = dir_ / (sched.stem().string() + ".1");
+    // (A schedule whose loop runs away stops at once and is skipped.)
+    const Result single = run_tool(THUNKY_EXEC_BIN, sched.string() + " --max-trip-count 10000 --dump " + (one / "dump").string() + " --report " + (one / "r.json").string());
+    if (single.code != 0) continue;  // not runnable on the cpu backend (a PTX kernel without a fallback)
+    for (int n : {2, 4}) {
+      if (ranks < n || ranks % n) continue;
+      const fs::path many = dir_ / (sched.stem().string() + "." + std::to_string(n));
+      const Result r = mpirun(n, sched.string() + " --dump " + (many / "dump").string() + " --report " + (many / "r.json").string());
+      ASSERT_EQ(r.code, 0) << sched << " on " << n << " processes: " << r.err;
+      for (const auto& f : fs::directory_iterator(one / "dump"))
+        EXPECT_EQ(read_file(f.path()), read_file(many / "dump" / f.path().filename())) << sched << " on " << n << " processes: " << f.path().filename();
+      EXPECT_EQ(op_ids(one / "r.json"), op_ids(many / "r.json")) << sched << " on " << n << " processes";
+      EXPECT_EQ(nlohmann::json::parse(read_file(many / "r.json"))["processes"], n);
+      ++compared;
+    }
+  }
+  // The examples of several ranks: 6 (2 or 4 ranks) on 2 processes, and
+  // the 3 of 4 ranks on 4.
+  EXPECT_GE(compared, 9);
+}
+
+TEST_F(Processes, AProcessCountThatDoesNotDivideTheRanksIsRefusedOnEveryProcess) {
+  // 4 ranks on 3 processes: each of the 3 says so, exit 2, before any run.
+  const fs::path sched = fs::path(THUNKY_SOURCE_DIR) / "examples/ring_collective_matmul_n4.json";
+  const Result r = mpirun(3, sched.string() + " --report " + (dir_ / "r.json").string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  size_t lines = 0;
+  for (size_t at = 0; (at = r.err.find("do not divide into 3 equal blocks", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_EQ(lines, 3u) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "r.json"));
+}
+
+TEST_F(Processes, AStuckProcessStopsTheOthersAtTheTimeout) {
+  // Rank 1 (process 1) hangs at the all_reduce; rank 0 waits in it for
+  // --timeout 2 s, then exits 3 naming the silent process and its rank,
+  // and mpirun ends the stuck one: nothing is left running.
+  const fs::path sched = fs::path(THUNKY_SOURCE_DIR) / "examples/sum_across_gpus.json";
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = mpirun(2, sched.string() + " --timeout 2 --report " + (dir_ / "r.json").string(), "THUNKY_TEST_STOP_AT=1:/program/0:hang");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_LT(took, 30) << r.err;
+  EXPECT_NE(r.err.find("/program/0: timeout: rank 0 waited in collective #0 (/program/0) with ranks {0, 1}"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no word from process 1 within 2 s (it runs rank 1)"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "r.json"));
+  EXPECT_FALSE(exec_left_running());
+}
+
+TEST_F(Processes, ADeadProcessEndsTheRun) {
+  // Process 1 exits (as a crash would) at the all_reduce: the run ends
+  // with its failure long before the 300 s default timeout, and leaves no
+  // process behind.
+  const fs::path sched = fs::path(THUNKY_SOURCE_DIR) / "examples/sum_across_gpus.json";
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = mpirun(2, sched.string() + " --report " + (dir_ / "r.json").string(), "THUNKY_TEST_STOP_AT=1:/program/0:exit");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.code, 0) << r.err;
+  EXPECT_LT(took, 30) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "r.json"));
+  EXPECT_FALSE(exec_left_running());
+}
+
+TEST_F(Processes, DifferentCollectivesInTwoProcessesAreADeadlockNotAHang) {
+  // Rank 0 all-reduces, rank 1 all-gathers (a cond on the rank): the
+  // processes compare what they issued and stop with exit 1.
+  const fs::path sched = dir_ / "mismatch.json";
+  std::ofstream(sched) << R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [2]},
+    "buffers": {"p": {"shape": [], "dtype": "bool", "role": "input", "init": {"kind": "axis_index", "axis": "x"}},
+                "a": {"shape": [2], "dtype": "f32", "role": "inout", "init": {"kind": "ones"}},
+                "g": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "cond", "pred": "p", "then": [{"op": "all_gather", "src": "a", "dst": "g", "axis": "x"}],
+                 "else": [{"op": "all_reduce", "src": "a", "dst": "a", "axis": "x"}]}]})";
+  const Result r = mpirun(2, sched.string() + " --timeout 20");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("issue different collectives"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,41 @@
+// Runs a command-line tool for a test: its exit code, stdout and stderr.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+Result run_tool(const std::string& tool, const std::string& args) {
+  const std::filesystem::path err = std::filesystem::temp_directory_path() / ("thunky_cli_err_" + std::to_string(::getpid()));
+  std::string cmd = tool + " " + args + " 2>" + err.string();
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  // A signal (a crash) is never an acceptable outcome.
+  EXPECT_TRUE(WIFEXITED(status)) << cmd;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream f(err);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+}  // namespace
