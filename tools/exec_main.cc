@@ -56,7 +56,7 @@ struct Options {
 };
 
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
-  for (const auto& e : errors) std::cerr << e.str() << "\n";
+  for (const auto& e : errors) std::cerr << e.str() + "\n";  // one write a line: processes' lines do not interleave
   return code;
 }
 
@@ -232,9 +232,12 @@ int run_main(int argc, char** argv) {
       try {
         procs->barrier();  // every process that fails meets here; one stuck is left after 5 s
       } catch (const std::exception&) {
-        std::cerr.flush();
-        std::_Exit(code);
       }
+      // Without MPI_Finalize: mpirun ends the job as the first process
+      // exits, and a failed run has nothing left to say.
+      std::cout.flush();
+      std::cerr.flush();
+      std::_Exit(code);
     }
     return code;
   };
@@ -244,11 +247,12 @@ int run_main(int argc, char** argv) {
     const int64_t ranks = prog->mesh.size();
     const int count = procs->place().count;
     if (ranks % count != 0)
-      return stop((std::cerr << o.schedule << ": launched as " << count << " processes (" << procs->place().from << "), but the mesh's " << ranks
-                             << " ranks do not divide into " << count << " equal blocks: launch a number of processes that divides " << ranks << "\n",
+      return stop((std::cerr << o.schedule + ":/mesh/shape: launched as " + std::to_string(count) + " processes (" + procs->place().from + "), but the mesh's " +
+                                    std::to_string(ranks) + " ranks do not divide into " + std::to_string(count) +
+                                    " equal blocks: launch a number of processes that divides " + std::to_string(ranks) + "\n",
                    2));
     if (o.backend != "cpu")
-      return stop((std::cerr << "thunky-exec: --backend " << o.backend << " runs in one process for now; across processes, use --backend cpu\n", 2));
+      return stop((std::cerr << "thunky-exec: --backend " + o.backend + " runs in one process for now; across processes, use --backend cpu\n", 2));
     if (o.timeout_s <= 0) o.timeout_s = kDefaultProcessTimeoutS;
     procs->timeout_s = o.timeout_s;
   }
