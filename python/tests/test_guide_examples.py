@@ -402,3 +402,52 @@ def test_a_ref_reshapes_as_a_view():
     with pytest.raises(ValueError, match=r"cannot reshape \(6,\)"):
         thunky.new_ref(a).reshape(4, 2)
     assert thunky.new_ref(a).reshape(2, 3).reshape(3, 2).shape == (3, 2)
+
+
+def test_call_jax_lowers_a_scan_over_carries_and_fori_loop_with_static_bounds_to_a_while():
+    def f(x_ref, n_ref, out_ref, count_ref):
+        x = x_ref[...]
+        # fori_loop with Python bounds is a scan whose carries are (i, v).
+        v = jax.lax.fori_loop(0, 5, lambda i, v: v * 2 + i, x)
+        # A scan over carries alone: 4 Collatz steps of n, counting the odd ones.
+        def collatz(c, _):
+            n, odd = c
+            return (jnp.where(n % 2 == 0, n // 2, 3 * n + 1), odd + n % 2), None
+        (n, odd), _ = jax.lax.scan(collatz, (n_ref[...], jnp.int32(0)), length=4)
+        out_ref[...] = v
+        count_ref[0] = n
+        count_ref[1] = odd
+
+    @thunky.jit
+    def prog(x_ref, n_ref, out_ref, count_ref):
+        thunky.call_jax(f, x_ref, n_ref, out_ref, count_ref)
+
+    x = np.arange(3, dtype=np.float32)
+    out, count = thunky.new_ref(np.zeros(3, np.float32)), thunky.new_ref(np.zeros(2, np.int32))
+    doc = prog.trace(x, np.int32(7), out, count).to_dict()
+    assert [c["op"] for c in doc["program"]].count("while") == 2
+    prog(x, np.int32(7), out, count)
+    # v_{i+1} = 2 v_i + i from v_0 = x, 5 steps: 32 x + (2^3·1 + 2^2·2 + 2·3 + 4) =
+    # 32 x + 26, so [26, 58, 90]; 7 -> 22 -> 11 -> 34 -> 17 (odd at 7 and 11: 2).
+    np.testing.assert_array_equal(out[...], [26, 58, 90])
+    np.testing.assert_array_equal(count[...], [17, 2])
+    # The same as JAX's own.
+    jax_out, jax_count = thunky.new_ref(np.zeros(3, np.float32)), thunky.new_ref(np.zeros(2, np.int32))
+    xr, nr, orf, crf = jax.new_ref(jnp.asarray(x)), jax.new_ref(jnp.int32(7)), jax.new_ref(jnp.zeros(3)), jax.new_ref(jnp.zeros(2, jnp.int32))
+    f(xr, nr, orf, crf)
+    np.testing.assert_array_equal(out[...], np.asarray(orf[...]))
+    np.testing.assert_array_equal(count[...], np.asarray(crf[...]))
+
+
+def test_a_scan_over_arrays_is_predicted_and_refused_by_execute():
+    def running(x_ref, out_ref):
+        out_ref[...] = jax.lax.scan(lambda c, x: (c + x, c + x), jnp.float32(0), x_ref[...])[1]
+
+    @thunky.jit
+    def prog(x_ref, out_ref):
+        thunky.call_jax(running, x_ref, out_ref)
+
+    args = (np.arange(8, dtype=np.float32), thunky.new_ref(np.zeros(8, np.float32)))
+    assert prog.simulate(*args).makespan_s > 0
+    with pytest.raises(ValueError, match=r"test_guide_examples\.py:\d+: call_jax: scan"):
+        prog.execute(*args)

@@ -19,6 +19,7 @@ the user's line (it would compute nothing).
 """
 
 import math
+import types
 
 import numpy as np
 
@@ -299,6 +300,8 @@ class Lowering:
             return self.cond(eqn, ins)
         if name == "while":
             return self.while_(eqn, ins)
+        if name == "scan":
+            return self.scan(eqn, ins)
         if name == "iota" and p.get("sharding") is None:
             shape, d = tuple(p["shape"]), p["dimension"]
             values = np.broadcast_to(np.arange(shape[d]).reshape([-1 if k == d else 1 for k in range(len(shape))]), shape)
@@ -337,32 +340,60 @@ class Lowering:
         return outs
 
     def while_(self, eqn, ins):
-        """lax.while_loop (and fori_loop with bounds known at run time): the
-        carries live in buffers; the cond block writes a bool buffer; the
-        body computes every new carry apart before any is stored."""
+        """lax.while_loop (and fori_loop with bounds known at run time)."""
         p = eqn.params
         nc, nb = p["cond_nconsts"], p["body_nconsts"]
         cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+        cond, body = p["cond_jaxpr"], p["body_jaxpr"]
+        return self.loop(init, eqn.outvars,
+                         lambda carries: self.run(cond.jaxpr, cond.consts, list(cond_consts) + carries)[0],
+                         lambda carries: self.run(body.jaxpr, body.consts, list(body_consts) + carries))
+
+    def scan(self, eqn, ins):
+        """lax.scan over carries alone (fori_loop with static bounds is one):
+        a while on a counter of its own. A scan over arrays (xs, or ys
+        stacked) would index them by that counter on the device: not lowered."""
+        p = eqn.params
+        nconst, ncarry, length = p["num_consts"], p["num_carry"], int(p["length"])
+        consts, init = ins[:nconst], ins[nconst:nconst + ncarry]
+        if len(ins) > nconst + ncarry or len(eqn.outvars) > ncarry:
+            raise Unsupported("scan over arrays (xs, or ys stacked)")
+        counter = self.scratch((), np.int32)
+        self.store(_Expr("0", {}, (), np.int32, atomic=True), counter)
+        scalar = types.SimpleNamespace(shape=(), dtype=np.dtype(np.int32))
+        flag = types.SimpleNamespace(shape=(), dtype=np.dtype(np.bool_))
+        body = p["jaxpr"]
+
+        def step(carries):
+            self.store(self.combine("({0} + 1)", [counter], scalar), counter)
+            return self.run(body.jaxpr, body.consts, list(consts) + carries)
+
+        return self.loop(init, eqn.outvars, lambda carries: self.combine("({0} < " + str(length) + ")", [counter], flag), step)
+
+    def loop(self, init, outvars, cond, body):
+        """A while whose carries live in buffers: `cond(carries)` gives the
+        predicate, written by the cond block into a bool buffer;
+        `body(carries)` the new carries, each computed apart before any is
+        stored."""
         carries = []
-        for v, var in zip(init, eqn.outvars):
+        for v, var in zip(init, outvars):
             c = self.scratch(var.aval.shape, var.aval.dtype)
             self.store(v, c)
             carries.append(c)
         flag = self.scratch((), np.bool_)
 
-        def cond():
-            (pred,) = self.run(p["cond_jaxpr"].jaxpr, p["cond_jaxpr"].consts, list(cond_consts) + carries)
-            self.store(pred, flag)
+        def cond_block():
+            self.store(cond(carries), flag)
 
-        def body():
-            new = self.run(p["body_jaxpr"].jaxpr, p["body_jaxpr"].consts, list(body_consts) + carries)
+        def body_block():
+            new = body(carries)
             staged = [v if isinstance(v, Ref) and id(v) in self.fresh and v not in carries else self.written(v, c.shape, c.dtype)
                       for v, c in zip(new, carries)]
             for v, c in zip(staged, carries):
                 self.store(v, c)
 
-        c_block = self.t.region("cond", cond, conditional=False)
-        b_block = self.t.region("body", body)
+        c_block = self.t.region("cond", cond_block, conditional=False)
+        b_block = self.t.region("body", body_block)
         self.t.emit({"op": "while", "cond_buf": flag.text, "cond": c_block, "body": b_block}, reads=[flag])
         return carries
 
