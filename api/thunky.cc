@@ -64,7 +64,9 @@ Outcome simulate(const std::string& schedule_path, const SimulateOptions& option
     return failed({Diagnostic{ErrorKind::input, schedule_path, "/machine", "no machine model: give SimulateOptions::machine or set \"machine\" in the schedule"}}, 2);
   auto m = sim::load_machine(machine, models_dir(options));
   if (!m) return failed(m.errors(), 2);
-  auto r = predict(*prog, *m, sim::SimOptions{!options.every_rank, true});
+  sim::SimOptions so;
+  so.fold_symmetric_ranks = !options.every_rank;
+  auto r = predict(*prog, *m, so);
   if (!r) return failed(r, schedule_path);
   return reported(r->report);
 }

@@ -127,14 +127,16 @@ void measure(benchmark::State& state, const thunky::Program& p, Sim sim, Count c
 }
 
 void engine(benchmark::State& state, const thunky::Program& p, bool fold = true) {
-  const thunky::sim::SimOptions o{fold};
+  thunky::sim::SimOptions o;
+  o.fold_symmetric_ranks = fold;
   measure(
       state, p, [&](const auto& prog, const auto& m, const thunky::sim::Decisions* d) { return thunky::sim::simulate_summary(prog, m, d, o); },
       [](const thunky::sim::SimSummary& s) { return s.rank_commands; });
 }
 
 void with_report(benchmark::State& state, const thunky::Program& p, bool fold = true) {
-  const thunky::sim::SimOptions o{fold};
+  thunky::sim::SimOptions o;
+  o.fold_symmetric_ranks = fold;
   measure(state, p, [&](const auto& prog, const auto& m, const thunky::sim::Decisions* d) { return thunky::sim::simulate(prog, m, d, o); }, [](const thunky::sim::SimResult& r) {
     int64_t n = 0;
     for (const auto& rank : r.report.ranks) n += static_cast<int64_t>(r.report.timeline(rank).ops.size());
@@ -216,7 +218,9 @@ void BM_EveryRankShifts(benchmark::State& state) { engine(state, rounds_ring(sta
 void BM_EveryRankShiftsEndToEnd(benchmark::State& state) {
   const std::string text = rounds_ring_doc(state.range(0), state.range(1), 1 << 20, 10e-6).dump();
   const auto m = machine();
-  const thunky::sim::SimOptions o{.fold_symmetric_ranks = false, .timelines = false};
+  thunky::sim::SimOptions o;
+  o.fold_symmetric_ranks = false;
+  o.timelines = false;
   int64_t rank_commands = 0;
   const PeakHeap heap;
   for (auto _ : state) {

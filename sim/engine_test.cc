@@ -15,6 +15,13 @@
 namespace thunky::sim {
 namespace {
 
+// Options that fold symmetric ranks, or simulate every rank.
+SimOptions folding(bool fold) {
+  SimOptions o;
+  o.fold_symmetric_ranks = fold;
+  return o;
+}
+
 using testing::load_ok;
 
 // A ring machine with wraparound, 1e9 B/s per direction and no latency, so
@@ -86,8 +93,8 @@ TEST(SimLinks, SummaryAgreesWithTheReport) {
   // Folded or with every rank simulated (the summary counts finished
   // commands instead of recording them).
   for (bool fold : {true, false}) {
-    auto full = simulate(p, ring_machine(), nullptr, SimOptions{fold});
-    auto summary = simulate_summary(p, ring_machine(), nullptr, SimOptions{fold});
+    auto full = simulate(p, ring_machine(), nullptr, folding(fold));
+    auto summary = simulate_summary(p, ring_machine(), nullptr, folding(fold));
     ASSERT_TRUE(full.ok() && summary.ok());
     size_t ops = 0;
     for (const auto& r : full->report.ranks) ops += full->report.timeline(r).ops.size();
@@ -442,7 +449,7 @@ TEST(SimCompute, OnASharedHostACommandRunsOnACoreOrWaitsForOne) {
   // (a rank of a GPU machine takes 1 ms). Folding is off: the ranks
   // share the cores, so no rank's timeline stands for the others'.
   for (bool fold : {true, false}) {
-    auto r = simulate(load_ok(mesh4("[" + k + "]")), host, nullptr, SimOptions{fold});
+    auto r = simulate(load_ok(mesh4("[" + k + "]")), host, nullptr, folding(fold));
     ASSERT_TRUE(r.ok()) << r.errors()[0].str();
     EXPECT_NEAR(r->report.makespan_s, 2e-3, 1e-9);
     EXPECT_EQ(starts(*r), (std::vector<double>{0, 0, 1e-3, 1e-3}));
@@ -565,7 +572,7 @@ TEST(SimLinks, GroupAcrossCommunicatorsDrivesEveryInstance) {
   // done at 2 ms, and every egress link busy at 100 % until then.
   Program p = load_ok(group_on_2x2(R"({"op": "all_reduce", "src": "a", "dst": "c", "axis": "y"})"));
   for (bool fold : {false, true}) {
-    auto r = simulate(p, topology_machine("switch"), nullptr, SimOptions{fold});
+    auto r = simulate(p, topology_machine("switch"), nullptr, folding(fold));
     ASSERT_TRUE(r.ok());
     EXPECT_NEAR(r->report.makespan_s, 2e-3, 1e-12);
     int egress = 0;
@@ -592,7 +599,7 @@ Machine model(const std::string& name) {
 // collective table as when every rank is simulated.
 void expect_same_prediction(const Program& p, const Machine& m, const Decisions* d = nullptr) {
   auto folded = simulate(p, m, d);
-  auto every = simulate(p, m, d, SimOptions{false});
+  auto every = simulate(p, m, d, folding(false));
   ASSERT_TRUE(folded.ok() && every.ok());
   const Report &a = folded->report, &b = every->report;
   EXPECT_NEAR(a.makespan_s, b.makespan_s, 1e-12 * b.makespan_s);
@@ -771,7 +778,7 @@ TEST(SimFold, FoldedSummaryCountsEveryRank) {
   o.ranks = 6;
   Program p = load_ok(gen::bidirectional_ring_matmul(o).dump());
   auto folded = simulate_summary(p, ring_machine(), nullptr);
-  auto every = simulate_summary(p, ring_machine(), nullptr, SimOptions{false});
+  auto every = simulate_summary(p, ring_machine(), nullptr, folding(false));
   ASSERT_TRUE(folded.ok() && every.ok());
   EXPECT_EQ(folded->rank_commands, every->rank_commands);
   EXPECT_EQ(folded->rank_commands % 6, 0);

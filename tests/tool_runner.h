@@ -14,9 +14,12 @@
 
 namespace {
 
+// stderr without the progress lines a run past five seconds prints
+// ("thunky-exec: ..., 5 s elapsed"): a slow machine (a sanitizer, a busy
+// CI) prints them where a fast one does not. They are in `progress`.
 struct Result {
   int code = -1;
-  std::string out, err;
+  std::string out, err, progress;
 };
 
 Result run_tool(const std::string& tool, const std::string& args) {
@@ -34,7 +37,12 @@ Result run_tool(const std::string& tool, const std::string& args) {
   std::ifstream f(err);
   std::stringstream ss;
   ss << f.rdbuf();
-  r.err = ss.str();
+  for (std::string line; std::getline(ss, line);) {
+    const bool progress = line.rfind("thunky-", 0) == 0 && line.find(" s elapsed") != std::string::npos;
+    std::string& to = progress ? r.progress : r.err;
+    to += line;
+    to += '\n';
+  }
   return r;
 }
 
