@@ -126,6 +126,17 @@ void check_reduce(const Program& p, const Command& c, const View& in, const View
       throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(p, in));
     if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
   }
+  if (c.rare().arg) {
+    const char* fn = c.rare().reduction == Reduction::max ? "argmax" : "argmin";
+    if (axes.size() != 1) throw ThunkyError(c.pointer + "/axes", std::string(fn) + " reduces exactly one axis, not " + std::to_string(axes.size()));
+    const DType t = p.buffers[out.buffer].dtype;
+    if (t != DType::s32 && t != DType::s64)
+      throw ThunkyError(c.pointer + "/out", std::string(fn) + " writes indices: out must be s32 or s64, not " + view_str(p, out));
+    if (in.shape[static_cast<size_t>(*axes.begin())] == 0)
+      throw ThunkyError(c.pointer + "/axes", std::string(fn) + " over an axis of 0 elements has no index to give");
+    if (t == DType::s32 && in.shape[static_cast<size_t>(*axes.begin())] > (int64_t{1} << 31))
+      throw ThunkyError(c.pointer + "/out", std::string(fn) + " over an axis of " + std::to_string(in.shape[static_cast<size_t>(*axes.begin())]) + " elements needs s64 indices");
+  }
   for (size_t d = 0; d < in.shape.size(); ++d)
     if (!axes.count(static_cast<int64_t>(d))) kept *= in.shape[d];
   if (out.count() != kept)

@@ -17,5 +17,10 @@ std::optional<Reduction> parse_reduction(std::string_view name);
 double reduction_identity(Reduction r);
 // a combined with b, in double.
 double reduce_values(Reduction r, double a, double b);
+// argmax (max) and argmin (min): whether `v` takes the place of `best`,
+// the value at a lower index: strictly greater (less), or a NaN over a
+// number, so that the first extreme wins and the first NaN beats all, as
+// in JAX. Never for sum and prod, which have no argument form.
+bool arg_beats(Reduction r, double v, double best);
 
 }  // namespace thunky

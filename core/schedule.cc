@@ -281,7 +281,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   auto reduction = [&](const char* key, bool required) {
     const std::string name = required ? o.str(key) : o.str_or(key, "sum");
     const auto r = parse_reduction(name);
-    if (!r) fail(o.at(key), "unknown reduction '" + name + "' (expected sum, prod, min or max)");
+    if (!r) fail(o.at(key), "unknown reduction '" + name + (std::string_view(key) == "fn" ? "' (expected sum, prod, min, max, argmax or argmin)" : "' (expected sum, prod, min or max)"));
     if (*r != Reduction::sum) c.set_rare().reduction = *r;
   };
   auto map_body = [&](Obj& mo, Command& m) {
@@ -347,7 +347,14 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     c.op = Op::reduce;
     c.out = ref("out");
     c.src = ref("in");
-    reduction("fn", true);
+    // argmax and argmin: the index where max or min is first reached.
+    const std::string fn = o.str("fn");
+    if (fn == "argmax" || fn == "argmin") {
+      c.set_rare().reduction = fn == "argmax" ? Reduction::max : Reduction::min;
+      c.set_rare().arg = true;
+    } else {
+      reduction("fn", true);
+    }
     c.set_rare().axes_i = int_list(o.need("axes"), o.at("axes"));
   } else if (op == "kernel") {
     c.op = Op::kernel;
@@ -550,6 +557,18 @@ double reduce_values(Reduction r, double a, double b) {
   return a;
 }
 
+bool arg_beats(Reduction r, double v, double best) {
+  if (std::isnan(best)) return false;
+  if (std::isnan(v)) return true;
+  switch (r) {
+    case Reduction::max: return v > best;
+    case Reduction::min: return v < best;
+    case Reduction::sum:
+    case Reduction::prod: return false;
+  }
+  return false;
+}
+
 namespace {
 Program read_program(Value doc, const std::string& file) {
   Program p;
@@ -731,7 +750,7 @@ json to_json(const Command& c) {
       break;
     case Op::map: j = map_fields(c, j); break;
     case Op::reduce:
-      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = reduction_name(x.reduction); j["axes"] = x.axes_i;
+      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = (x.arg ? "arg" : "") + std::string(reduction_name(x.reduction)); j["axes"] = x.axes_i;
       break;
     case Op::kernel: j["reads"] = refs_json(c.refs); j["writes"] = refs_json(c.refs2); break;
     case Op::ptx_kernel:

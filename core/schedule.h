@@ -238,6 +238,7 @@ struct Command::Rare {
   std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
   std::string name;
   Reduction reduction = Reduction::sum;  // reduce ("fn"), all_reduce, reduce_scatter
+  bool arg = false;  // reduce: argmax or argmin (reduction max or min): the index, along the one axis, where it is first reached
   double value = 0;               // memset: a number, NaN or an infinity
   std::optional<uint32_t> bits;   // memset: each 4-byte element set to this pattern instead
   std::string fn;                 // call: the function called

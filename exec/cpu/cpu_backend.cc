@@ -472,7 +472,12 @@ class Run {
         cpu::gemm(tensor(s, *c.a), tensor(s, *c.b), tensor(s, *c.c), c.transpose_a, c.transpose_b, c.alpha, c.beta);
         break;
       case Op::map: run_map(s, c); break;
-      case Op::reduce: cpu::reduce(tensor(s, *c.src), c.rare().axes_i, c.rare().reduction, tensor(s, *c.out)); break;
+      case Op::reduce:
+        if (c.rare().arg)
+          cpu::arg_reduce(tensor(s, *c.src), c.rare().axes_i.front(), c.rare().reduction, tensor(s, *c.out));
+        else
+          cpu::reduce(tensor(s, *c.src), c.rare().axes_i, c.rare().reduction, tensor(s, *c.out));
+        break;
       case Op::kernel: {
         // A stand-in: read every input byte and rewrite every output byte,
         // then hold the stream for the modelled time.

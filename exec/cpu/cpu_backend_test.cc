@@ -209,6 +209,40 @@ TEST(CpuBackend, ReshapedViewsReadAndWriteTheSameElements) {
   EXPECT_NE(bad.errors()[0].message.find("6 elements"), std::string::npos) << bad.errors()[0].str();
 }
 
+TEST(CpuBackend, ArgmaxAndArgminGiveTheFirstExtremeAndTheFirstNan) {
+  // x [2, 4]: row 0 is 3 7 7 1 (argmax 1, the first of the two 7s;
+  // argmin 3), row 1 is 2 nan 0 nan (the first NaN, 1, for both, as in
+  // JAX). Over axis 0 of the [2, 4] (a column's two values): argmax of
+  // (3, 2) is 0, of (7, nan) 1, of (7, 0) 0, of (1, nan) 1.
+  Program p = load_ok(R"J({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [8], "dtype": "f32", "role": "inout", "init": {"kind": "values", "values": [3, 7, 7, 1, 2, 0, 0, 0]}},
+      "hi": {"shape": [2], "dtype": "s32", "role": "output"}, "lo": {"shape": [2], "dtype": "s64", "role": "output"},
+      "col": {"shape": [4], "dtype": "s32", "role": "output"}},
+    "program": [{"op": "memset", "dst": "x[5:6]", "value": "nan"}, {"op": "memset", "dst": "x[7:8]", "value": "nan"},
+                {"op": "reduce", "in": "x.reshape(2, 4)", "out": "hi", "fn": "argmax", "axes": [1]},
+                {"op": "reduce", "in": "x.reshape(2, 4)", "out": "lo", "fn": "argmin", "axes": [-1]},
+                {"op": "reduce", "in": "x.reshape(2, 4)", "out": "col", "fn": "argmax", "axes": [0]}]})J");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_EQ(testing::values(p, *r, "hi"), (std::vector<double>{1, 1}));
+  EXPECT_EQ(testing::values(p, *r, "lo"), (std::vector<double>{3, 1}));
+  EXPECT_EQ(testing::values(p, *r, "col"), (std::vector<double>{0, 1, 0, 1}));
+  // Refused at load, at the field: two axes, indices into f32, an axis of 0.
+  auto refused = [](const std::string& fn_axes_out, const std::string& shape) {
+    auto bad = load_schedule_text(R"J({"format": "thunky.sched/1", "buffers": {
+        "x": {"shape": )J" + shape + R"J(, "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+        "i": {"shape": [2], "dtype": "s32", "role": "output"}, "f": {"shape": [2], "dtype": "f32", "role": "output"},
+        "one": {"shape": [], "dtype": "s32", "role": "output"}},
+      "program": [{"op": "reduce", "in": "x", )J" + fn_axes_out + "}]}", "bad.json");
+    EXPECT_FALSE(bad.ok()) << fn_axes_out;
+    return bad.ok() ? std::string() : bad.errors()[0].str();
+  };
+  EXPECT_EQ(refused(R"("fn": "argmax", "axes": [0, 1], "out": "one")", "[2, 4]"), "bad.json:/program/0/axes: argmax reduces exactly one axis, not 2");
+  EXPECT_EQ(refused(R"("fn": "argmin", "axes": [1], "out": "f")", "[2, 4]"), "bad.json:/program/0/out: argmin writes indices: out must be s32 or s64, not f32[2]");
+  EXPECT_EQ(refused(R"("fn": "argmax", "axes": [1], "out": "i")", "[2, 0]"), "bad.json:/program/0/axes: argmax over an axis of 0 elements has no index to give");
+  EXPECT_NE(refused(R"("fn": "argmedian", "axes": [1], "out": "i")", "[2, 4]").find("bad.json:/program/0/fn: unknown reduction 'argmedian' (expected sum, prod, min, max, argmax or argmin)"), std::string::npos);
+}
+
 TEST(CpuBackend, MemsetWritesNanInfinitiesAndAny32BitPattern) {
   Program p = load_ok(R"({"format": "thunky.sched/1", "buffers": {
       "a": {"shape": [4], "dtype": "f32", "role": "output"}, "b": {"shape": [2], "dtype": "s32", "role": "output"}},

@@ -357,6 +357,25 @@ void reduce(const Tensor& in, const std::vector<int64_t>& axes_in, Reduction fn,
   for (int64_t i = 0; i < on; ++i) store_from_double(out.data, out.dtype, i, acc[i]);
 }
 
+void arg_reduce(const Tensor& in, int64_t axis, Reduction fn, const Tensor& out) {
+  // in is [outer, n, inner] around the axis; out is [outer, inner].
+  if (axis < 0) axis += static_cast<int64_t>(in.shape.size());
+  const int64_t n = in.shape[static_cast<size_t>(axis)];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= in.shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < in.shape.size(); ++d) inner *= in.shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t at = 0;
+      double best = load_as_double(in.data, in.dtype, o * n * inner + i);
+      for (int64_t j = 1; j < n; ++j) {
+        const double v = load_as_double(in.data, in.dtype, (o * n + j) * inner + i);
+        if (arg_beats(fn, v, best)) best = v, at = j;
+      }
+      store_from_double(out.data, out.dtype, o * inner + i, static_cast<double>(at));
+    }
+}
+
 void cholesky(const Tensor& a, const Tensor& result, const Tensor& info, bool lower) {
   const int64_t n = a.shape.back();
   const int64_t batch = n == 0 ? 0 : a.count() / (n * n);

@@ -51,6 +51,9 @@ void map(const Expr& expr, const std::vector<MapInput>& inputs,
          const std::vector<std::pair<std::string, int64_t>>& axis_values, const Tensor& out);
 
 void reduce(const Tensor& in, const std::vector<int64_t>& axes, Reduction fn, const Tensor& out);
+// argmax (fn max) or argmin (fn min) along one axis: out holds, for each
+// position of the other axes, the index where the extreme is first reached.
+void arg_reduce(const Tensor& in, int64_t axis, Reduction fn, const Tensor& out);
 
 // Cholesky of each matrix of `a` (row-major, symmetric), written to
 // `result`. lower is cuSOLVER's column-major flag: lower=false writes the

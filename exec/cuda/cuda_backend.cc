@@ -237,7 +237,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
     }
     if (c.op == Op::reduce) {
       const View in = resolve(*p_, *c.src, s.ctx), out = resolve(*p_, *c.out, s.ctx);
-      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduction));
+      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduction, x.arg));
     }
     if (c.op == Op::transpose) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(dtype_of(resolve(*p_, *c.src, s.ctx)))));
     if (c.op == Op::ptx_kernel) {

@@ -317,8 +317,10 @@ std::vector<uint8_t> map_params(const std::vector<const void*>& inputs, void* ou
   return b;
 }
 
-KernelSource reduce_kernel(DType in, DType out, Reduction fn) {
+KernelSource reduce_kernel(DType in, DType out, Reduction fn, bool arg) {
   const std::string init = reduction_init(fn), step = reduction_step(fn);
+  // argmax, argmin: the first element, then each that beats the best so far (core/reduction.h's arg_beats).
+  const std::string beats = std::string("k == 0 || (!isnan(acc) && (isnan(v) || v ") + (fn == Reduction::max ? ">" : "<") + " acc))";
   std::ostringstream s;
   s << kPrelude << "struct Params {\n  const u8_t* in;\n  u8_t* out;\n  i64_t out_count;\n  i64_t rank;\n  i64_t shape[8];\n  i64_t reduced[8];\n};\n"
     << "extern \"C\" __global__ void thunky_reduce(Params p) {\n"
@@ -329,18 +331,18 @@ KernelSource reduce_kernel(DType in, DType out, Reduction fn) {
     << "      if (p.reduced[d]) { idx[d] = 0; continue; }\n"
     << "      idx[d] = rest % p.shape[d];\n      rest /= p.shape[d];\n    }\n"
     << "    i64_t inner = 1;\n    for (int d = 0; d < (int)p.rank; ++d) if (p.reduced[d]) inner *= p.shape[d];\n"
-    << "    double acc = " << init << ";\n"
+    << "    double acc = " << init << ";\n    i64_t at = 0;\n"
     // Walk the reduced dimensions in row-major order, as the cpu backend's flat walk meets them.
     << "    for (i64_t k = 0; k < inner; ++k) {\n"
     << "      i64_t flat = 0;\n"
     << "      for (int d = 0; d < (int)p.rank; ++d) flat = flat * p.shape[d] + idx[d];\n"
     << "      const double v = ld_" << tname(in) << "(p.in, flat);\n"
-    << "      acc = " << step << ";\n"
+    << (arg ? "      if (" + beats + ") { acc = v; at = k; }\n" : "      acc = " + step + ";\n")
     << "      for (int d = (int)p.rank - 1; d >= 0; --d) {\n"
     << "        if (!p.reduced[d]) continue;\n"
     << "        if (++idx[d] < p.shape[d]) break;\n"
     << "        idx[d] = 0;\n      }\n    }\n"
-    << "    st_" << tname(out) << "(p.out, o, acc);\n  }\n}\n";
+    << "    st_" << tname(out) << "(p.out, o, " << (arg ? "(double)at" : "acc") << ");\n  }\n}\n";
   return {"thunky_reduce", s.str()};
 }
 

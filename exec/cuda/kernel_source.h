@@ -49,7 +49,9 @@ std::vector<uint8_t> map_params(const std::vector<const void*>& inputs, void* ou
 // input's row-major order (as the cpu backend). fn: sum, prod, max, min.
 // Parameters: in, out, out_count, rank, shape[8], reduced[8].
 constexpr int kMaxRank = 8;
-KernelSource reduce_kernel(DType in, DType out, Reduction fn);
+// With `arg` (argmax, argmin: fn max or min over one axis), out holds the
+// index where the extreme is first reached, a NaN's first (arg_beats).
+KernelSource reduce_kernel(DType in, DType out, Reduction fn, bool arg = false);
 // transpose: one thread per dst element, moving `element_bytes` bytes from
 // src's element at the permuted index (views of at most kMaxRank dimensions).
 KernelSource transpose_kernel(size_t element_bytes);

@@ -365,6 +365,32 @@ TEST(GeneratedKernels, ReduceAccumulatesInTheCpuBackendsOrder) {
   }
 }
 
+TEST(GeneratedKernels, ArgmaxAndArgminGiveTheFirstExtremeAndTheFirstNanAsTheCpuBackend) {
+  // A [2, 4, 3] f32 input over axis 1: column (0, *, 0) ties at 5 (indices
+  // 1 and 3: argmax 1), column (0, *, 1) has a NaN at 2 (it beats every
+  // number: 2 for argmax and argmin), column (1, *, 2) falls 9 8 7 6
+  // (argmax 0, argmin 3).
+  const double nan = std::nan("");
+  std::vector<double> v(24, 0.0);
+  auto at = [&](int o, int j, int i) -> double& { return v[static_cast<size_t>((o * 4 + j) * 3 + i)]; };
+  at(0, 1, 0) = 5, at(0, 3, 0) = 5;
+  at(0, 2, 1) = nan, at(0, 0, 1) = -1;
+  for (int j = 0; j < 4; ++j) at(1, j, 2) = 9 - j;
+  auto in = typed(DType::f32, v);
+  for (const std::string fn : {"max", "min"}) {
+    SCOPED_TRACE("arg" + fn);
+    std::vector<int32_t> want(6), got(6);
+    cpu::arg_reduce(cpu::Tensor{in.data(), DType::f32, {2, 4, 3}}, 1, *parse_reduction(fn),
+                    cpu::Tensor{reinterpret_cast<uint8_t*>(want.data()), DType::s32, {2, 3}});
+    // argmax: [1 2 0; 0 0 0] (zeros tie at 0); argmin: [0 2 0; 0 0 3]
+    // ((0, *, 0) is 0 5 0 5: its first 0; (0, *, 1) has -1 at 0 but the NaN at 2).
+    EXPECT_EQ(want, (fn == "max" ? std::vector<int32_t>{1, 2, 0, 0, 0, 0} : std::vector<int32_t>{0, 2, 0, 0, 0, 3}));
+    HostKernel k(reduce_kernel(DType::f32, DType::s32, *parse_reduction(fn), true));
+    k.call<(4 + 16) * 8>(reduce_params(in.data(), got.data(), 6, {2, 4, 3}, {false, true, false}));
+    EXPECT_EQ(want, got);
+  }
+}
+
 TEST(GeneratedKernels, CollectiveReductionFoldsLeftLikeTheCpuCommunicator) {
   // Three ranks' f16 sources, reduced: element i of the result at offset 2.
   std::vector<std::vector<uint8_t>> src;

@@ -68,6 +68,7 @@ TEST(Nvrtc, EveryDtypeLoadsAndStores) {
 TEST(Nvrtc, ReductionsAndSupportKernelsCompile) {
   for (const std::string fn : {"sum", "prod", "max", "min"}) {
     expect_compiles(reduce_kernel(DType::bf16, DType::f32, *parse_reduction(fn)));
+    if (fn == "max" || fn == "min") expect_compiles(reduce_kernel(DType::bf16, DType::s64, *parse_reduction(fn), true));
     expect_compiles(transpose_kernel(2));
     expect_compiles(combine_kernel(DType::f16, *parse_reduction(fn)));
   }

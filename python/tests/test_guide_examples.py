@@ -451,3 +451,59 @@ def test_a_scan_over_arrays_is_predicted_and_refused_by_execute():
     assert prog.simulate(*args).makespan_s > 0
     with pytest.raises(ValueError, match=r"test_guide_examples\.py:\d+: call_jax: scan"):
         prog.execute(*args)
+
+
+# Each primitive call_jax lowers, on random shapes and values, against JAX
+# under jax.jit on this CPU: integers exactly, f32 within 1e-5 relative (a
+# map computes in f64 and rounds once; JAX rounds each f32 step).
+_PRIMITIVES = [
+    ("exp", lambda x: jnp.exp(x)), ("log", lambda x: jnp.log(jnp.abs(x) + 1)), ("tanh", jnp.tanh),
+    ("logistic", jax.nn.sigmoid), ("sin", jnp.sin), ("cos", jnp.cos), ("sqrt", lambda x: jnp.sqrt(jnp.abs(x))),
+    ("rsqrt", lambda x: jax.lax.rsqrt(jnp.abs(x) + 1)), ("abs", jnp.abs), ("neg", lambda x: -x), ("floor", jnp.floor),
+    ("ceil", jnp.ceil), ("round", jnp.round), ("max", lambda x: jnp.maximum(x, 0.5)), ("min", lambda x: jnp.minimum(x, x * x)),
+    ("pow", lambda x: jnp.power(jnp.abs(x) + 1, x)), ("integer_pow", lambda x: x ** 3),
+    ("select_n", lambda x: jnp.where(x > 0, x, 2 * x)), ("reduce_sum", lambda x: jnp.sum(x, axis=1)),
+    ("reduce_max", lambda x: jnp.max(x, axis=0)), ("reduce_min", lambda x: jnp.min(x, axis=1)),
+    ("argmax", lambda x: jnp.argmax(x, axis=1)), ("argmin", lambda x: jnp.argmin(x, axis=0)),
+    ("argmax_flat", lambda x: jnp.argmax(x)), ("transpose", lambda x: x.T * 1),
+    ("dot_general", lambda x: x @ x.T), ("convert_element_type", lambda x: (x * 10).astype(jnp.int32)),
+    ("div_rem", lambda x: (x * 10).astype(jnp.int32) // 3 + (x * 10).astype(jnp.int32) % 3),
+]
+
+
+@pytest.mark.parametrize("name,fn", _PRIMITIVES, ids=[p[0] for p in _PRIMITIVES])
+def test_each_lowered_primitive_agrees_with_jax_on_random_shapes(name, fn):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    shape = tuple(int(n) for n in rng.integers(1, 9, size=2))
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = np.asarray(jax.jit(fn)(x))
+
+    @thunky.jit
+    def prog(x_ref, out_ref):
+        thunky.call_jax(lambda a, o: o.__setitem__(Ellipsis, fn(a[...])), x_ref, out_ref)
+
+    out = thunky.new_ref(np.zeros(want.shape, want.dtype))
+    doc = prog.trace(x, out).to_dict()
+    assert "kernel" not in [c["op"] for c in doc["program"]], doc["program"]  # lowered, not opaque
+    prog(x, out)
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(out[...], want)
+    else:
+        np.testing.assert_allclose(out[...], want, rtol=1e-5, atol=1e-6)
+
+
+def test_argmax_and_argmin_give_the_first_nan_as_jax():
+    x = np.array([[3, 7, 7, 1], [2, np.nan, 0, np.nan]], np.float32)
+
+    @thunky.jit
+    def prog(x_ref, hi_ref, lo_ref):
+        thunky.call_jax(lambda a, hi, lo: (hi.__setitem__(Ellipsis, jnp.argmax(a[...], axis=1)),
+                                           lo.__setitem__(Ellipsis, jnp.argmin(a[...], axis=1))), x_ref, hi_ref, lo_ref)
+
+    hi, lo = thunky.new_ref(np.zeros(2, np.int32)), thunky.new_ref(np.zeros(2, np.int32))
+    prog(x, hi, lo)
+    # Row 0: the first 7 (1) and the 1 (3); row 1: the first NaN (1) for both.
+    np.testing.assert_array_equal(hi[...], [1, 1])
+    np.testing.assert_array_equal(lo[...], [3, 1])
+    np.testing.assert_array_equal(hi[...], np.asarray(jnp.argmax(x, axis=1)))
+    np.testing.assert_array_equal(lo[...], np.asarray(jnp.argmin(x, axis=1)))

@@ -316,6 +316,8 @@ class Lowering:
             return [self.dot(ins, p, aval)]
         if name in _REDUCE:
             return [self.reduce(ins[0], _REDUCE[name], p["axes"], aval)]
+        if name in ("argmax", "argmin"):  # one axis; the index of the first extreme (the first NaN), as thunky's own
+            return [self.reduce(ins[0], name, p["axes"], aval)]
         if name in _REDUCING:
             return self.all_reduce(ins, _REDUCING[name], p, eqn)
         if name in ("all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all"):
