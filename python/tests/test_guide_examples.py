@@ -439,17 +439,86 @@ def test_call_jax_lowers_a_scan_over_carries_and_fori_loop_with_static_bounds_to
     np.testing.assert_array_equal(count[...], np.asarray(crf[...]))
 
 
-def test_a_scan_over_arrays_is_predicted_and_refused_by_execute():
-    def running(x_ref, out_ref):
-        out_ref[...] = jax.lax.scan(lambda c, x: (c + x, c + x), jnp.float32(0), x_ref[...])[1]
+def test_a_scan_over_arrays_reads_xs_and_writes_ys_by_its_step_as_jax():
+    def forward(x_ref, out_ref, last_ref):
+        c, ys = jax.lax.scan(lambda c, x: (c + x, c * x), jnp.zeros(3, jnp.float32), x_ref[...])
+        out_ref[...], last_ref[...] = ys, c
+
+    def backward(x_ref, out_ref, last_ref):
+        c, ys = jax.lax.scan(lambda c, x: (c + x, c * x), jnp.zeros(3, jnp.float32), x_ref[...], reverse=True)
+        out_ref[...], last_ref[...] = ys, c
+
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    for fn in (forward, backward):
+        @thunky.jit
+        def prog(x_ref, out_ref, last_ref):
+            thunky.call_jax(fn, x_ref, out_ref, last_ref)
+
+        out, last = thunky.new_ref(np.zeros((5, 3), np.float32)), thunky.new_ref(np.zeros(3, np.float32))
+        prog(x, out, last)
+        # ys[t] = (x[0] + ... + x[t-1]) * x[t] (forward; backward sums the rows after t);
+        # the last carry is every row's sum: [30, 35, 40].
+        sums = np.cumsum(x, axis=0) - x if fn is forward else np.cumsum(x[::-1], axis=0)[::-1] - x
+        np.testing.assert_array_equal(out[...], sums * x)
+        np.testing.assert_array_equal(last[...], [30, 35, 40])
+        jo, jl = jax.new_ref(jnp.zeros((5, 3))), jax.new_ref(jnp.zeros(3))
+        fn(jax.new_ref(jnp.asarray(x)), jo, jl)
+        np.testing.assert_array_equal(out[...], np.asarray(jo[...]))
+
+
+def test_loads_and_stores_at_offsets_computed_on_the_device_are_switches_over_the_offsets():
+    from jax.experimental import pallas as pl
+
+    def f(x_ref, i_ref, row_ref, out_ref, arr_ref):
+        i = i_ref[...]
+        row_ref[...] = x_ref[i]                       # a Ref loaded at row i
+        out_ref[...] = jnp.zeros((4, 3), jnp.float32)
+        out_ref[pl.ds(i, 1)] = x_ref[0:1] * 2          # a Ref stored at row i
+        x = x_ref[...]
+        # Arrays: dynamic_slice of 2 rows from i + 1, dynamic_update_slice at
+        # row i * 2; JAX clamps each start so that the slice fits.
+        arr_ref[...] = jax.lax.dynamic_update_slice(x, jax.lax.dynamic_slice(x, (i + 1, 0), (2, 3)) + 100, (i * 2, 0))
 
     @thunky.jit
-    def prog(x_ref, out_ref):
-        thunky.call_jax(running, x_ref, out_ref)
+    def prog(x_ref, i_ref, row_ref, out_ref, arr_ref):
+        thunky.call_jax(f, x_ref, i_ref, row_ref, out_ref, arr_ref)
 
-    args = (np.arange(8, dtype=np.float32), thunky.new_ref(np.zeros(8, np.float32)))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    refs = lambda: [thunky.new_ref(np.zeros(s, np.float32)) for s in ((3,), (4, 3), (4, 3))]
+    doc = prog.trace(x, np.int32(1), *refs()).to_dict()
+    # Row i of 4 for the Ref load and store, start i + 1 of 3 (4 - 2 + 1) and i * 2 of 3 for the arrays.
+    assert [len(c["branches"]) for c in doc["program"] if c["op"] == "switch"] == [4, 4, 3, 3]
+    for i in (0, 1, 3):
+        row, out, arr = refs()
+        prog(x, np.int32(i), row, out, arr)
+        # Row i of x; x's row 0 doubled at row i; the 2 rows from min(i + 1, 2),
+        # plus 100, written from row min(2 i, 2).
+        np.testing.assert_array_equal(row[...], x[i])
+        want_out = np.zeros((4, 3), np.float32)
+        want_out[i] = 2 * x[0]
+        np.testing.assert_array_equal(out[...], want_out)
+        want_arr = x.copy()
+        s, d = min(i + 1, 2), min(2 * i, 2)
+        want_arr[d:d + 2] = x[s:s + 2] + 100
+        np.testing.assert_array_equal(arr[...], want_arr)
+        # The same as JAX's own.
+        j = [jax.new_ref(jnp.zeros(r.shape, jnp.float32)) for r in (row, out, arr)]
+        jax.jit(f)(jax.new_ref(jnp.asarray(x)), jax.new_ref(jnp.int32(i)), *j)
+        for got, jr in zip((row, out, arr), j):
+            np.testing.assert_array_equal(got[...], np.asarray(jr[...]))
+
+
+def test_a_load_at_one_of_more_than_1024_device_offsets_is_predicted_and_refused_by_execute():
+    def pick(x_ref, i_ref, out_ref):
+        out_ref[...] = x_ref[i_ref[...]]
+
+    @thunky.jit
+    def prog(x_ref, i_ref, out_ref):
+        thunky.call_jax(pick, x_ref, i_ref, out_ref)
+
+    args = (np.zeros((2000, 2), np.float32), np.int32(5), thunky.new_ref(np.zeros(2, np.float32)))
     assert prog.simulate(*args).makespan_s > 0
-    with pytest.raises(ValueError, match=r"test_guide_examples\.py:\d+: call_jax: scan"):
+    with pytest.raises(ValueError, match=r"test_guide_examples\.py:\d+: call_jax: get is not lowered \(a load or store at one of 2000 offsets"):
         prog.execute(*args)
 
 

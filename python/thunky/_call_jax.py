@@ -27,6 +27,7 @@ from . import _source, _trace
 from ._refs import Index, Ref, _Read, ds, dtype_name
 
 MAX_DEPTH = 200  # a fused expression past this is written out (thunky's limit is 256)
+MAX_OFFSETS = 1024  # a load or store at an offset computed on the device: a switch of at most this many branches
 
 # Elementwise primitives: the expression of their operands' texts.
 _UNARY = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
@@ -39,6 +40,15 @@ _INLINE = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_c
            "custom_vjp_call_jaxpr": "fun_jaxpr"}
 _REDUCE = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}
 _REDUCING = {"psum": "sum", "pmax": "max", "pmin": "min"}
+
+
+class _Offsets:
+    """The one index of a load or store computed on the device: its place
+    among the items, its value, how many offsets it may take, and the
+    item at offset k."""
+
+    def __init__(self, pos, index, count, item):
+        self.pos, self.index, self.count, self.item = pos, index, count, item
 
 
 class Unsupported(Exception):
@@ -231,14 +241,18 @@ class Lowering:
             consts = getattr(closed, "consts", getattr(closed, "literals", []))
             return self.run(inner, consts, ins)
         if name == "get":
-            v = self.view(ins[0], eqn, ins[1:])
+            v = self.view(ins[0], eqn, ins[1:], dynamic=True)
+            if isinstance(v, tuple):
+                return [self.load_at(*v)]
             b = v._buffer
             if getattr(b, "axis_index", None) and v.shape == ():
                 b.read_as_axis = True  # this rank's index: the axis' name, in expressions and views
                 return [_Expr(b.axis_index, {}, (), v.dtype, atomic=True, idx=b.axis_index)]
             return [v]
         if name == "swap":
-            target = self.view(ins[0], eqn, ins[2:])
+            target = self.view(ins[0], eqn, ins[2:], dynamic=True)
+            if isinstance(target, tuple):
+                return [self.store_at(*target, ins[1], old=bool(eqn.outvars) and id(eqn.outvars[0]) in self.used)]
             old = None
             if eqn.outvars and id(eqn.outvars[0]) in self.used:  # the old value is used: keep it apart first
                 old = self.scratch(target.shape, target.dtype)
@@ -312,6 +326,8 @@ class Lowering:
             self.t.emit({"op": "transpose", "src": src.text, "dst": dst.text, "perm": [int(d) for d in p["permutation"]]},
                         reads=[src], writes=[dst])
             return [dst]
+        if name in ("dynamic_slice", "dynamic_update_slice"):
+            return [self.dynamic_slice(name, ins, p, aval)]
         if name == "dot_general":
             return [self.dot(ins, p, aval)]
         if name in _REDUCE:
@@ -352,14 +368,16 @@ class Lowering:
                          lambda carries: self.run(body.jaxpr, body.consts, list(body_consts) + carries))
 
     def scan(self, eqn, ins):
-        """lax.scan over carries alone (fori_loop with static bounds is one):
-        a while on a counter of its own. A scan over arrays (xs, or ys
-        stacked) would index them by that counter on the device: not lowered."""
+        """lax.scan (and fori_loop with static bounds): a while on a counter
+        of its own. Step t reads xs[t] and writes ys[t] (t counted down
+        for reverse) through a switch over the `length` offsets, as any
+        load or store at an offset computed on the device."""
         p = eqn.params
         nconst, ncarry, length = p["num_consts"], p["num_carry"], int(p["length"])
-        consts, init = ins[:nconst], ins[nconst:nconst + ncarry]
-        if len(ins) > nconst + ncarry or len(eqn.outvars) > ncarry:
-            raise Unsupported("scan over arrays (xs, or ys stacked)")
+        consts, init, xs = ins[:nconst], ins[nconst:nconst + ncarry], [self.written(x) for x in ins[nconst + ncarry:]]
+        ys = [self.scratch(var.aval.shape, var.aval.dtype) for var in eqn.outvars[ncarry:]]
+        if (xs or ys) and length > MAX_OFFSETS:
+            raise Unsupported(f"scan over arrays of {length} steps (at most {MAX_OFFSETS})")
         counter = self.scratch((), np.int32)
         self.store(_Expr("0", {}, (), np.int32, atomic=True), counter)
         scalar = types.SimpleNamespace(shape=(), dtype=np.dtype(np.int32))
@@ -367,10 +385,17 @@ class Lowering:
         body = p["jaxpr"]
 
         def step(carries):
+            t = self.combine("(" + str(length - 1) + " - {0})", [counter], scalar) if p["reverse"] else counter
+            row = lambda a: (a, [None] + [slice(None)] * (len(a.shape) - 1), _Offsets(0, t, length, lambda k: k))
+            sliced = [self.load_at(*row(x)) for x in xs]
+            out = self.run(body.jaxpr, body.consts, list(consts) + carries + sliced)
+            for y, buf in zip(out[ncarry:], ys):
+                self.store_at(*row(buf), y)
             self.store(self.combine("({0} + 1)", [counter], scalar), counter)
-            return self.run(body.jaxpr, body.consts, list(consts) + carries)
+            return out[:ncarry]
 
-        return self.loop(init, eqn.outvars, lambda carries: self.combine("({0} < " + str(length) + ")", [counter], flag), step)
+        carries = self.loop(init, eqn.outvars[:ncarry], lambda carries: self.combine("({0} < " + str(length) + ")", [counter], flag), step)
+        return carries + ys
 
     def loop(self, init, outvars, cond, body):
         """A while whose carries live in buffers: `cond(carries)` gives the
@@ -471,15 +496,20 @@ class Lowering:
         return _Expr(v.text, ins, shape, v.dtype, v.depth, v.atomic, v.idx)
 
     # ---- views of Refs
-    def view(self, ref, eqn, index_vals):
+    def view(self, ref, eqn, index_vals, dynamic=False):
+        """The view `ref[indexers]` names. With `dynamic`, one index that is
+        computed on the device is allowed: the result is then (ref viewed
+        by the indexers before, items with None at that index, Offsets)."""
         if not isinstance(ref, Ref):
             raise Unsupported("a Ref made inside fn")
         import jax
         indexers = jax.tree_util.tree_unflatten(eqn.params["tree"], list(index_vals))
         v = ref
-        for ix in indexers:
-            items = []
-            for item, n in zip(ix.indices, v.shape):
+        device = "a load or store at an offset computed from values on the device"
+        for at, ix in enumerate(indexers):
+            items, offsets = [], None
+            last = at == len(indexers) - 1
+            for pos, (item, n) in enumerate(zip(ix.indices, v.shape)):
                 if hasattr(item, "start") and hasattr(item, "size"):
                     start, size, stride = item.start, int(item.size), getattr(item, "stride", 1)
                     if stride != 1:
@@ -491,17 +521,100 @@ class Lowering:
                             items.append(ds(Index(start.idx), size))
                             continue
                     if not isinstance(start, (int, np.integer)):
-                        raise Unsupported("a load or store at an offset computed from values on the device")
+                        if not (dynamic and last and offsets is None):
+                            raise Unsupported(device)
+                        offsets = _Offsets(pos, start, n - size + 1, lambda k, size=size: slice(k, k + size))
+                        items.append(None)
+                        continue
                     items.append(slice(None) if (int(start), size) == (0, n) else slice(int(start), int(start) + size))
                 elif isinstance(item, _Expr) and not item.ins and item.shape == () and item.idx is not None:
                     try:
                         items.append(int(item.idx))
                     except ValueError:
                         items.append(Index(item.idx))
+                elif dynamic and last and offsets is None and getattr(item, "shape", None) == ():
+                    offsets = _Offsets(pos, item, n, lambda k: k)
+                    items.append(None)
                 else:
-                    raise Unsupported("a load or store at an offset computed from values on the device")
+                    raise Unsupported(device)
+            if offsets is not None:
+                return v, items, offsets
             v = v._view(tuple(items))
         return v
+
+    def at_offsets(self, base, items, offsets):
+        """A load or store at an offset computed on the device: the offset
+        in an s32 buffer, and the view at each offset it may take; a switch
+        on it clamps, as JAX clamps a dynamic slice into its operand."""
+        if offsets.count > MAX_OFFSETS:
+            raise Unsupported(f"a load or store at one of {offsets.count} offsets computed on the device (at most {MAX_OFFSETS})")
+        if offsets.count < 1:
+            raise Unsupported("a slice larger than its operand")
+        index = self.written(offsets.index, (), np.int32)
+        views = []
+        for k in range(offsets.count):
+            its = list(items)
+            its[offsets.pos] = offsets.item(k)
+            views.append(base._view(tuple(its)))
+        return index, views
+
+    def switch_on(self, index, views, each):
+        """A switch on `index` whose branch k runs each(views[k])."""
+        blocks = [self.t.region(f"branches/{k}", lambda v=v: each(v)) for k, v in enumerate(views)]
+        self.t.emit({"op": "switch", "index": index.text, "branches": blocks}, reads=[index])
+
+    def load_at(self, base, items, offsets):
+        index, views = self.at_offsets(base, items, offsets)
+        out = self.scratch(views[0].shape, views[0].dtype)
+        self.switch_on(index, views, lambda v: self.store(v, out))
+        return out
+
+    def store_at(self, base, items, offsets, value, old=False):
+        """Stores `value` at the offset; with `old`, returns what was there."""
+        index, views = self.at_offsets(base, items, offsets)
+        value = self.written(value, views[0].shape, views[0].dtype)
+        kept = self.scratch(views[0].shape, views[0].dtype) if old else None
+
+        def each(v):
+            if kept is not None:
+                self.store(v, kept)
+            self.store(value, v)
+
+        self.switch_on(index, views, each)
+        return kept
+
+    def dynamic_slice(self, name, ins, p, aval):
+        """lax.dynamic_slice and dynamic_update_slice (x[i] with i traced):
+        each start is clamped so that the slice fits, as JAX does; one
+        computed on the device is a switch over its offsets."""
+        update = name == "dynamic_update_slice"
+        operand = self.written(ins[0])
+        starts = ins[2:] if update else ins[1:]
+        sizes = ins[1].shape if update else tuple(p["slice_sizes"])
+        items, offsets = [], None
+        for pos, (start, size, n) in enumerate(zip(starts, sizes, operand.shape)):
+            static = start.idx if isinstance(start, _Expr) and not start.ins else None
+            try:
+                k = min(max(int(static), 0), n - size)
+                items.append(slice(None) if (k, size) == (0, n) else slice(k, k + size))
+                continue
+            except (TypeError, ValueError):
+                pass
+            if offsets is not None:
+                raise Unsupported(f"{name} at offsets computed on the device along two dimensions")
+            offsets = _Offsets(pos, start, n - size + 1, lambda k, size=size: slice(k, k + size))
+            items.append(None)
+        if not update:
+            if offsets is None:
+                return operand._view(tuple(items))
+            return self.load_at(operand, items, offsets)
+        out = self.scratch(aval.shape, aval.dtype)
+        self.store(operand, out)
+        if offsets is None:
+            self.store(ins[1], out._view(tuple(items)))
+        else:
+            self.store_at(out, items, offsets, ins[1])
+        return out
 
     # ---- non-elementwise
     def dot(self, ins, p, aval):
