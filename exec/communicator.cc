@@ -141,8 +141,10 @@ class InProcess final : public RendezvousCommunicator {
     std::sort(peers.begin(), peers.end());
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     std::vector<uint8_t> mine;
+    std::vector<size_t> expected;  // each call's source bytes, alike on every member (their signatures match)
     {
       std::lock_guard<std::mutex> l(staged_mu_);
+      for (const auto& b : staged_.at(launch.begin()->second)) expected.push_back(b.size());
       put<uint32_t>(mine, static_cast<uint32_t>(launch.size()));
       for (const auto& [r, calls] : launch) {
         put<int32_t>(mine, r);
@@ -187,6 +189,9 @@ class InProcess final : public RendezvousCommunicator {
                                      "} issue different collectives: rank " + std::to_string(launch.begin()->first) + " " + ref.front().id + " " +
                                      ref.front().signature + ", rank " + std::to_string(r) + " " + id + " " + signature);
           const auto bytes = in.get<uint64_t>();
+          if (bytes != expected[i])
+            throw std::runtime_error("rank " + std::to_string(r) + " sent " + std::to_string(bytes) + " bytes for " + ref[i].id + ", where " +
+                                     std::to_string(expected[i]) + " were due (a process of another build, or a corrupted message)");
           const uint8_t* p = in.take(bytes);
           sources.emplace_back(p, p + bytes);
         }

@@ -56,6 +56,22 @@ RankBlock rank_block(int64_t ranks, int index, int count) {
   return {n * index, n};
 }
 
+uint64_t fingerprint(std::string_view bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool same_on_every_process(Processes& procs, uint64_t value) {
+  // Each 32-bit half is exact in a double: all equal when the largest and
+  // the smallest (the largest of the negated) agree.
+  for (int shift : {0, 32}) {
+    const double half = static_cast<double>((value >> shift) & 0xffffffffu);
+    if (procs.max(half) != -procs.max(-half)) return false;
+  }
+  return true;
+}
+
 uint64_t launch_key(const std::vector<int>& members, int64_t seq) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) {

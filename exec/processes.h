@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -92,6 +93,13 @@ struct ProcessFailure : std::runtime_error {
 // process. Throws ThunkyError where the launch has several processes and
 // this build has no MPI, or MPI cannot start.
 std::unique_ptr<Processes> start_processes();
+
+// Whether every process passed the same `value` (a schedule's
+// fingerprint): through max(), so within the processes' timeout.
+bool same_on_every_process(Processes& procs, uint64_t value);
+
+// A fingerprint of `bytes` (FNV-1a, 64 bits).
+uint64_t fingerprint(std::string_view bytes);
 
 // Whether this build can run across processes (built with MPI).
 bool processes_supported();

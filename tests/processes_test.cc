@@ -41,10 +41,11 @@ class Processes : public ::testing::Test {
   // Under AddressSanitizer, without its leak check: Open MPI keeps its
   // allocations (in components it has unloaded) until exit. The same code
   // in one process is leak-checked by the other tests.
-  static Result mpirun(int n, const std::string& args, const std::string& env = "") {
+  // `program` is thunky-exec unless a test gives its own command line.
+  static Result mpirun(int n, const std::string& args, const std::string& env = "", const std::string& program = THUNKY_EXEC_BIN) {
     const char* asan = std::getenv("ASAN_OPTIONS");
     const std::string no_leaks = asan ? std::string(" ASAN_OPTIONS=") + asan + ":detect_leaks=0" : "";
-    return run_tool(env + no_leaks + " mpirun --oversubscribe -np " + std::to_string(n) + " " THUNKY_EXEC_BIN, args);
+    return run_tool(env + no_leaks + " mpirun --oversubscribe -np " + std::to_string(n) + " " + program, args);
   }
   // Whether a thunky-exec of this test still runs (zombies aside): its
   // arguments name this test's own directory.
@@ -167,6 +168,22 @@ TEST_F(Processes, DifferentCollectivesInTwoProcessesAreADeadlockNotAHang) {
   const Result r = mpirun(2, sched.string() + " --timeout 20");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.err.find("issue different collectives"), std::string::npos) << r.err;
+}
+
+TEST_F(Processes, ProcessesThatLoadDifferentSchedulesAreRefusedBeforeTheRun) {
+  // Process k runs s<k>.json: the two differ in their description only, so
+  // both load and validate, and every process refuses (exit 2) at once
+  // rather than waiting in collectives until its timeout.
+  std::ifstream in(fs::path(THUNKY_SOURCE_DIR) / "examples/sum_across_gpus.json");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(dir_ / "s0.json") << text;
+  std::ofstream(dir_ / "s1.json") << text.replace(text.find("rank d holds"), 12, "rank d keeps");
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = mpirun(2, "", "", "sh -c 'exec " THUNKY_EXEC_BIN " " + (dir_ / "s$OMPI_COMM_WORLD_RANK.json").string() + " --timeout 60'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30) << r.err;
+  for (const char* f : {"s0.json", "s1.json"})
+    EXPECT_NE(r.err.find(std::string(f) + ":/: the processes loaded different schedules"), std::string::npos) << r.err;
 }
 
 }  // namespace

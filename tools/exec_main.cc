@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -255,6 +256,16 @@ int run_main(int argc, char** argv) {
       return stop((std::cerr << "thunky-exec: --backend " + o.backend + " runs in one process for now; across processes, use --backend cpu\n", 2));
     if (o.timeout_s <= 0) o.timeout_s = kDefaultProcessTimeoutS;
     procs->timeout_s = o.timeout_s;
+    // Every process must run the same schedule: a node with another copy
+    // of the file would otherwise wait in collectives the others never issue.
+    std::ifstream in(o.schedule, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try {
+      if (!thunky::same_on_every_process(*procs, thunky::fingerprint(text)))
+        return stop((std::cerr << o.schedule + ":/: the processes loaded different schedules (this file differs between them): every process must run the same file\n", 2));
+    } catch (const std::exception& e) {
+      return stop((std::cerr << "thunky-exec: " + std::string(e.what()) + "\n", 3));
+    }
   }
   if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, inputs_of(*prog))) return stop(*code);
   auto backend = thunky::make_backend(o.backend);
