@@ -114,7 +114,7 @@ class InProcess final : public RendezvousCommunicator {
         std::vector<const uint8_t*> src(mine.ranks.size());
         for (size_t p = 0; p < mine.ranks.size(); ++p) {
           const int q = mine.ranks[p];
-          src[p] = is_local(q) ? staged_.at(launch.at(q))[i].data() : remote_.at(&launch).at(q)[i].data();
+          src[p] = is_local(q) ? staged_.at(launch.at(q))[i].data() : remote_.at(&launch).sources.at(q)[i];
         }
         collective_result(mine, src, mine.dst);
         if (same_for_all) computed[mine.ranks] = &mine;
@@ -140,11 +140,18 @@ class InProcess final : public RendezvousCommunicator {
       if (!is_local(m)) peers.push_back(process_of(m, cross_->ranks, cross_->processes->place().count));
     std::sort(peers.begin(), peers.end());
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    const uint64_t exchange_key = launch_key(key, seq);
     std::vector<uint8_t> mine;
     std::vector<size_t> expected;  // each call's source bytes, alike on every member (their signatures match)
     {
       std::lock_guard<std::mutex> l(staged_mu_);
       for (const auto& b : staged_.at(launch.begin()->second)) expected.push_back(b.size());
+      size_t size = sizeof exchange_key + sizeof(uint32_t);  // sized first: one allocation, no regrowth
+      for (const auto& [r, calls] : launch)
+        for (size_t i = 0; i < calls->size(); ++i)
+          size += 2 * sizeof(uint32_t) + 3 * sizeof(uint64_t) + (*calls)[i].signature.size() + (*calls)[i].id.size() + expected[i];
+      mine.reserve(size);
+      put<uint64_t>(mine, exchange_key);
       put<uint32_t>(mine, static_cast<uint32_t>(launch.size()));
       for (const auto& [r, calls] : launch) {
         put<int32_t>(mine, r);
@@ -164,7 +171,7 @@ class InProcess final : public RendezvousCommunicator {
     };
     std::vector<std::vector<uint8_t>> got;
     try {
-      got = cross_->processes->exchange(launch_key(key, seq), mine, peers, cross_->timeout_s, poll);
+      got = cross_->processes->exchange(exchange_key, mine, peers, cross_->timeout_s, poll);
     } catch (const ProcessTimeout& e) {
       // Which ranks it waits for: the members the silent processes run.
       std::vector<int> silent;
@@ -173,9 +180,9 @@ class InProcess final : public RendezvousCommunicator {
       throw ProcessTimeout(std::string(e.what()) + " (it runs rank" + (silent.size() > 1 ? "s " : " ") + list(silent) + ")", e.missing);
     }
     const auto& ref = *launch.begin()->second;
-    std::map<int, std::vector<std::vector<uint8_t>>> theirs;
+    std::map<int, std::vector<const uint8_t*>> theirs;  // into the messages, kept until move()
     for (const auto& message : got) {
-      Reader in{message};
+      Reader in{message, sizeof exchange_key};
       for (uint32_t n = in.get<uint32_t>(); n > 0; --n) {
         const int r = in.get<int32_t>();
         const uint32_t calls = in.get<uint32_t>();
@@ -192,20 +199,24 @@ class InProcess final : public RendezvousCommunicator {
           if (bytes != expected[i])
             throw std::runtime_error("rank " + std::to_string(r) + " sent " + std::to_string(bytes) + " bytes for " + ref[i].id + ", where " +
                                      std::to_string(expected[i]) + " were due (a process of another build, or a corrupted message)");
-          const uint8_t* p = in.take(bytes);
-          sources.emplace_back(p, p + bytes);
+          sources.push_back(in.take(bytes));
         }
       }
     }
     std::lock_guard<std::mutex> l(staged_mu_);
-    remote_[&launch] = std::move(theirs);
+    remote_[&launch] = Remote{std::move(got), std::move(theirs)};
   }
 
  private:
   StagingPool& pool_;
   std::optional<CrossProcess> cross_;
-  // The sources of other processes' members, by launch and rank.
-  std::map<const Launch*, std::map<int, std::vector<std::vector<uint8_t>>>> remote_;
+  // The sources of other processes' members, by launch: the messages that
+  // brought them, and by rank, where each call's source is in them.
+  struct Remote {
+    std::vector<std::vector<uint8_t>> messages;
+    std::map<int, std::vector<const uint8_t*>> sources;
+  };
+  std::map<const Launch*, Remote> remote_;
   std::mutex staged_mu_;
   // By the issuing thread's group (a rank's streams are threads of their
   // own, so one rank may be in several launches at once).

@@ -43,17 +43,16 @@ class MpiProcesses final : public Processes {
   std::vector<std::vector<uint8_t>> exchange(uint64_t key, const std::vector<uint8_t>& mine, const std::vector<int>& peers, double timeout_s,
                                              const std::function<void()>& poll) override {
     const int tag = kFirstExchangeTag + static_cast<int>(key % static_cast<uint64_t>(tag_ub_ - kFirstExchangeTag));
-    std::vector<uint8_t> framed(sizeof key + mine.size());
-    std::memcpy(framed.data(), &key, sizeof key);
-    if (!mine.empty()) std::memcpy(framed.data() + sizeof key, mine.data(), mine.size());
-    std::vector<std::vector<uint8_t>> got = transfer(tag, framed, peers, peers, timeout_s, poll);
-    for (size_t i = 0; i < got.size(); ++i) {
-      uint64_t theirs = 0;
-      if (got[i].size() < sizeof theirs || (std::memcpy(&theirs, got[i].data(), sizeof theirs), theirs != key))
+    auto begins_with_key = [&](const std::vector<uint8_t>& m) {
+      uint64_t k = 0;
+      return m.size() >= sizeof k && (std::memcpy(&k, m.data(), sizeof k), k == key);
+    };
+    if (!begins_with_key(mine)) throw std::logic_error("Processes::exchange: a message must begin with its key");
+    std::vector<std::vector<uint8_t>> got = transfer(tag, mine, peers, peers, timeout_s, poll);
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!begins_with_key(got[i]))
         throw std::runtime_error("process " + std::to_string(peers[i]) + " sent the data of another collective under the same MPI tag " +
                                  std::to_string(tag) + " (two collectives in flight whose keys collide): rerun, or report the schedule");
-      got[i].erase(got[i].begin(), got[i].begin() + sizeof key);
-    }
     return got;
   }
 

@@ -59,7 +59,9 @@ class Processes {
   virtual const ProcessPlace& place() const = 0;
   // Sends `mine` to each of `peers` (process indices, not this one) and
   // returns theirs, by peer, in the order of `peers`. `key` names the
-  // exchange (a collective's launch): every peer passes the same one.
+  // exchange (a collective's launch): every peer passes the same one, and
+  // every message begins with it (8 bytes, put there by the caller: no
+  // copy of a large message is made to frame it), which exchange checks.
   // Waits at most `timeout_s` (0: no limit); while waiting calls `poll`,
   // which may throw to stop. Throws ProcessTimeout naming the peers not
   // heard from, or a ProcessFailure another process sent.
