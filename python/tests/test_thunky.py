@@ -255,6 +255,8 @@ def test_the_readme_tour_prints_what_the_readme_says():
     # Rank r's pair [2r, 2r + 1] goes to rank r + 1: rank 0 gets rank 3's [6, 7].
     assert lines[1] == "[6. 7. 0. 1. 2. 3. 4. 5.]"
     assert lines[2].startswith("predicted ") and "on h100-8gpu, measured" in lines[2]
+    # tanh(x @ w + b) through call_jax: one GEMM and one map for the bias and the tanh.
+    assert lines[3] == "['gemm', 'map']"
 
 
 def test_a_run_past_its_timeout_and_an_unknown_dtype_are_clear_errors():
