@@ -205,6 +205,48 @@ struct TempDir {
   }
 };
 
+TEST(CheckCli, ValidRacyAndBadSchedulesGiveExitCodes0To2AndTheirDiagnostics) {
+  TempDir d("check");
+  // Rank 1's view a[ds(3, 2)] runs past a's 4 elements; rank 0's fits.
+  const std::string oob = d.write("oob.json", R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [2]},
+    "buffers": {"a": {"shape": [4], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "memset", "dst": "a[ds(x * 3, 2)]", "value": 1}]})");
+  const std::string valid = kSrc + "/examples/ring_collective_matmul_n4.json";
+  const std::string racy = kSrc + "/examples/bidirectional_ring_collective_matmul_n4_literal.json";
+  const auto check = [](const std::string& args) { return run_tool(THUNKY_CHECK_BIN, args); };
+  Result r = check(valid);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, valid + ": valid on every one of its 4 ranks: no race, no deadlock\n");
+  r = check(racy);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(racy + ":/program/4/body/0: race on buffer 'pair0'"), std::string::npos) << r.err;
+  // The worst of the files: bad input (2) over a race (1).
+  r = check(valid + " " + racy + " " + oob + " --json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  const auto found = nlohmann::json::parse(r.out);
+  ASSERT_EQ(found.size(), 2u) << r.out;  // the valid file adds nothing
+  EXPECT_EQ(found[0]["file"], racy);
+  EXPECT_EQ(found[0]["pointer"], "/program/4/body/0");
+  EXPECT_EQ(found[0]["kind"], "schedule");
+  EXPECT_TRUE(found[0]["rank"].is_null());  // every rank races
+  EXPECT_EQ(found[1]["file"], oob);
+  EXPECT_EQ(found[1]["pointer"], "/program/0/dst");
+  EXPECT_EQ(found[1]["kind"], "input");
+  EXPECT_EQ(found[1]["rank"], 1);
+  // --check on thunky-sim (no machine model needed) and thunky-exec: the
+  // same line and codes, and nothing simulated or run.
+  r = sim(valid + " --check --report " + (d.path / "r.json").string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, valid + ": valid on every one of its 4 ranks: no race, no deadlock\n");
+  EXPECT_FALSE(fs::exists(d.path / "r.json"));
+  r = run(oob + " --check");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("oob.json:/program/0/dst: "), std::string::npos) << r.err;
+  EXPECT_EQ(run(racy + " --check").code, 1);
+}
+
+
 const std::string kOneOutput = R"({"format": "thunky.sched/1", "buffers": {
     "src": {"shape": [4], "dtype": "f32", "role": "input", "init": {"kind": "iota"}},
     "NAME": {"shape": [4], "dtype": "f32", "role": "output"}},

@@ -34,6 +34,13 @@ inline std::optional<int> parse(CLI::App& app, const std::string& tool, int argc
   return std::nullopt;
 }
 
+// What a check that passed prints (thunky-check, and --check on
+// thunky-sim and thunky-exec): every rank was checked, with no race and
+// no deadlock, and nothing ran.
+inline std::string valid_line(const std::string& schedule, int64_t ranks) {
+  return schedule + ": valid on every one of its " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + ": no race, no deadlock\n";
+}
+
 // "0,1,2" as integers from 0 to 1023; nullopt on anything else.
 inline std::optional<std::vector<int>> parse_int_list(const std::string& text) {
   std::vector<int> out;

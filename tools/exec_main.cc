@@ -50,7 +50,7 @@ struct Options {
   int iters = 1;
   std::string report, trace, trace_ranks, dump, svg;
   int64_t max_trip_count = 1'000'000;
-  bool graph = false;
+  bool graph = false, check = false;
   std::string devices;
   double timeout_s = 0;
   int host_cores = 0;
@@ -205,6 +205,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
+  app.add_flag("--check", o.check, "only validate the schedule for every rank (races, deadlocks), as thunky-check: nothing runs");
   app.add_flag("--graph", o.graph, "cuda: capture the whole schedule into one CUDA graph (eager, with the reason on stderr, where it cannot)");
   app.add_option("--devices", o.devices, "cuda: GPUs by rank, e.g. 0,1,2,3 (one per rank) or 0 (every rank on GPU 0)");
   app.add_option("--timeout", o.timeout_s, "cuda, or across processes: abort a collective that takes longer than this many seconds (exit 3; across processes 300 by default)")->check(CLI::Range(0.0, 1e6));
@@ -212,6 +213,11 @@ int run_main(int argc, char** argv) {
                  "cpu: the cores compute commands run on, one each, first come first served (default: this process's, from its affinity mask and cgroup quota)")
       ->check(CLI::Range(1, 1024));
   if (auto code = thunky::cli::parse(app, "thunky-exec", argc, argv)) return *code;
+  if (o.check) {  // before any launcher or device: nothing runs
+    auto prog = thunky::load_schedule_file(o.schedule);
+    if (!prog) return fail(prog.errors(), prog.exit_code());
+    return std::cout << thunky::cli::valid_line(o.schedule, prog->mesh.size()), 0;
+  }
   if (o.backend == "cuda") hand_cuda_run_over(argv);
   // Launched by mpirun or srun: this process's place, and MPI.
   std::unique_ptr<thunky::Processes> procs;

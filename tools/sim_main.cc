@@ -41,9 +41,12 @@ int run_main(int argc, char** argv) {
   int64_t max_records = thunky::sim::SimOptions{}.max_records;
   app.add_option("--max-records", max_records, "the most commands (loop trips times commands, on every rank simulated) kept for --report, --trace and --svg (default 4194304, about 450 bytes each)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  bool check = false;
+  app.add_flag("--check", check, "only validate the schedule for every rank (races, deadlocks), as thunky-check: no machine model is needed, nothing is simulated");
   if (auto code = thunky::cli::parse(app, "thunky-sim", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
+  if (check) return std::cout << thunky::cli::valid_line(schedule, prog->mesh.size()), 0;
   if (machine.empty()) machine = prog->machine;
   if (machine.empty()) {
     std::cerr << schedule << ":/machine: no machine model: pass --machine NAME (see models/) or set \"machine\" in the schedule\n";
@@ -56,7 +59,11 @@ int run_main(int argc, char** argv) {
   // Without output files only the table is printed: each rank's statistics
   // are gathered as the simulation runs instead of its every op.
   const bool timelines = !report.empty() || !trace.empty() || !svg.empty();
-  thunky::sim::SimOptions options{!every_rank, timelines, max_trip_count, max_records};
+  thunky::sim::SimOptions options;
+  options.fold_symmetric_ranks = !every_rank;
+  options.timelines = timelines;
+  options.max_trip_count = max_trip_count;
+  options.max_records = max_records;
   options.progress = thunky::cli::print_progress("thunky-sim", "simulated");
   auto r = thunky::predict(*prog, *m, options);
   if (!r) return fail(r.errors(), r.exit_code());
