@@ -27,7 +27,7 @@ std::string big_schedule(int64_t commands, int64_t ranks) {
   int64_t step = 0;
   while (static_cast<int64_t>(prog.size()) + 4 <= commands) {
     std::string buf = step % 2 ? "r1" : "r0";
-    std::string tok = "t" + std::to_string(step);
+    std::string tok = std::string("t").append(std::to_string(step));  // (GCC 12 warns falsely on "t" + std::string)
     prog.push_back({{"op", "async_start"}, {"token", tok}, {"stream", {{"kind", "communication"}, {"id", 0}}},
                     {"body", {{{"op", "collective_permute"}, {"src", "a"}, {"dst", buf}, {"axis", "x"}, {"shift", 1}}}}});
     prog.push_back({{"op", "async_done"}, {"token", tok}});

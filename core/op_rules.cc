@@ -126,6 +126,8 @@ void check_reduce(const Program& p, const Command& c, const View& in, const View
       throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(p, in));
     if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
   }
+  if (!reduction_takes_integers(c.rare().reduction) && (!is_float(p.buffers[in.buffer].dtype) || !is_float(p.buffers[out.buffer].dtype)))
+    throw ThunkyError(c.pointer + "/fn", "reduce with mean needs float in and out: in is " + view_str(p, in) + ", out " + view_str(p, out) + " (use sum, and divide)");
   if (c.rare().arg) {
     const char* fn = c.rare().reduction == Reduction::max ? "argmax" : "argmin";
     if (axes.size() != 1) throw ThunkyError(c.pointer + "/axes", std::string(fn) + " reduces exactly one axis, not " + std::to_string(axes.size()));
@@ -167,6 +169,8 @@ void check_collective(const Program& p, const Command& c, const View& src, const
   auto mismatch = [&](const std::string& rule) {
     throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(p, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(p, dst) + " (" + std::to_string(dc) + " elements)");
   };
+  if ((c.op == Op::all_reduce || c.op == Op::reduce_scatter) && !reduction_takes_integers(c.rare().reduction) && !is_float(sb.dtype))
+    throw ThunkyError(c.pointer + "/reduction", std::string(op_name(c.op)) + " with mean needs a float dtype: src is " + view_str(p, src) + " (use sum, and divide)");
   if (c.op == Op::all_gather && dc != n * sc) mismatch("dst to hold n x src elements");
   if (c.op == Op::reduce_scatter && sc != n * dc) mismatch("src to hold n x dst elements");
   if ((c.op == Op::all_reduce || c.op == Op::collective_permute) && sc != dc) mismatch("src and dst of equal element counts");

@@ -281,7 +281,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   auto reduction = [&](const char* key, bool required) {
     const std::string name = required ? o.str(key) : o.str_or(key, "sum");
     const auto r = parse_reduction(name);
-    if (!r) fail(o.at(key), "unknown reduction '" + name + (std::string_view(key) == "fn" ? "' (expected sum, prod, min, max, argmax or argmin)" : "' (expected sum, prod, min or max)"));
+    if (!r) fail(o.at(key), "unknown reduction '" + name + (std::string_view(key) == "fn" ? "' (expected sum, prod, min, max, mean, argmax or argmin)" : "' (expected sum, prod, min, max or mean)"));
     if (*r != Reduction::sum) c.set_rare().reduction = *r;
   };
   auto map_body = [&](Obj& mo, Command& m) {
@@ -527,19 +527,21 @@ std::string_view reduction_name(Reduction r) {
     case Reduction::prod: return "prod";
     case Reduction::min: return "min";
     case Reduction::max: return "max";
+    case Reduction::mean: return "mean";
   }
   return "";
 }
 
 std::optional<Reduction> parse_reduction(std::string_view name) {
-  for (Reduction r : {Reduction::sum, Reduction::prod, Reduction::min, Reduction::max})
+  for (Reduction r : {Reduction::sum, Reduction::prod, Reduction::min, Reduction::max, Reduction::mean})
     if (reduction_name(r) == name) return r;
   return std::nullopt;
 }
 
 double reduction_identity(Reduction r) {
   switch (r) {
-    case Reduction::sum: return 0.0;
+    case Reduction::sum:
+    case Reduction::mean: return 0.0;
     case Reduction::prod: return 1.0;
     case Reduction::min: return INFINITY;
     case Reduction::max: return -INFINITY;
@@ -549,7 +551,8 @@ double reduction_identity(Reduction r) {
 
 double reduce_values(Reduction r, double a, double b) {
   switch (r) {
-    case Reduction::sum: return a + b;
+    case Reduction::sum:
+    case Reduction::mean: return a + b;
     case Reduction::prod: return a * b;
     case Reduction::min: return std::fmin(a, b);
     case Reduction::max: return std::fmax(a, b);
@@ -564,10 +567,15 @@ bool arg_beats(Reduction r, double v, double best) {
     case Reduction::max: return v > best;
     case Reduction::min: return v < best;
     case Reduction::sum:
-    case Reduction::prod: return false;
+    case Reduction::prod:
+    case Reduction::mean: return false;
   }
   return false;
 }
+
+double reduction_finish(Reduction r, double acc, int64_t n) { return r == Reduction::mean ? acc / static_cast<double>(n) : acc; }
+
+bool reduction_takes_integers(Reduction r) { return r != Reduction::mean; }
 
 namespace {
 Program read_program(Value doc, const std::string& file) {

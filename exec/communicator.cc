@@ -33,7 +33,7 @@ void reduce_into(const CollectiveCall& c, const std::vector<const uint8_t*>& src
   for (int64_t i = 0; i < count; ++i) {
     double acc = load_as_double(src[0], c.dtype, offset + i);
     for (size_t p = 1; p < src.size(); ++p) acc = reduce_values(c.reduction, acc, load_as_double(src[p], c.dtype, offset + i));
-    store_from_double(dst, c.dtype, i, acc);
+    store_from_double(dst, c.dtype, i, reduction_finish(c.reduction, acc, static_cast<int64_t>(src.size())));
   }
 }
 

@@ -80,6 +80,36 @@ TEST(CpuBackend, AxisIndexGroups) {
   EXPECT_EQ(values(p, r, "o", 3), (std::vector<double>{5, 5}));
 }
 
+TEST(CpuBackend, MeanAveragesInReduceAllReduceAndReduceScatter) {
+  // Three ranks hold a = [x, 2x + 1] (x the axis index): the all_reduce
+  // mean is [(0 + 1 + 2) / 3, (1 + 3 + 5) / 3] = [1, 3]; the reduce_scatter
+  // of s = [x, x, x] gives each rank one element of the mean, 1. The reduce
+  // of m [2, 3] = 1 2 4 / 8 16 32 over axis 1 gives [7/3, 56/3] as f32.
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [3]})",
+                                 R"("i": {"shape": [2], "dtype": "f32", "role": "input", "init": {"kind": "axis_index", "axis": "x"}},
+                                    "a": {"shape": [2], "dtype": "f32", "role": "output"}, "o": {"shape": [2], "dtype": "f32", "role": "output"},
+                                    "s": {"shape": [3], "dtype": "f32", "role": "input", "init": {"kind": "axis_index", "axis": "x"}},
+                                    "e": {"shape": [1], "dtype": "f32", "role": "output"},
+                                    "m": {"shape": [2, 3], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [[1, 2, 4], [8, 16, 32]]}},
+                                    "r": {"shape": [2], "dtype": "f32", "role": "output"})",
+                                 R"([{"op": "copy", "src": "i", "dst": "a"}, {"op": "map", "out": "a[1:2]", "expr": "2 * x + 1", "in": {"x": "i[1:2]"}},
+                                     {"op": "all_reduce", "src": "a", "dst": "o", "axis": "x", "reduction": "mean"},
+                                     {"op": "reduce_scatter", "src": "s", "dst": "e", "axis": "x", "reduction": "mean"},
+                                     {"op": "reduce", "in": "m", "out": "r", "fn": "mean", "axes": [1]}])"));
+  ExecResult r = run_cpu(p);
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(values(p, r, "o", rank), (std::vector<double>{1, 3})) << rank;
+    EXPECT_EQ(values(p, r, "e", rank), (std::vector<double>{1})) << rank;
+  }
+  EXPECT_EQ(values(p, r, "r"), (std::vector<double>{static_cast<float>(7.0 / 3), static_cast<float>(56.0 / 3)}));
+  // Integers have no mean in thunky: refused at load, at the field.
+  auto bad = load_schedule_text(mesh_sched(R"({"axis_names": ["x"], "shape": [2]})", R"("a": {"shape": [2], "dtype": "s32", "role": "output"})",
+                                           R"([{"op": "all_reduce", "src": "a", "dst": "a", "axis": "x", "reduction": "mean"}])"),
+                                "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.errors()[0].str(), "bad.json:/program/0/reduction: all_reduce with mean needs a float dtype: src is s32[2] (use sum, and divide)");
+}
+
 TEST(CpuBackend, GroupOfShiftsOverTwoAxesJoinsEveryRankItConnects) {
   // Mesh x=2, y=2 (rank = 2x + y); rank r holds [r]. The group shifts along
   // x (b) and along y (c): rank 0 receives b from rank 2 (x-1 mod 2 = 1)
@@ -240,7 +270,7 @@ TEST(CpuBackend, ArgmaxAndArgminGiveTheFirstExtremeAndTheFirstNan) {
   EXPECT_EQ(refused(R"("fn": "argmax", "axes": [0, 1], "out": "one")", "[2, 4]"), "bad.json:/program/0/axes: argmax reduces exactly one axis, not 2");
   EXPECT_EQ(refused(R"("fn": "argmin", "axes": [1], "out": "f")", "[2, 4]"), "bad.json:/program/0/out: argmin writes indices: out must be s32 or s64, not f32[2]");
   EXPECT_EQ(refused(R"("fn": "argmax", "axes": [1], "out": "i")", "[2, 0]"), "bad.json:/program/0/axes: argmax over an axis of 0 elements has no index to give");
-  EXPECT_NE(refused(R"("fn": "argmedian", "axes": [1], "out": "i")", "[2, 4]").find("bad.json:/program/0/fn: unknown reduction 'argmedian' (expected sum, prod, min, max, argmax or argmin)"), std::string::npos);
+  EXPECT_NE(refused(R"("fn": "argmedian", "axes": [1], "out": "i")", "[2, 4]").find("bad.json:/program/0/fn: unknown reduction 'argmedian' (expected sum, prod, min, max, mean, argmax or argmin)"), std::string::npos);
 }
 
 TEST(CpuBackend, MemsetWritesNanInfinitiesAndAny32BitPattern) {

@@ -354,7 +354,8 @@ void reduce(const Tensor& in, const std::vector<int64_t>& axes_in, Reduction fn,
       idx[d] = 0;
     }
   }
-  for (int64_t i = 0; i < on; ++i) store_from_double(out.data, out.dtype, i, acc[i]);
+  const int64_t folded = on == 0 ? 0 : n / on;  // values folded into each out element
+  for (int64_t i = 0; i < on; ++i) store_from_double(out.data, out.dtype, i, reduction_finish(fn, acc[i], folded));
 }
 
 void arg_reduce(const Tensor& in, int64_t axis, Reduction fn, const Tensor& out) {

@@ -15,7 +15,8 @@ namespace {
 // value; v, the next one).
 std::string reduction_init(Reduction r) {
   switch (r) {
-    case Reduction::sum: return "0.0";
+    case Reduction::sum:
+    case Reduction::mean: return "0.0";
     case Reduction::prod: return "1.0";
     case Reduction::min: return "THUNKY_INF";
     case Reduction::max: return "(-THUNKY_INF)";
@@ -24,7 +25,8 @@ std::string reduction_init(Reduction r) {
 }
 std::string reduction_step(Reduction r) {
   switch (r) {
-    case Reduction::sum: return "acc + v";
+    case Reduction::sum:
+    case Reduction::mean: return "acc + v";
     case Reduction::prod: return "acc * v";
     case Reduction::min: return "fmin(acc, v)";
     case Reduction::max: return "fmax(acc, v)";
@@ -342,7 +344,7 @@ KernelSource reduce_kernel(DType in, DType out, Reduction fn, bool arg) {
     << "        if (!p.reduced[d]) continue;\n"
     << "        if (++idx[d] < p.shape[d]) break;\n"
     << "        idx[d] = 0;\n      }\n    }\n"
-    << "    st_" << tname(out) << "(p.out, o, " << (arg ? "(double)at" : "acc") << ");\n  }\n}\n";
+    << "    st_" << tname(out) << "(p.out, o, " << (arg ? "(double)at" : fn == Reduction::mean ? "acc / (double)inner" : "acc") << ");\n  }\n}\n";
   return {"thunky_reduce", s.str()};
 }
 
@@ -408,7 +410,7 @@ KernelSource combine_kernel(DType t, Reduction reduction) {
     << "    for (i64_t j = 1; j < p.k; ++j) {\n"
     << "      const double v = ld_" << n << "(p.src[j], p.offset + i);\n"
     << "      acc = " << step << ";\n    }\n"
-    << "    st_" << n << "(p.out, i, acc);\n  }\n}\n";
+    << "    st_" << n << "(p.out, i, " << (reduction == Reduction::mean ? "acc / (double)p.k" : "acc") << ");\n  }\n}\n";
   return {"thunky_combine", s.str()};
 }
 

@@ -350,7 +350,7 @@ TEST(GeneratedKernels, ReduceAccumulatesInTheCpuBackendsOrder) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<double>(i)) * 100;
   auto in = typed(DType::f32, v);
   cpu::Tensor t{in.data(), DType::f32, {3, 4, 5}};
-  for (const std::string fn : {"sum", "max", "min", "prod"}) {
+  for (const std::string fn : {"sum", "max", "min", "prod", "mean"}) {
     for (const auto& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
       SCOPED_TRACE(fn + " over " + std::to_string(axes.size()) + " axes");
       const int64_t out_n = axes.size() == 1 ? 15 : 4;
@@ -399,7 +399,7 @@ TEST(GeneratedKernels, CollectiveReductionFoldsLeftLikeTheCpuCommunicator) {
     for (int i = 0; i < 8; ++i) v[static_cast<size_t>(i)] = 0.1 * (r + 1) * (i + 1) + 1000 * r;
     src.push_back(typed(DType::f16, v));
   }
-  for (const std::string red : {"sum", "prod", "max"}) {
+  for (const std::string red : {"sum", "prod", "max", "mean"}) {
     std::vector<uint8_t> got(4 * 2);
     HostKernel k(combine_kernel(DType::f16, *parse_reduction(red)));
     k.call<(4 + kMaxCombine) * 8>(combine_params(got.data(), 4, 2, {src[0].data(), src[1].data(), src[2].data()}));
@@ -408,8 +408,9 @@ TEST(GeneratedKernels, CollectiveReductionFoldsLeftLikeTheCpuCommunicator) {
       double acc = load_as_double(src[0].data(), DType::f16, static_cast<size_t>(2 + i));
       for (int p = 1; p < 3; ++p) {
         const double v = load_as_double(src[static_cast<size_t>(p)].data(), DType::f16, static_cast<size_t>(2 + i));
-        acc = red == "sum" ? acc + v : red == "prod" ? acc * v : std::fmax(acc, v);
+        acc = red == "sum" || red == "mean" ? acc + v : red == "prod" ? acc * v : std::fmax(acc, v);
       }
+      if (red == "mean") acc /= 3;  // then divided by the 3 sources
       EXPECT_EQ(load_as_double(got.data(), DType::f16, static_cast<size_t>(i)), round_to(DType::f16, acc)) << red << " " << i;
     }
   }

@@ -231,6 +231,7 @@ ncclRedOp_t nccl_op(Reduction r) {
     case Reduction::prod: return ncclProd;
     case Reduction::min: return ncclMin;
     case Reduction::max: return ncclMax;
+    case Reduction::mean: return ncclAvg;
   }
   return ncclSum;
 }

@@ -66,7 +66,7 @@ TEST(Nvrtc, EveryDtypeLoadsAndStores) {
 }
 
 TEST(Nvrtc, ReductionsAndSupportKernelsCompile) {
-  for (const std::string fn : {"sum", "prod", "max", "min"}) {
+  for (const std::string fn : {"sum", "prod", "max", "min", "mean"}) {
     expect_compiles(reduce_kernel(DType::bf16, DType::f32, *parse_reduction(fn)));
     if (fn == "max" || fn == "min") expect_compiles(reduce_kernel(DType::bf16, DType::s64, *parse_reduction(fn), true));
     expect_compiles(transpose_kernel(2));

@@ -153,8 +153,8 @@ def _groups(axis_index_groups):
 
 
 def _reduction(reduction):
-    if reduction not in ("sum", "prod", "min", "max"):
-        raise ValueError(_source.here(f"reduction is 'sum', 'prod', 'min' or 'max', not {reduction!r}"))
+    if reduction not in ("sum", "prod", "min", "max", "mean"):
+        raise ValueError(_source.here(f"reduction is 'sum', 'prod', 'min', 'max' or 'mean', not {reduction!r}"))
     return {"reduction": reduction}
 
 
