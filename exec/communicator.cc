@@ -243,8 +243,18 @@ void RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, c
     complete(lock, key, seq, remote, rv);
   } else {
     try {
-      monitor_.wait(lock, [&] { return rv.done; },
-                    waiter + " in collective #" + std::to_string(seq) + " (" + group.front().id + ") with ranks {" + list(key) + "}, joined by " + std::to_string(rv.calls.size()) + " of " + std::to_string(rv.expected));
+      // Said when a deadlock is found: who has joined by then, and who never came.
+      auto what = [&] {
+        std::vector<int> missing;
+        for (int m : key)
+          if (is_local(m) && !rv.calls.count(m)) missing.push_back(m);
+        std::string s = waiter + " in collective #" + std::to_string(seq) + " (" + group.front().id + ") with ranks {" + list(key) + "}, where rank";
+        s += missing.size() > 1 ? "s " : " ";
+        s += list(missing);
+        s += missing.size() > 1 ? " never arrive" : " never arrives";
+        return s;
+      };
+      monitor_.wait(lock, [&] { return rv.done; }, what, group.front().pointer);
     } catch (const Aborted&) {
       rv.calls.erase(rank);  // `group` dies with this frame
       throw;

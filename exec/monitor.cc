@@ -30,24 +30,30 @@ void Monitor::check_deadlock(std::unique_lock<std::mutex>& lock) {
   for (const auto& [k, w] : waiters_)
     if ((*w.pred)()) return;
   std::string r = "deadlock: nothing can progress;";
+  std::string pointer;
   int shown = 0;
   for (const auto& [k, w] : waiters_) {
+    if (pointer.empty()) pointer = w.pointer;  // the first waiter's command that has one
     if (shown++ == 16) {
       r += " ...";
       break;
     }
-    r += " " + w.what + ";";
+    r += " " + w.what() + ";";
   }
   r.pop_back();
-  abort(lock, r, true);
+  abort(lock, r, true, pointer);
 }
 
 void Monitor::wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::string& what) {
+  wait(lock, pred, [&what] { return what; }, "");
+}
+
+void Monitor::wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::function<std::string()>& what, const std::string& pointer) {
   if (aborted_) throw Aborted(reason_);
   if (pred()) return;
   const int key = next_waiter_++;
   std::condition_variable cv;
-  auto it = waiters_.emplace(key, Waiter{what, &pred, &cv});
+  auto it = waiters_.emplace(key, Waiter{what, pointer, &pred, &cv});
   ++waiting_;
   check_deadlock(lock);
   while (!aborted_ && !pred()) cv.wait(lock);

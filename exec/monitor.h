@@ -28,6 +28,10 @@ class Monitor {
   // for what ("rank 1 computation:0 waits for token t at /program/4").
   // Throws Aborted if the run is aborted meanwhile.
   void wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::string& what);
+  // The same, with `what` said when a deadlock is found (its state then,
+  // not at the start of the wait) and the JSON pointer of the command
+  // waited in, which a deadlock's message leads with.
+  void wait(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred, const std::function<std::string()>& what, const std::string& pointer);
   // Wakes the waiters whose condition now holds; call it under mutex(),
   // after changing what they wait for. Each waiter sleeps on a condition
   // variable of its own, so a change wakes only the threads it releases
@@ -51,7 +55,8 @@ class Monitor {
   int running_ = 0;
   int waiting_ = 0;
   struct Waiter {
-    std::string what;
+    std::function<std::string()> what;
+    std::string pointer;
     const std::function<bool()>* pred;
     std::condition_variable* cv;
   };
