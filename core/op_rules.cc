@@ -97,7 +97,13 @@ void check_gemm(const Program& p, const Command& c, const View& a, const View& b
   };
   const DType ta = p.buffers[a.buffer].dtype, tb = p.buffers[b.buffer].dtype, tc = p.buffers[cv.buffer].dtype;
   if (ta != tb) fail("needs a and b of one dtype");
-  if (!is_float(ta) || !is_float(tc)) fail("works on floating-point dtypes");
+  if (ta == DType::s8) {  // as cuBLASLt's 32-bit integer compute: s8 x s8 into s32
+    if (tc != DType::s32) fail("of s8 operands writes an s32 c (32-bit integer accumulation)");
+    for (double v : {c.alpha, c.beta})
+      if (v != std::floor(v) || std::fabs(v) >= 2147483648.0) fail("of s8 operands takes integer alpha and beta (32-bit)");
+  } else if (!is_float(ta) || !is_float(tc)) {
+    fail("works on floating-point dtypes, or s8 operands into an s32 c");
+  }
   auto rank_ok = [](const View& v) { return v.shape.size() == 2 || v.shape.size() == 3; };
   if (!rank_ok(a) || !rank_ok(b) || !rank_ok(cv)) fail("takes 2-D matrices or 3-D batches");
   auto mat = [](const View& v, bool t) {

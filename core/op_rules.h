@@ -31,6 +31,10 @@ void check_transpose(const Program& p, const Command& c, const View& src, const 
 // gemm: one float dtype for a and b, 2-D or 3-D operands, matching
 // contraction, output and batch dimensions.
 void check_gemm(const Program& p, const Command& c, const View& a, const View& b, const View& cv);
+// The type a gemm of `operand`s accumulates in where no library takes its
+// dtypes directly: f64 for f64, and for s8 (exact: every s8 x s8 sum a
+// GEMM can hold fits 2^53), else f32.
+inline DType gemm_accumulator(DType operand) { return operand == DType::f64 || operand == DType::s8 ? DType::f64 : DType::f32; }
 // reduce: axes in range and listed once, out holding what is left.
 void check_reduce(const Program& p, const Command& c, const View& in, const View& out);
 // map (also a PTX kernel's CPU fallback): inputs are scalars or out's

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 
 #include <algorithm>
@@ -108,6 +110,32 @@ TEST(CpuBackend, MeanAveragesInReduceAllReduceAndReduceScatter) {
                                 "bad.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.errors()[0].str(), "bad.json:/program/0/reduction: all_reduce with mean needs a float dtype: src is s32[2] (use sum, and divide)");
+}
+
+TEST(CpuBackend, S8GemmsAccumulateIn32BitIntegersAndWrapAsTheGpu) {
+  // a = [[1 2 3] [-4 5 127]], b = [[1 0] [0 1] [127 -128]]: c = a b =
+  // [[1 + 381, 2 - 384] [-4 + 16129, 5 - 16256]] = [[382 -382] [16125 -16251]].
+  // w = 2147483647 (s32's largest) plus 1 x 1 with beta 1 wraps to -2^31.
+  Program p = load_ok(R"J({"format": "thunky.sched/1", "buffers": {
+      "a": {"shape": [2, 3], "dtype": "s8", "role": "input", "init": {"kind": "values", "values": [[1, 2, 3], [-4, 5, 127]]}},
+      "b": {"shape": [3, 2], "dtype": "s8", "role": "input", "init": {"kind": "values", "values": [[1, 0], [0, 1], [127, -128]]}},
+      "one": {"shape": [1, 1], "dtype": "s8", "role": "input", "init": {"kind": "ones"}},
+      "c": {"shape": [2, 2], "dtype": "s32", "role": "output"},
+      "w": {"shape": [1, 1], "dtype": "s32", "role": "inout", "init": {"kind": "values", "values": [[2147483647]]}}},
+    "program": [{"op": "gemm", "a": "a", "b": "b", "c": "c"}, {"op": "gemm", "a": "one", "b": "one", "c": "w", "beta": 1}]})J");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_EQ(testing::values(p, *r, "c"), (std::vector<double>{382, -382, 16125, -16251}));
+  EXPECT_EQ(testing::values(p, *r, "w"), (std::vector<double>{-2147483648.0}));
+  // Into anything but s32, or with a fractional alpha: refused at load.
+  for (const auto& [c_dtype, alpha, why] : {std::tuple{"f32", "1", "of s8 operands writes an s32 c"}, std::tuple{"s32", "0.5", "takes integer alpha and beta"}}) {
+    auto bad = load_schedule_text(std::string(R"J({"format": "thunky.sched/1", "buffers": {
+        "a": {"shape": [2, 2], "dtype": "s8", "role": "input", "init": {"kind": "ones"}},
+        "c": {"shape": [2, 2], "dtype": ")J") + c_dtype + R"J(", "role": "output"}},
+      "program": [{"op": "gemm", "a": "a", "b": "a", "c": "c", "alpha": )J" + alpha + "}]}", "bad.json");
+    ASSERT_FALSE(bad.ok()) << c_dtype;
+    EXPECT_NE(bad.errors()[0].str().find(why), std::string::npos) << bad.errors()[0].str();
+  }
 }
 
 TEST(CpuBackend, GroupOfShiftsOverTwoAxesJoinsEveryRankItConnects) {

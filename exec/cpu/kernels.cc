@@ -94,6 +94,18 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool ta, bool tb, d
                        reinterpret_cast<double*>(c.data), a, b, c, ta, tb, alpha, beta);
     return;
   }
+  if (a.dtype == DType::s8) {
+    // s8 x s8 into s32, as cuBLASLt's 32-bit integer compute: exact in
+    // 64 bits, then wrapped to 32 as the GPU's accumulator wraps.
+    auto A = widen<int64_t>(a), B = widen<int64_t>(b);
+    std::vector<int64_t> C = beta != 0 ? widen<int64_t>(c) : std::vector<int64_t>(static_cast<size_t>(c.count()));
+    gemm_typed<int64_t>(A.data(), B.data(), C.data(), a, b, c, ta, tb, alpha, beta);
+    for (size_t i = 0; i < C.size(); ++i) {
+      const auto v = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(C[i])));
+      std::memcpy(c.data + i * 4, &v, 4);
+    }
+    return;
+  }
   // Narrow types, mixed types or aliasing: compute out of place in the
   // accumulation type, then store (rounding once).
   if (a.dtype == DType::f64) {

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/op_rules.h"
 #include "core/validate.h"
 
 namespace thunky::cuda {
@@ -248,7 +249,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
       kernels_->get(combine_kernel(dtype_of(resolve(*p_, *c.src, s.ctx)), x.reduction));
     if (c.op == Op::gemm) {
       const View a = resolve(*p_, *c.a, s.ctx), bv = resolve(*p_, *c.b, s.ctx), cv = resolve(*p_, *c.c, s.ctx);
-      const DType acc = dtype_of(a) == DType::f64 ? DType::f64 : DType::f32;
+      const DType acc = gemm_accumulator(dtype_of(a));
       const int64_t k = a.shape[a.shape.size() - (c.transpose_a ? 2 : 1)];
       if (k == 0 && c.beta != 0) kernels_->get(beta_source(dtype_of(cv), acc, c.beta));
       if (!gemm_direct(a, bv, cv)) {

@@ -2,6 +2,7 @@
 #include "exec/cuda/cuda_backend.h"
 
 #include "core/broadcast.h"
+#include "core/op_rules.h"
 
 #include <algorithm>
 
@@ -162,7 +163,7 @@ void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
     scale_by_beta(s, c, cv, ss.stream);
     return;
   }
-  const DType acc = dtype_of(av) == DType::f64 ? DType::f64 : DType::f32;
+  const DType acc = gemm_accumulator(dtype_of(av));
   const bool direct = gemm_direct(av, bv, cv);
   if (!direct) g.dtype = g.in = acc;
   // Operands (widened where needed) and where the product goes: a
@@ -218,7 +219,7 @@ void CudaBackend::scale_by_beta(RankState& s, const Command& c, const View& cv, 
     THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, cv), 0, bytes(cv), st));
     return;
   }
-  const DType acc = dtype_of(resolve(*p_, *c.a, s.ctx)) == DType::f64 ? DType::f64 : DType::f32;
+  const DType acc = gemm_accumulator(dtype_of(resolve(*p_, *c.a, s.ctx)));
   launch(kernels_->get(beta_source(dtype_of(cv), acc, c.beta)), cv.count(), map_params({ptr(s, cv)}, ptr(s, cv), cv.count(), {}), st, sms(s));
 }
 
