@@ -7,10 +7,43 @@
 # calibrate: inputs as nccl-tests output (read and priced), as machine
 #   models (parsed and priced) and as NCCL_ALGO / NCCL_PROTO values; corpus
 #   seeded from tests/nccl/ and models/.
+# tools: the Release tools of build/ (thunky-check, thunky-exec, thunky-sim)
+#   on every schedule of the load corpus (what `load` found, and its
+#   seeds) under `ulimit -v 2000000`, a 2 GB address space as a batch
+#   system sets one: each must exit 0 to 3 within 60 s with no signal,
+#   and say why on stderr when it does not exit 0. (The libFuzzer targets
+#   run under AddressSanitizer, whose shadow memory no such limit allows.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-300}"
 target="${2:-load}"
+if [ "$target" = tools ]; then
+  for t in thunky-check thunky-exec thunky-sim; do
+    [ -x "build/$t" ] || { echo "fuzz.sh: no build/$t (bash scripts/test.sh builds it)" >&2; exit 2; }
+  done
+  files=(fuzz-corpus/* examples/*.json tests/malformed/*.json tests/hostile/*.json)
+  err=$(mktemp)
+  trap 'rm -f "$err"' EXIT
+  end=$((SECONDS + seconds)) runs=0 bad=0
+  for f in "${files[@]}"; do
+    [ -f "$f" ] || continue
+    for tool in "thunky-check" "thunky-exec --max-trip-count 100000" "thunky-sim --machine h100-8gpu --max-trip-count 100000"; do
+      [ $SECONDS -lt $end ] || break 2
+      set +e
+      (ulimit -v 2000000; exec timeout 60 build/$tool "$f" > /dev/null 2> "$err")
+      rc=$?
+      set -e
+      runs=$((runs + 1))
+      if [ $rc -gt 3 ] || { [ $rc -ne 0 ] && [ ! -s "$err" ]; }; then
+        bad=$((bad + 1))
+        echo "FAIL (exit $rc): build/$tool $f: $(head -c 300 "$err")"
+      fi
+    done
+  done
+  echo "fuzz.sh tools: $runs runs under ulimit -v 2000000, $bad failed"
+  [ $bad -eq 0 ]
+  exit
+fi
 case "$target" in
   load) seeds=(examples/*.json tests/malformed/*.json tests/hostile/*.json); max_len=1048576 ;;
   calibrate) seeds=(tests/nccl/*.txt models/*.json); max_len=65536 ;;
