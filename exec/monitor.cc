@@ -38,7 +38,9 @@ void Monitor::check_deadlock(std::unique_lock<std::mutex>& lock) {
       r += " ...";
       break;
     }
-    r += " " + w.what() + ";";
+    r += ' ';
+    r += w.what();
+    r += ';';
   }
   r.pop_back();
   abort(lock, r, true, pointer);

@@ -12,8 +12,8 @@ namespace thunky::testing {
 inline Report report(const std::string& source, std::vector<std::vector<OpRecord>> ranks) {
   Report r;
   r.source = source;
-  r.schedule = "s";
-  r.axis_names = {"x"};
+  r.schedule = std::string(1, 's');  // (GCC 12 warns falsely on assigning a one-character literal here)
+  r.axis_names.push_back("x");
   r.mesh_shape = {static_cast<int64_t>(ranks.size())};
   for (size_t k = 0; k < ranks.size(); ++k) {
     RankReport rr;
