@@ -43,8 +43,8 @@ class Processes : public ::testing::Test {
   // in one process is leak-checked by the other tests.
   // `program` is thunky-exec unless a test gives its own command line.
   static Result mpirun(int n, const std::string& args, const std::string& env = "", const std::string& program = THUNKY_EXEC_BIN) {
-    const char* asan = std::getenv("ASAN_OPTIONS");
-    const std::string no_leaks = asan ? std::string(" ASAN_OPTIONS=") + asan + ":detect_leaks=0" : "";
+    const char* asan = std::getenv("ASAN_OPTIONS");  // (harmless where the build has no sanitizer)
+    const std::string no_leaks = std::string(" ASAN_OPTIONS=") + (asan ? asan : "") + ":detect_leaks=0";
     return run_tool(env + no_leaks + " mpirun --oversubscribe -np " + std::to_string(n) + " " + program, args);
   }
   // Whether a thunky-exec of this test still runs (zombies aside): its
