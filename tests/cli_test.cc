@@ -205,6 +205,39 @@ struct TempDir {
   }
 };
 
+TEST(DumpInputs, SimAndExecWriteTheInputsTheirInitsMake) {
+  // The ring matmul's a and b are seeded uniform inputs, sharded over x:
+  // thunky-sim (which runs nothing) and thunky-exec write the same bytes,
+  // per rank and gathered (a's global shape is [256, 128]).
+  TempDir d("dump_inputs");
+  const std::string sched = kSrc + "/examples/ring_collective_matmul_n4.json";
+  Result r = sim(sched + " --machine h100-8gpu --dump-inputs " + (d.path / "sim").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run(sched + " --dump-inputs " + (d.path / "exec").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto bytes = [](const fs::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  for (const char* f : {"a.npy", "a.rank1.npy", "b.npy", "b.rank3.npy"}) {
+    ASSERT_TRUE(fs::exists(d.path / "sim" / f)) << f;
+    EXPECT_EQ(bytes(d.path / "sim" / f), bytes(d.path / "exec" / f)) << f;
+  }
+  EXPECT_NE(bytes(d.path / "sim" / "a.npy").find("(256, 128)"), std::string::npos);
+  EXPECT_FALSE(fs::exists(d.path / "sim" / "c.rank0.npy"));  // an output: not an input
+  // A dump that would replace an input of the run (here the .npy that
+  // inits buffer a) is refused, and the input is left as it was.
+  fs::copy_file(d.path / "exec" / "a.rank0.npy", d.path / "a.rank0.npy");
+  const std::string own = d.write("s.json", R"({"format": "thunky.sched/1", "buffers": {
+      "a": {"shape": [64, 128], "dtype": "f32", "role": "input", "init": {"kind": "npy", "path": "a.rank0.npy"}}},
+    "program": []})");
+  const std::string before = bytes(d.path / "a.rank0.npy");
+  r = sim(own + " --machine h100-8gpu --dump-inputs " + d.path.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("would overwrite an input of the run"), std::string::npos) << r.err;
+  EXPECT_EQ(bytes(d.path / "a.rank0.npy"), before);
+}
+
 TEST(CheckCli, ValidRacyAndBadSchedulesGiveExitCodes0To2AndTheirDiagnostics) {
   TempDir d("check");
   // Rank 1's view a[ds(3, 2)] runs past a's 4 elements; rank 0's fits.

@@ -17,6 +17,7 @@
 #include "exec/processes.h"
 #include "traces/report.h"
 #include "traces/svg.h"
+#include "tools/dump.h"
 
 namespace {
 
@@ -48,7 +49,7 @@ struct Options {
   std::string backend = "cpu";
   int warmup = 0;
   int iters = 1;
-  std::string report, trace, trace_ranks, dump, svg;
+  std::string report, trace, trace_ranks, dump, dump_inputs, svg;
   int64_t max_trip_count = 1'000'000;
   bool graph = false, check = false;
   std::string devices;
@@ -59,66 +60,6 @@ struct Options {
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
   for (const auto& e : errors) std::cerr << e.str() + "\n";  // one write a line: processes' lines do not interleave
   return code;
-}
-
-// The files a run reads: the schedule, its .npy inits and PTX files.
-std::vector<std::string> inputs_of(const thunky::Program& p) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> in = {p.file};
-  const fs::path base = fs::path(p.file).parent_path();
-  for (const auto& b : p.buffers)
-    if (b.init.kind == thunky::Init::Kind::npy) in.push_back((base / b.init.path).string());
-  std::function<void(const thunky::Block&)> walk = [&](const thunky::Block& block) {
-    for (const auto& c : block) {
-      if (c.op == thunky::Op::ptx_kernel && !c.rare().launch->ptx_file.empty()) in.push_back((base / c.rare().launch->ptx_file).string());
-      thunky::for_each_sub_block(c, walk);
-    }
-  };
-  walk(p.program);
-  return in;
-}
-
-int dump(const thunky::Program& p, const thunky::ExecResult& r, const std::string& dir) {
-  namespace fs = std::filesystem;
-  // Every file lands inside `dir`: a buffer whose name holds a path
-  // separator would write elsewhere, and no dump may replace an input.
-  const std::vector<std::string> inputs = inputs_of(p);
-  for (const auto& buf : p.buffers) {
-    if (buf.role != thunky::Role::output && buf.role != thunky::Role::inout) continue;
-    if (buf.name.find('/') != std::string::npos || buf.name.find('\\') != std::string::npos || buf.name.empty()) {
-      std::cerr << p.file << ":" << buf.pointer << ": buffer name '" << buf.name << "' cannot name a dump file (it holds a path separator); rename the buffer to dump it\n";
-      return 2;
-    }
-    for (int64_t rank = 0; rank < p.mesh.size(); ++rank)
-      if (thunky::overwrites_input((fs::path(dir) / (buf.name + ".rank" + std::to_string(rank) + ".npy")).string(), inputs) ||
-          (buf.global && thunky::overwrites_input((fs::path(dir) / (buf.name + ".npy")).string(), inputs))) {
-        std::cerr << dir << ": dumping buffer '" << buf.name << "' would overwrite an input of the run; choose another --dump directory\n";
-        return 2;
-      }
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    std::cerr << dir << ": cannot create the dump directory: " << ec.message() << "\n";
-    return 2;
-  }
-  try {
-    for (size_t b = 0; b < p.buffers.size(); ++b) {
-      const auto& buf = p.buffers[b];
-      if (buf.role != thunky::Role::output && buf.role != thunky::Role::inout) continue;
-      for (int64_t rank = 0; rank < p.mesh.size(); ++rank)
-        thunky::write_npy((fs::path(dir) / (buf.name + ".rank" + std::to_string(rank) + ".npy")).string(), buf.dtype, buf.shape,
-                          r.memory[rank][b].data());
-      if (buf.global) {
-        auto g = thunky::gather_global(p, static_cast<int>(b), r);
-        thunky::write_npy((fs::path(dir) / (buf.name + ".npy")).string(), buf.dtype, buf.global->shape, g.data());
-      }
-    }
-  } catch (const thunky::ThunkyError& e) {
-    std::cerr << dir << ": " << e.what() << "\n";
-    return 2;
-  }
-  return 0;
 }
 
 // Across processes: every process's report (its ranks) and, for --dump,
@@ -205,6 +146,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
+  app.add_option("--dump-inputs", o.dump_inputs, "write every input and inout buffer as its init made it (seeded random values included) as .npy into this directory");
   app.add_flag("--check", o.check, "only validate the schedule for every rank (races, deadlocks), as thunky-check: nothing runs");
   app.add_flag("--graph", o.graph, "cuda: capture the whole schedule into one CUDA graph (eager, with the reason on stderr, where it cannot)");
   app.add_option("--devices", o.devices, "cuda: GPUs by rank, e.g. 0,1,2,3 (one per rank) or 0 (every rank on GPU 0)");
@@ -273,7 +215,7 @@ int run_main(int argc, char** argv) {
       return stop((std::cerr << "thunky-exec: " + std::string(e.what()) + "\n", 3));
     }
   }
-  if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, inputs_of(*prog))) return stop(*code);
+  if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, thunky::cli::inputs_of(*prog))) return stop(*code);
   auto backend = thunky::make_backend(o.backend);
   if (!backend) return stop(fail(backend.errors(), 2));
   thunky::ExecOptions eo;
@@ -340,7 +282,9 @@ int run_main(int argc, char** argv) {
       if (!err.empty()) return std::cerr << o.svg << ": " << err << "\n", 2;
     }
   }
-  if (!o.dump.empty()) return dump(*prog, *result, o.dump);
+  if (!o.dump_inputs.empty())
+    if (int code = thunky::cli::dump_inputs(*prog, o.dump_inputs)) return code;
+  if (!o.dump.empty()) return thunky::cli::dump(*prog, *result, o.dump, thunky::cli::Dumped::outputs);
   return 0;
 }
 

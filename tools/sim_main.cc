@@ -11,6 +11,7 @@
 #include "sim/machine.h"
 #include "traces/report.h"
 #include "traces/svg.h"
+#include "tools/dump.h"
 #include "tools/models_dir.h"
 #include <fstream>
 
@@ -41,12 +42,16 @@ int run_main(int argc, char** argv) {
   int64_t max_records = thunky::sim::SimOptions{}.max_records;
   app.add_option("--max-records", max_records, "the most commands (loop trips times commands, on every rank simulated) kept for --report, --trace and --svg (default 4194304, about 450 bytes each)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  std::string dump_inputs;
+  app.add_option("--dump-inputs", dump_inputs, "write every input and inout buffer as its init makes it (seeded random values included) as .npy into this directory, to check a run's results against");
   bool check = false;
   app.add_flag("--check", check, "only validate the schedule for every rank (races, deadlocks), as thunky-check: no machine model is needed, nothing is simulated");
   if (auto code = thunky::cli::parse(app, "thunky-sim", argc, argv)) return *code;
   auto prog = thunky::load_schedule_file(schedule);
   if (!prog) return fail(prog.errors(), prog.exit_code());
   if (check) return std::cout << thunky::cli::valid_line(schedule, prog->mesh.size()), 0;
+  if (!dump_inputs.empty())
+    if (int code = thunky::cli::dump_inputs(*prog, dump_inputs)) return code;
   if (machine.empty()) machine = prog->machine;
   if (machine.empty()) {
     std::cerr << schedule << ":/machine: no machine model: pass --machine NAME (see models/) or set \"machine\" in the schedule\n";
