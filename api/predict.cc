@@ -1,5 +1,8 @@
 #include "api/predict.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "exec/backend.h"
 
 namespace thunky {
@@ -13,6 +16,34 @@ bool unhinted_control_flow(const Block& b) {
   });
 }
 
+// A note for each sim hint that rank 0's functional run contradicts: the
+// run's decision is what the simulation used.
+std::vector<Diagnostic> contradicted_hints(const Program& p, const std::map<std::string, std::vector<int64_t>>& rank0) {
+  std::vector<Diagnostic> notes;
+  std::function<void(const Block&)> walk = [&](const Block& b) {
+    for (const auto& c : b) {
+      const SimHints& h = c.rare().sim;
+      std::optional<int64_t> hinted;
+      const char* field = "";
+      if (c.op == Op::cond && h.taken) hinted = *h.taken ? 1 : 0, field = "taken";  // 1: then, 0: else
+      if (c.op == Op::switch_ && h.branch) hinted = *h.branch, field = "branch";
+      if (c.op == Op::while_ && h.trip_count) hinted = *h.trip_count, field = "trip_count";
+      auto it = rank0.find(c.id());
+      if (hinted && it != rank0.end()) {
+        const auto differs = std::find_if(it->second.begin(), it->second.end(), [&](int64_t d) { return d != *hinted; });
+        if (differs != it->second.end())
+          notes.push_back({ErrorKind::schedule, p.file, c.pointer + "/sim/" + field,
+                           "note: the hint says " + std::string(field) + " " + std::to_string(*hinted) + ", but rank 0's functional run gave " +
+                               std::to_string(*differs) + " (execution " + std::to_string(differs - it->second.begin() + 1) + " of " +
+                               std::to_string(it->second.size()) + "); the simulation follows the functional run"});
+      }
+      for_each_sub_block(c, walk);
+    }
+  };
+  walk(p.program);
+  return notes;
+}
+
 }  // namespace
 
 Expected<sim::SimResult> predict(const Program& p, const sim::Machine& m, const sim::SimOptions& options) {
@@ -23,7 +54,9 @@ Expected<sim::SimResult> predict(const Program& p, const sim::Machine& m, const 
     functional.progress = [&](const ExecProgress& e) { options.progress({e.done, 0, e.elapsed_s, true}); };
   auto run = make_cpu_backend()->run(p, functional);
   if (!run) return run.errors();
-  return sim::simulate(p, m, &run->decisions, options);
+  auto r = sim::simulate(p, m, &run->decisions, options);
+  if (r && !run->decisions.empty()) r->notes = contradicted_hints(p, run->decisions[0]);
+  return r;
 }
 
 }  // namespace thunky

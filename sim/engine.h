@@ -36,6 +36,9 @@ struct CollectiveStat {
 struct SimResult {
   Report report;
   std::vector<CollectiveStat> collectives;  // rank 0's view, in start order
+  // What the user should know but that stops nothing, each message led by
+  // "note: " (a sim hint that the functional model contradicts).
+  std::vector<Diagnostic> notes;
 };
 
 // How far a long simulation has got: rank-commands finished, and how many

@@ -205,6 +205,35 @@ struct TempDir {
   }
 };
 
+TEST(SimCli, AHintThatTheFunctionalRunContradictsIsNoted) {
+  // The second loop has no hint, so thunky-sim runs the schedule on the
+  // cpu backend first; there the first loop runs 7 trips (n from 0 while
+  // n < 7), against its hint of 10: one note on stderr, at the hint, and
+  // the simulation goes on (exit 0). A hint of 7 draws no note.
+  TempDir d("hints");
+  auto sched = [&](int hint) {
+    std::string name = "h";  // (appended: GCC 12 warns falsely on "h" + std::string)
+    name += std::to_string(hint);
+    name += ".json";
+    return d.write(name, R"({"format": "thunky.sched/1", "buffers": {
+        "n": {"shape": [], "dtype": "s32", "role": "inout", "init": {"kind": "zeros"}}, "go": {"shape": [], "dtype": "bool", "role": "scratch"},
+        "m": {"shape": [], "dtype": "s32", "role": "inout", "init": {"kind": "zeros"}}, "go2": {"shape": [], "dtype": "bool", "role": "scratch"}},
+      "program": [
+        {"op": "while", "cond_buf": "go", "cond": [{"op": "map", "out": "go", "expr": "n < 7", "in": {"n": "n"}}],
+         "body": [{"op": "map", "out": "n", "expr": "n + 1", "in": {"n": "n"}}], "sim": {"trip_count": )" + std::to_string(hint) + R"(}},
+        {"op": "while", "cond_buf": "go2", "cond": [{"op": "map", "out": "go2", "expr": "m < 3", "in": {"m": "m"}}],
+         "body": [{"op": "map", "out": "m", "expr": "m + 1", "in": {"m": "m"}}]}]})");
+  };
+  const std::string wrong = sched(10);
+  Result r = sim(wrong + " --machine h100-8gpu");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, wrong + ":/program/0/sim/trip_count: note: the hint says trip_count 10, but rank 0's functional run gave 7 (execution 1 of 1); "
+                           "the simulation follows the functional run\n");
+  r = sim(sched(7) + " --machine h100-8gpu");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
 TEST(DumpInputs, SimAndExecWriteTheInputsTheirInitsMake) {
   // The ring matmul's a and b are seeded uniform inputs, sharded over x:
   // thunky-sim (which runs nothing) and thunky-exec write the same bytes,

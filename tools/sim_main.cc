@@ -72,6 +72,7 @@ int run_main(int argc, char** argv) {
   options.progress = thunky::cli::print_progress("thunky-sim", "simulated");
   auto r = thunky::predict(*prog, *m, options);
   if (!r) return fail(r.errors(), r.exit_code());
+  for (const auto& note : r->notes) std::cerr << note.str() + "\n";
   thunky::print_table(r->report, std::cout);
   thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);
   if (!report.empty()) {
