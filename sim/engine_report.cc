@@ -14,6 +14,7 @@ Report Engine::report_header() const {
   r.source = "sim";
   r.schedule = p_.name.empty() ? p_.file : p_.name;
   r.machine = m_.name;
+  if (m_.host_cores > 0) r.host_cores = m_.host_cores;  // a model of a CPU host (thunky-compare tells it from a device model)
   r.axis_names = p_.mesh.axis_names;
   r.mesh_shape = p_.mesh.shape;
   return r;

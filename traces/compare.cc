@@ -61,6 +61,15 @@ void print_comparison(const Report& predicted, const Report& measured, const Com
   char line[256];
   os << "predicted: " << source(predicted) << ": makespan " << us(c.predicted_makespan_s) << " us\n";
   os << "measured:  " << source(measured) << ": makespan " << us(c.measured_makespan_s) << " us\n";
+  // A model of GPUs against a run on a CPU (or the reverse) differs by the
+  // machines' speeds, not by the model's error: said before the figures.
+  auto on_host = [](const Report& r) { return r.source == "sim" ? r.host_cores.has_value() : r.backend.value_or("cpu") == "cpu"; };
+  if (on_host(predicted) != on_host(measured)) {
+    os << "note: the prediction is for " << (on_host(predicted) ? "a CPU host" : "GPUs or TPUs") << " and the measurement ran on "
+       << (on_host(measured) ? "a CPU (backend cpu)" : "GPUs (backend cuda)")
+       << ": the errors below are the machines' difference, not the model's; predict with a model of the measuring machine (thunky-calibrate exec --backend "
+       << (on_host(measured) ? "cpu" : "cuda") << ") to compare like with like\n";
+  }
   os << "makespan error " << percent(c.makespan_error) << "; " << c.commands.size() << " commands matched, mean |error| per command "
      << percent(c.mean_command_error).substr(1) << "; " << c.only_predicted << " only predicted, " << c.only_measured << " only measured\n";
   std::snprintf(line, sizeof line, "%-8s %14s %14s %14s %14s %10s %10s\n", "rank", "comm_us pred", "comm_us meas", "exposed pred", "exposed meas",

@@ -34,6 +34,15 @@ TEST(Compare, MatchesCommandsByRankAndIdAndMeasuresTheError) {
   print_comparison(p, m, c, os);
   EXPECT_NE(os.str().find("makespan error -50.0%"), std::string::npos) << os.str();
   EXPECT_NE(os.str().find("/program/0"), std::string::npos);
+  // p is a prediction for devices (no host_cores) and m a run on the cpu
+  // backend (an exec report's default): said before the figures; a model
+  // of the CPU host (host_cores) draws no note.
+  const std::string note = "note: the prediction is for GPUs or TPUs and the measurement ran on a CPU (backend cpu)";
+  EXPECT_LT(os.str().find(note), os.str().find("makespan error")) << os.str();
+  std::ostringstream host;
+  p.host_cores = 2;
+  print_comparison(p, m, c, host);
+  EXPECT_EQ(host.str().find("note:"), std::string::npos) << host.str();
 }
 
 TEST(Compare, DifferentMeshesAreAnError) {
