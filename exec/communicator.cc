@@ -43,8 +43,6 @@ std::string list(const std::vector<int>& v) {
   return s;
 }
 
-// Host memory: every member's sources are copied before the rendezvous,
-// so an in-place collective reads them before anyone's dst changes.
 // Appends to / reads from a message between processes.
 void put_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
@@ -79,6 +77,8 @@ struct Reader {
   }
 };
 
+// Host memory: every member's sources are copied before the rendezvous,
+// so an in-place collective reads them before anyone's dst changes.
 class InProcess final : public RendezvousCommunicator {
  public:
   InProcess(Monitor& m, StagingPool& staging, CorePool* cores, const CrossProcess* cross)

@@ -114,6 +114,12 @@ double cgroup_quota() {
 
 }  // namespace
 
+int64_t host_memory_limit() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return int64_t{64} << 30;
+  return static_cast<int64_t>(static_cast<double>(pages) * static_cast<double>(page) * 0.75);
+}
+
 int default_host_cores() {
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu_set_t set;

@@ -72,4 +72,9 @@ class CorePool {
 // up; at least 1.
 int default_host_cores();
 
+// The bytes a run may hold on this host: 3/4 of its physical memory
+// (64 GiB when that cannot be read). Past it a tool refuses before it
+// allocates, rather than meet the kernel's out-of-memory killer.
+int64_t host_memory_limit();
+
 }  // namespace thunky

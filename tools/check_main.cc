@@ -17,15 +17,14 @@ namespace {
 // The rank a message is about ("... (on rank 3 (x=3))", "rank 3: ..."),
 // where it names one; null for every rank or none.
 nlohmann::json rank_of(const std::string& message) {
-  for (const char* lead : {"(on rank ", "rank "}) {
-    const size_t at = std::string_view(lead) == "rank " ? (message.rfind("rank ", 0) == 0 ? 0 : std::string::npos) : message.rfind(lead);
-    if (at == std::string::npos) continue;
-    const size_t from = at + std::string_view(lead).size();
-    size_t end = from;
-    while (end < message.size() && end - from < 10 && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
-    if (end > from) return std::stoll(message.substr(from, end - from));
-  }
-  return nullptr;
+  size_t from = 0;
+  if (const size_t at = message.rfind("(on rank "); at != std::string::npos) from = at + 9;
+  else if (message.rfind("rank ", 0) == 0) from = 5;
+  else return nullptr;
+  size_t end = from;
+  while (end < message.size() && end - from < 10 && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+  if (end == from) return nullptr;
+  return std::stoll(message.substr(from, end - from));
 }
 
 const char* kind_name(thunky::ErrorKind k) {

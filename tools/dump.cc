@@ -7,6 +7,7 @@
 #include "core/files.h"
 #include "core/init.h"
 #include "core/npy.h"
+#include "exec/cores.h"
 
 namespace thunky::cli {
 
@@ -80,6 +81,15 @@ int dump(const Program& p, const ExecResult& r, const std::string& dir, Dumped w
 
 
 ExecResult initial_inputs(const Program& p) {
+  // Every rank's copy is held at once (the gathered globals need them all):
+  // counted before any is made.
+  double bytes = 0;
+  for (const auto& b : p.buffers)
+    if (dumped(b, Dumped::inputs)) bytes += static_cast<double>(b.bytes()) * static_cast<double>(p.mesh.size());
+  if (bytes > static_cast<double>(host_memory_limit()))
+    throw ThunkyError("", "--dump-inputs would hold " + std::to_string(static_cast<int64_t>(bytes)) + " bytes (" + std::to_string(p.mesh.size()) +
+                              " ranks x every input and inout buffer), more than this host's limit of " + std::to_string(host_memory_limit()) +
+                              " (3/4 of its memory)");
   ExecResult r;
   const auto npy = load_npy_inits(p);
   r.memory.resize(static_cast<size_t>(p.mesh.size()));
@@ -99,7 +109,7 @@ int dump_inputs(const Program& p, const std::string& dir) {
   try {
     return dump(p, initial_inputs(p), dir, Dumped::inputs);
   } catch (const ThunkyError& e) {
-    std::cerr << p.file << ":" << e.pointer() << ": " << e.what() << "\n";
+    std::cerr << p.file << ":" << (e.pointer().empty() ? "/" : e.pointer()) << ": " << e.what() << "\n";
     return 2;
   }
 }

@@ -621,10 +621,10 @@ class CpuBackend final : public Backend {
     double bytes = 0;
     for (const auto& b : p.buffers) bytes += static_cast<double>(b.bytes());
     bytes *= static_cast<double>(block_.n);
-    if (bytes > static_cast<double>(max_bytes()))
+    if (bytes > static_cast<double>(host_memory_limit()))
       return {{ErrorKind::input, p.file, "", "the cpu backend would allocate " + std::to_string(static_cast<int64_t>(bytes)) + " bytes (" +
                                                  std::to_string(block_.n) + " ranks x every buffer), more than its limit of " +
-                                                 std::to_string(max_bytes()) + " (3/4 of this machine's memory)"}};
+                                                 std::to_string(host_memory_limit()) + " (3/4 of this machine's memory)"}};
     // The threads and buffers must fit the process's limits, and every
     // thread is made now, before anything runs: a limit is met here, as
     // one line, never halfway through a run.
@@ -734,12 +734,6 @@ class CpuBackend final : public Backend {
 
   static constexpr int64_t kMaxThreads = 2048;
   static constexpr int kMaxCores = 1024;
-  // 3/4 of the machine's physical memory (64 GiB when it cannot be read).
-  static int64_t max_bytes() {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page <= 0) return int64_t{64} << 30;
-    return static_cast<int64_t>(static_cast<double>(pages) * static_cast<double>(page) * 0.75);
-  }
   static constexpr double kMaxKernelSeconds = 600;
 
   static void count_streams(const Block& b, std::set<StreamId>& streams) {
