@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/control_flow.h"
 #include "exec/backend.h"
 
 namespace thunky {
@@ -11,8 +12,8 @@ namespace {
 
 bool unhinted_control_flow(const Block& b) {
   return any_command(b, [](const Command& c) {
-    return (c.op == Op::cond && !c.rare().sim.taken) || (c.op == Op::switch_ && !c.rare().sim.branch) ||
-           (c.op == Op::while_ && !c.rare().sim.trip_count);
+    if (const While* w = c.get_if<While>()) return !w->trip_count;
+    return (c.op == Op::cond || c.op == Op::switch_) && !hinted_branch(c);
   });
 }
 
@@ -22,12 +23,9 @@ std::vector<Diagnostic> contradicted_hints(const Program& p, const std::map<std:
   std::vector<Diagnostic> notes;
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& c : b) {
-      const SimHints& h = c.rare().sim;
-      std::optional<int64_t> hinted;
-      const char* field = "";
-      if (c.op == Op::cond && h.taken) hinted = *h.taken ? 1 : 0, field = "taken";  // 1: then, 0: else
-      if (c.op == Op::switch_ && h.branch) hinted = *h.branch, field = "branch";
-      if (c.op == Op::while_ && h.trip_count) hinted = *h.trip_count, field = "trip_count";
+      std::optional<int64_t> hinted = hinted_branch(c);  // a cond's: 1 then, 0 else
+      const char* field = c.op == Op::cond ? "taken" : "branch";
+      if (const While* w = c.get_if<While>()) hinted = w->trip_count, field = "trip_count";
       auto it = rank0.find(c.id());
       if (hinted && it != rank0.end()) {
         const auto differs = std::find_if(it->second.begin(), it->second.end(), [&](int64_t d) { return d != *hinted; });

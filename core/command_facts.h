@@ -15,14 +15,6 @@
 
 namespace thunky {
 
-// One of a command's own refs (not its sub-blocks') and whether the
-// command writes through it. A ref read and written (a gemm's c with
-// beta != 0, a written ptx_kernel argument) is visited twice, read first.
-struct RefUse {
-  const Ref* ref;
-  bool write;
-};
-
 // Calls f(RefUse) for every ref the command reads or writes, reads before
 // writes. Control flow reads its predicate, index or cond_buf; async and
 // call commands use no refs of their own.
@@ -66,9 +58,9 @@ void for_each_use(const Command& c, F f) {
         if (i < c.rare().written.size() && c.rare().written[i]) f(RefUse{&c.refs[i], true});
       }
       break;
-    case Op::cond: f(RefUse{&*c.pred, false}); break;
-    case Op::switch_: f(RefUse{&*c.index, false}); break;
-    case Op::while_: f(RefUse{&*c.cond_buf, false}); break;
+    case Op::cond: c.as<Cond>().uses(f); break;
+    case Op::switch_: c.as<Switch>().uses(f); break;
+    case Op::while_: c.as<While>().uses(f); break;
     case Op::collective_group:
     case Op::async_start:
     case Op::async_done:

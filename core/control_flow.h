@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/schedule.h"
@@ -27,10 +28,18 @@ struct Branch {
   int64_t decision = 0;
 };
 inline Branch take_branch(const Command& c, int64_t value) {
-  if (c.op == Op::cond) return value != 0 ? Branch{&c.rare().then_, 1} : Branch{&c.rare().else_, 0};
-  const auto& branches = c.rare().branches;
+  if (const Cond* x = c.get_if<Cond>()) return value != 0 ? Branch{&x->then_, 1} : Branch{&x->else_, 0};
+  const auto& branches = c.as<Switch>().branches;
   const int64_t k = std::clamp<int64_t>(value, 0, static_cast<int64_t>(branches.size()) - 1);
   return {&branches[static_cast<size_t>(k)], k};
+}
+
+// The branch a cond's or switch's sim hint names (1 or 0 for a cond),
+// where it has one.
+inline std::optional<int64_t> hinted_branch(const Command& c) {
+  if (const Cond* x = c.get_if<Cond>()) return x->taken ? std::optional<int64_t>(*x->taken ? 1 : 0) : std::nullopt;
+  if (const Switch* x = c.get_if<Switch>()) return x->branch;
+  return std::nullopt;
 }
 
 // A while loop that ran past the limit on its trips (--max-trip-count): a
@@ -51,21 +60,22 @@ inline ThunkyError runaway_loop(const Command& loop, int64_t rank, int64_t limit
 template <typename Read, typename Run, typename Decide>
 void run_control_flow(const Command& c, int64_t rank, int64_t max_trips, bool in_loop, Read&& read, Run&& run, Decide&& decide) {
   if (c.op != Op::while_) {
-    const double v = read(c.op == Op::cond ? *c.pred : *c.index);
+    const double v = read(c.op == Op::cond ? c.as<Cond>().pred : c.as<Switch>().index);
     // A switch index is an s32 scalar; the clamp keeps the cast defined for any double.
     const Branch b = take_branch(c, c.op == Op::cond ? (v != 0 ? 1 : 0) : std::isnan(v) ? 0 : static_cast<int64_t>(std::clamp(v, -1e18, 1e18)));
     decide(b.decision);
     run(*b.block, in_loop);
     return;
   }
+  const While& w = c.as<While>();
   for (int64_t trips = 0;; ++trips) {
-    run(c.rare().cond, true);
-    if (read(*c.cond_buf) == 0) {
+    run(w.cond, true);
+    if (read(w.cond_buf) == 0) {
       decide(trips);
       return;
     }
     if (trips >= max_trips) throw runaway_loop(c, rank, max_trips);
-    run(c.body, true);
+    run(w.body, true);
   }
 }
 

@@ -91,7 +91,7 @@ class Lowerer {
       for_each_sub_block(c, [&](const Block& sub) { n += expanded(sub, depth); });
       if (c.op != Op::call) continue;
       if (depth >= kMaxCallDepth) throw call_too_deep(c);
-      n += function_size(c.rare().fn, depth + 1);
+      n += function_size(c.as<Call>().fn, depth + 1);
     }
     return n;
   }
@@ -112,14 +112,20 @@ class Lowerer {
     const bool inlined = !s.call_stack.empty();
     if (inlined) c.set_id(std::move(inlined_id));
     const std::string& id = c.id();
-    auto sub = [&](const char* key) { return inlined ? id + key : std::string(); };
-    for (auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf}) bind(*r, s);
+    for (auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out}) bind(*r, s);
+    // The op's own refs (the command is not const: the cast is sound).
+    std::visit([&](auto& x) {
+      if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) x.uses([&](RefUse u) { bind(const_cast<Ref&>(*u.ref), s); });
+    }, c.spec);
     for (auto& [k, r] : c.in) bind(r, s);
     for (auto& r : c.refs) bind(r, s);
     for (auto& r : c.refs2) bind(r, s);
     if ((c.op == Op::all_gather || c.op == Op::reduce_scatter) && c.src && c.dst && c.src->buffer == c.dst->buffer) use_.positional = true;
-    if (!c.token.empty()) c.token += s.token_suffix;
-    if (!c.body.empty()) lower_block(c.body, sub("/body"), s);
+    if (AsyncStart* a = c.get_if<AsyncStart>()) a->token += s.token_suffix;
+    if (AsyncDone* d = c.get_if<AsyncDone>()) d->token += s.token_suffix;
+    for_each_sub_block(c, [&](Block& b, SubBlock which) {
+      if (!b.empty()) lower_block(b, inlined ? id + which.suffix() : std::string(), s);
+    });
     if (c.has_rare()) {
       Command::Rare& x = c.set_rare();
       if (x.groups) use_.moves = true;  // group membership differs by rank
@@ -127,16 +133,12 @@ class Lowerer {
         bind(x.cpu->out, s);
         for (auto& [k, r] : x.cpu->in) bind(r, s);
       }
-      if (!x.then_.empty()) lower_block(x.then_, sub("/then"), s);
-      if (!x.else_.empty()) lower_block(x.else_, sub("/else"), s);
-      if (!x.cond.empty()) lower_block(x.cond, sub("/cond"), s);
-      for (size_t k = 0; k < x.branches.size(); ++k) lower_block(x.branches[k], sub("/branches/") + (inlined ? std::to_string(k) : ""), s);
     }
     if (c.op == Op::call) inline_call(c, id, s);
   }
 
   void inline_call(Command& c, const std::string& id, const Scope& outer) {
-    Command::Rare& x = c.set_rare();
+    Call& x = c.as<Call>();
     auto fit = p_.functions.find(x.fn);
     if (fit == p_.functions.end()) throw ThunkyError(c.pointer + "/fn", "unknown function '" + x.fn + "'");
     const Function& f = fit->second;
@@ -149,7 +151,7 @@ class Lowerer {
     const int instance = ++calls_;
     inner.token_suffix = outer.token_suffix + "$" + std::to_string(instance);
     std::set<std::string> params(f.params.begin(), f.params.end());
-    for (auto& [k, r] : x.args_map) {
+    for (auto& [k, r] : x.args) {
       if (!params.count(k)) throw ThunkyError(c.pointer + "/args/" + k, "function '" + x.fn + "' has no parameter '" + k + "'");
       bind(r, outer);
       inner.bindings[k] = r;
@@ -175,8 +177,8 @@ class Lowerer {
     if (p_.command_count + function_size(x.fn, static_cast<int>(inner.call_stack.size())) > kMaxLoweredCommands)
       throw ThunkyError(c.pointer, "calls of function '" + x.fn + "' expand the program past " + std::to_string(kMaxLoweredCommands) +
                                        " commands, the most thunky takes");
-    c.body = f.program;
-    lower_block(c.body, id + "/body", inner);
+    x.body = f.program;
+    lower_block(x.body, id + "/body", inner);
   }
 
   Program& p_;

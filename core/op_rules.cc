@@ -209,10 +209,11 @@ void check_collective(const Program& p, const Command& c, const View& src, const
 }
 
 void check_collective_group(const Command& g) {
-  for (const auto& c : g.body)
+  const Block& body = g.as<CollectiveGroup>().body;
+  for (const auto& c : body)
     if (!is_collective(c.op))
       throw ThunkyError(c.pointer + "/op", "a collective_group may hold only collectives, not '" + std::string(op_name(c.op)) + "'");
-  if (g.body.empty()) throw ThunkyError(g.pointer + "/body", "a collective_group needs at least one collective");
+  if (body.empty()) throw ThunkyError(g.pointer + "/body", "a collective_group needs at least one collective");
 }
 
 

@@ -207,7 +207,7 @@ class RankWalker {
         check_collective_group(c);
         // One launch: every member is issued at once on this stream.
         uint32_t seq = hb_.tick(slot);
-        for (const auto& m : c.body) {
+        for (const auto& m : c.as<CollectiveGroup>().body) {
           commands.push_back(&m);
           command_token.push_back(cur_token_);
           resolve_uses(m);
@@ -217,16 +217,17 @@ class RankWalker {
         break;
       }
       case Op::async_start: {
+        const AsyncStart& a = c.as<AsyncStart>();
         // Elements of the map keep their place while the body adds more.
-        TokenState& t = tokens_[c.token];
+        TokenState& t = tokens_[a.token];
         if (structural_ && t.live)
-          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(a.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
         // The target slot first: a new one must not move the clock joined.
-        const int target = slot_for(ns, c.stream, slot);
+        const int target = slot_for(ns, a.stream, slot);
         hb_.join(target, hb_.clock(slot));
         const std::string* saved_token = cur_token_;
-        cur_token_ = &c.token;
-        walk(c.body, target, ns, branch);
+        cur_token_ = &a.token;
+        walk(a.body, target, ns, branch);
         cur_token_ = saved_token;
         if (t.live) --live_at_depth(t.frame);
         ++live_at_depth(frame_);
@@ -237,14 +238,15 @@ class RankWalker {
         break;
       }
       case Op::async_done: {
-        auto it = tokens_.find(c.token);
+        const std::string& token = c.as<AsyncDone>().token;
+        auto it = tokens_.find(token);
         if (it == tokens_.end() || !it->second.live) {
           if (!structural_) break;
-          if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display_token(c.token) + "', which no earlier async_start started");
-          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
+          if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display_token(token) + "', which no earlier async_start started");
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
         }
         if (it->second.frame != frame_ && structural_)
-          throw ThunkyError(c.pointer + "/token", "token '" + display_token(c.token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
+          throw ThunkyError(c.pointer + "/token", "token '" + display_token(token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
         hb_.join(slot, it->second.clock);
         it->second.live = false;
         --live_at_depth(it->second.frame);
@@ -252,7 +254,7 @@ class RankWalker {
       }
       case Op::cond:
       case Op::switch_: {
-        const Ref& r = c.op == Op::cond ? *c.pred : *c.index;
+        const Ref& r = c.op == Op::cond ? c.as<Cond>().pred : c.as<Switch>().index;
         View v = c.op == Op::cond ? scalar(r, DType::boolean, "pred") : scalar(r, DType::s32, "index");
         add_read(c, r, std::move(v), slot, branch);
         const int id = cond_ids_++;
@@ -260,15 +262,10 @@ class RankWalker {
         Clock exit = entry;
         std::vector<const Block*> blocks;
         std::vector<std::string> names;
-        if (c.op == Op::cond) {
-          blocks = {&c.rare().then_, &c.rare().else_};
-          names = {c.id() + "/then", c.id() + "/else"};
-        } else {
-          for (size_t k = 0; k < c.rare().branches.size(); ++k) {
-            blocks.push_back(&c.rare().branches[k]);
-            names.push_back(c.id() + "/branches/" + std::to_string(k));
-          }
-        }
+        for_each_sub_block(c, [&](const Block& b, SubBlock which) {
+          blocks.push_back(&b);
+          names.push_back(c.id() + which.suffix());
+        });
         uint32_t own = entry.size() > static_cast<size_t>(slot) ? entry[slot] : 0;
         for (size_t k = 0; k < blocks.size(); ++k) {
           Clock start = entry;
@@ -287,15 +284,16 @@ class RankWalker {
         break;
       }
       case Op::while_: {
-        View v = scalar(*c.cond_buf, DType::boolean, "cond_buf");
+        const While& w = c.as<While>();
+        View v = scalar(w.cond_buf, DType::boolean, "cond_buf");
         ns_stack_.push_back(&ns);
-        region(c.rare().cond, c.id() + "/cond", slot, branch);
-        add_read(c, *c.cond_buf, std::move(v), slot, branch);
-        region(c.body, c.id() + "/body", slot, branch);
+        region(w.cond, c.id() + "/cond", slot, branch);
+        add_read(c, w.cond_buf, std::move(v), slot, branch);
+        region(w.body, c.id() + "/body", slot, branch);
         ns_stack_.pop_back();
         break;
       }
-      case Op::call: walk(c.body, slot, ns, branch); break;
+      case Op::call: walk(c.as<Call>().body, slot, ns, branch); break;
     }
   }
 

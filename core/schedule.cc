@@ -2,6 +2,7 @@
 
 #include "core/json_reader.h"
 #include "core/lower.h"
+#include "core/ops/op_io.h"
 #include "core/recent_table.h"
 
 #include <algorithm>
@@ -230,6 +231,85 @@ std::vector<std::string> parse_axis(Obj& o, std::string_view key) {
 
 Block parse_block(Value j, const std::string& ptr, int depth);
 
+}  // namespace
+
+const std::string& OpReader::ptr() const { return o_.ptr(); }
+std::string OpReader::at(std::string_view key) const { return o_.at(key); }
+void OpReader::fail(std::string_view key, const std::string& message) const { json_reader::fail(o_.at(key), message); }
+Ref OpReader::ref(std::string_view key) { return ref_of(o_.need(key), o_.ptr(), key); }
+std::vector<Ref> OpReader::refs(std::string_view key, bool required) {
+  std::vector<Ref> v;
+  std::optional<Value> l = required ? o_.need(key) : o_.get(key);
+  if (!l) return v;
+  if (!l->is_array()) fail(key, "expected a list of refs");
+  v.reserve(l->size());
+  l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, o_.ptr(), key, i)); });
+  return v;
+}
+std::vector<std::pair<std::string, Ref>> OpReader::named_refs(std::string_view key) {
+  std::vector<std::pair<std::string, Ref>> v;
+  if (std::optional<Value> m = o_.get(key)) {
+    Obj mo(*m, o_.at(key));
+    mo.each([&](std::string_view name, Value r) { v.emplace_back(std::string(name), ref_of(r, mo.ptr(), name)); });
+  }
+  return v;
+}
+std::string OpReader::str(std::string_view key) { return o_.str(key); }
+StreamId OpReader::stream(std::string_view key) { return parse_stream(o_.need(key), o_.at(key)); }
+Block OpReader::block(std::string_view key, bool required) {
+  if (!required && !o_.has(key)) return {};
+  return parse_block(o_.need(key), o_.at(key), depth_ + 1);
+}
+std::vector<Block> OpReader::blocks(std::string_view key) {
+  Value br = o_.need(key);
+  if (!br.is_array() || br.empty()) fail(key, "expected a non-empty list of command lists");
+  std::vector<Block> v;
+  br.each_element([&](size_t i, Value e) { v.push_back(parse_block(e, child(o_.at(key), i), depth_ + 1)); });
+  return v;
+}
+std::optional<int64_t> OpReader::sim_count(std::string_view key) {
+  std::optional<Value> s = o_.get("sim");
+  if (!s) return std::nullopt;
+  Obj so(*s, o_.at("sim"));
+  std::optional<int64_t> n;
+  if (std::optional<Value> v = so.get(key)) {
+    n = as_int(*v, so.at(key));
+    if (*n < 0) json_reader::fail(so.at(key), "expected a non-negative integer");
+  }
+  so.done();
+  return n;
+}
+std::optional<bool> OpReader::sim_flag(std::string_view key) {
+  std::optional<Value> s = o_.get("sim");
+  if (!s) return std::nullopt;
+  Obj so(*s, o_.at("sim"));
+  std::optional<bool> b;
+  if (std::optional<Value> v = so.get(key)) {
+    if (!v->is_boolean()) json_reader::fail(so.at(key), "expected true or false");
+    b = v->boolean();
+  }
+  so.done();
+  return b;
+}
+
+namespace {
+
+// Reads the op named `name` into `c` where its description is in OpSpec
+// (core/ops/): false where no alternative has that name.
+template <size_t I = 1>
+bool parse_typed(std::string_view name, OpReader& r, Command& c) {
+  if constexpr (I < std::variant_size_v<OpSpec>) {
+    using T = std::variant_alternative_t<I, OpSpec>;
+    if (name == op_name(T::kind)) {
+      c.set(T::read(r));
+      return true;
+    }
+    return parse_typed<I + 1>(name, r, c);
+  } else {
+    return false;
+  }
+}
+
 // Fills `c`, a fresh command already in its block (no copy of it is made).
 void parse_command(Command& c, Value j, std::string where, int depth) {
   c.pointer = std::move(where);
@@ -248,23 +328,6 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     v.reserve(l->size());
     l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, ptr, k, i)); });
     return v;
-  };
-  auto block = [&](std::string_view k) { return parse_block(o.need(k), o.at(k), depth + 1); };
-  auto sim = [&](std::string_view key) {
-    std::optional<Value> s = o.get("sim");
-    if (!s) return;
-    Obj so(*s, o.at("sim"));
-    if (std::optional<Value> v = so.get(key)) {
-      if (key == "taken") {
-        if (!v->is_boolean()) fail(so.at(key), "expected true or false");
-        c.set_rare().sim.taken = v->boolean();
-      } else {
-        int64_t n = as_int(*v, so.at(key));
-        if (n < 0) fail(so.at(key), "expected a non-negative integer");
-        if (key == "trip_count") c.set_rare().sim.trip_count = n; else c.set_rare().sim.branch = n;
-      }
-    }
-    so.done();
   };
   auto collective_common = [&] {
     c.src = ref("src");
@@ -298,7 +361,9 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     }
   };
 
-  if (op == "memzero") {
+  OpReader reader(o, depth);
+  if (parse_typed(op, reader, c)) {
+  } else if (op == "memzero") {
     c.op = Op::memzero;
     c.dst = ref("dst");
   } else if (op == "memset") {
@@ -441,45 +506,6 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
       c.set_rare().pairs = std::move(ps);
     } else {
       c.shift = as_int(*shift, o.at("shift"));
-    }
-  } else if (op == "collective_group") {
-    c.op = Op::collective_group;
-    c.body = block("body");
-  } else if (op == "async_start") {
-    c.op = Op::async_start;
-    c.token = o.str("token");
-    c.stream = parse_stream(o.need("stream"), o.at("stream"));
-    c.body = block("body");
-  } else if (op == "async_done") {
-    c.op = Op::async_done;
-    c.token = o.str("token");
-  } else if (op == "cond") {
-    c.op = Op::cond;
-    c.pred = ref("pred");
-    c.set_rare().then_ = block("then");
-    if (o.has("else")) c.set_rare().else_ = block("else");
-    else o.get("else");
-    sim("taken");
-  } else if (op == "switch") {
-    c.op = Op::switch_;
-    c.index = ref("index");
-    Value br = o.need("branches");
-    if (!br.is_array() || br.empty()) fail(o.at("branches"), "expected a non-empty list of command lists");
-    br.each_element([&](size_t i, Value e) { c.set_rare().branches.push_back(parse_block(e, child(o.at("branches"), i), depth + 1)); });
-    sim("branch");
-  } else if (op == "while") {
-    c.op = Op::while_;
-    c.cond_buf = ref("cond_buf");
-    c.set_rare().cond = block("cond");
-    c.body = block("body");
-    sim("trip_count");
-  } else if (op == "call") {
-    c.op = Op::call;
-    Command::Rare& x = c.set_rare();
-    x.fn = o.str("fn");
-    if (std::optional<Value> args = o.get("args")) {
-      Obj ao(*args, o.at("args"));
-      ao.each([&](std::string_view key, Value v) { x.args_map.emplace_back(std::string(key), ref_of(v, ao.ptr(), key)); });
     }
   } else {
     fail(o.at("op"), "unknown op '" + std::string(op) + "'");
@@ -670,11 +696,6 @@ json refs_json(const std::vector<Ref>& v) {
   for (const auto& r : v) a.push_back(r.syntax->text());
   return a;
 }
-json block_json(const Block& b) {
-  json a = json::array();
-  for (const auto& c : b) a.push_back(to_json(c));
-  return a;
-}
 json init_json(const Init& in) {
   static const char* kinds[] = {"", "zeros", "ones", "iota", "constant", "values", "uniform", "normal", "axis_index", "npy"};
   json j;
@@ -716,6 +737,21 @@ json map_fields(const Command& c, json j) {
   return j;
 }
 }  // namespace
+
+json ref_json(const Ref& r) { return r.syntax->text(); }
+json block_json(const Block& b) {
+  json a = json::array();
+  for (const auto& c : b) a.push_back(to_json(c));
+  return a;
+}
+json named_refs_json(const std::vector<std::pair<std::string, Ref>>& refs) {
+  json m = json::object();
+  for (const auto& [k, r] : refs) m[k] = r.syntax->text();
+  return m;
+}
+json stream_json(const StreamId& s) {
+  return {{"kind", s.kind == StreamId::Kind::computation ? "computation" : "communication"}, {"id", s.id}};
+}
 
 json to_json(const Command& c) {
   const Command::Rare& x = c.rare();
@@ -786,36 +822,17 @@ json to_json(const Command& c) {
         j["shift"] = *c.shift;
       }
       break;
-    case Op::collective_group: j["body"] = block_json(c.body); break;
+    case Op::collective_group:
     case Op::async_start:
-      j["token"] = c.token;
-      j["stream"] = {{"kind", c.stream.kind == StreamId::Kind::computation ? "computation" : "communication"}, {"id", c.stream.id}};
-      j["body"] = block_json(c.body);
-      break;
-    case Op::async_done: j["token"] = c.token; break;
+    case Op::async_done:
     case Op::cond:
-      j["pred"] = ref_json(c.pred); j["then"] = block_json(x.then_); j["else"] = block_json(x.else_);
-      if (x.sim.taken) j["sim"] = {{"taken", *x.sim.taken}};
-      break;
-    case Op::switch_: {
-      j["index"] = ref_json(c.index);
-      json br = json::array();
-      for (const auto& b : x.branches) br.push_back(block_json(b));
-      j["branches"] = br;
-      if (x.sim.branch) j["sim"] = {{"branch", *x.sim.branch}};
-      break;
-    }
+    case Op::switch_:
     case Op::while_:
-      j["cond_buf"] = ref_json(c.cond_buf); j["cond"] = block_json(x.cond); j["body"] = block_json(c.body);
-      if (x.sim.trip_count) j["sim"] = {{"trip_count", *x.sim.trip_count}};
+    case Op::call:
+      std::visit([&](const auto& x) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) x.write(j);
+      }, c.spec);
       break;
-    case Op::call: {
-      j["fn"] = x.fn;
-      json args = json::object();
-      for (const auto& [k, r] : x.args_map) args[k] = r.syntax->text();
-      j["args"] = args;
-      break;
-    }
   }
   return j;
 }

@@ -10,12 +10,17 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <variant>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "core/ops/base.h"
+#include "core/ops/collective.h"
+#include "core/ops/control.h"
+#include "core/ops/stream.h"
 #include "core/expr.h"
 #include "core/reduction.h"
 #include "core/ref.h"
@@ -62,106 +67,10 @@ struct Buffer {
   size_t bytes() const { return static_cast<size_t>(count()) * dtype_size(dtype); }
 };
 
-enum class Op {
-  memzero, memset, copy, gemm, map, reduce, kernel, ptx_kernel, custom_call, transpose,
-  all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, collective_group,
-  async_start, async_done, cond, switch_, while_, call
-};
-std::string_view op_name(Op op);
-// The five NCCL-style collectives (not the group).
-constexpr bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
-
-// What kind of command an op is. A new op does not compile until it has
-// its family here; switches over Op have no `default:` and are built with
-// -Werror=switch, so each names every op.
-enum class OpFamily { compute, collective, group, stream, control, call };
-constexpr OpFamily op_family(Op op) {
-  switch (op) {
-    case Op::memzero:
-    case Op::memset:
-    case Op::copy:
-    case Op::gemm:
-    case Op::map:
-    case Op::reduce:
-    case Op::kernel:
-    case Op::ptx_kernel:
-    case Op::custom_call:
-    case Op::transpose: return OpFamily::compute;
-    case Op::all_reduce:
-    case Op::all_gather:
-    case Op::reduce_scatter:
-    case Op::all_to_all:
-    case Op::collective_permute: return OpFamily::collective;
-    case Op::collective_group: return OpFamily::group;
-    case Op::async_start:
-    case Op::async_done: return OpFamily::stream;
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_: return OpFamily::control;
-    case Op::call: return OpFamily::call;
-  }
-  return OpFamily::compute;  // unreachable: every op is listed above
-}
-
-struct Ref {
-  std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs
-  int buffer = -1;  // index into Program::buffers once lowered
-  // Index into Program::fixed_views once lowered, where the view names no
-  // mesh axis (and so is the same on every rank) and is in bounds; else -1.
-  int fixed = -1;
-  // JSON pointer of the ref string (for messages), held by its program's
-  // Program::texts.
-  std::string_view pointer;
-};
-
-// An optional value held behind a pointer, for the fields a command
-// rarely has (most of its nine named refs, a cost, a PTX launch): it keeps
-// Command small. Copies are deep (lowering copies function bodies and then
-// rebinds their refs). Used like std::optional.
-template <typename T>
-class Box {
- public:
-  Box() = default;
-  Box(T v) : p_(std::make_unique<T>(std::move(v))) {}  // NOLINT: like std::optional
-  Box(const Box& o) : p_(o.p_ ? std::make_unique<T>(*o.p_) : nullptr) {}
-  Box(Box&&) noexcept = default;
-  Box& operator=(const Box& o) {
-    if (this != &o) p_ = o.p_ ? std::make_unique<T>(*o.p_) : nullptr;
-    return *this;
-  }
-  Box& operator=(Box&&) noexcept = default;
-  explicit operator bool() const { return p_ != nullptr; }
-  bool has_value() const { return p_ != nullptr; }
-  T& operator*() { return *p_; }
-  const T& operator*() const { return *p_; }
-  T* operator->() { return p_.get(); }
-  const T* operator->() const { return p_.get(); }
-  void reset() { p_.reset(); }
-
- private:
-  std::unique_ptr<T> p_;
-};
-
-using OptRef = Box<Ref>;
-
 struct Cost {
   std::optional<double> seconds;
   std::optional<double> flops;
   std::optional<double> bytes;
-};
-
-struct SimHints {
-  std::optional<int64_t> trip_count;
-  std::optional<bool> taken;
-  std::optional<int64_t> branch;
-};
-
-struct StreamId {
-  enum class Kind { computation, communication };
-  Kind kind = Kind::computation;
-  int id = 0;
-  std::string str() const { return std::string(kind == Kind::computation ? "computation:" : "communication:") + std::to_string(id); }
-  auto operator<=>(const StreamId&) const = default;
 };
 
 struct CustomCallSpec {
@@ -177,8 +86,12 @@ struct PtxLaunch {
   int64_t shmem_bytes = 0;
 };
 
-struct Command;
-using Block = std::vector<Command>;
+
+// What a command is, one typed description per op (core/ops/): its fields,
+// its JSON, the refs it reads and writes and the blocks it holds. Being
+// moved there family by family: the ops not yet there hold std::monostate
+// and keep their fields in Command itself.
+using OpSpec = std::variant<std::monostate, CollectiveGroup, AsyncStart, AsyncDone, Cond, Switch, While, Call>;
 
 struct Command {
   // What the validator and the simulator read for every command comes first
@@ -193,21 +106,31 @@ struct Command {
   double alpha = 1, beta = 0;  // gemm
 
   // refs, by role
-  OptRef src, dst, a, b, c, out, pred, index, cond_buf;
+  OptRef src, dst, a, b, c, out;
 
-  Block body;  // async_start, collective_group, while body, call (lowered)
+  OpSpec spec;
 
   std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
   std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
   std::vector<Ref> refs2;                       // kernel writes, custom_call results
-  StreamId stream;
   std::optional<int64_t> shift;   // collective_permute
   std::vector<std::string> axis;  // collective axes
-  std::string token;
   ExprPtr expr;  // map
 
   std::string pointer;  // source JSON pointer (for messages)
   std::string expr_text;
+
+  // The op's description, where the command is that op (std::get: a
+  // mismatch throws); get_if: null where it is not.
+  template <typename T> const T& as() const { return std::get<T>(spec); }
+  template <typename T> T& as() { return std::get<T>(spec); }
+  template <typename T> const T* get_if() const { return std::get_if<T>(&spec); }
+  template <typename T> T* get_if() { return std::get_if<T>(&spec); }
+  // Makes the command the op `x`.
+  template <typename T> void set(T x) {
+    op = T::kind;
+    spec = std::move(x);
+  }
 
   // The command's pointer in the lowered schedule (for reports): its source
   // pointer, except inside an inlined call (set by lower()).
@@ -226,14 +149,9 @@ struct Command {
 };
 
 // The fields of a command that most commands leave at their defaults:
-// control flow's other blocks, sim hints, communicator groups and pairs, a
-// name, and what only one op uses (memset, reduce, ptx_kernel,
-// custom_call, call).
+// communicator groups and pairs, a name, and what only one op uses
+// (memset, reduce, ptx_kernel, custom_call).
 struct Command::Rare {
-  Block then_, else_;           // cond
-  Block cond;                   // while
-  std::vector<Block> branches;  // switch
-  SimHints sim;
   std::optional<std::vector<std::vector<int64_t>>> groups;
   std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
   std::string name;
@@ -241,15 +159,21 @@ struct Command::Rare {
   bool arg = false;  // reduce: argmax or argmin (reduction max or min): the index, along the one axis, where it is first reached
   double value = 0;               // memset: a number, NaN or an infinity
   std::optional<uint32_t> bits;   // memset: each 4-byte element set to this pattern instead
-  std::string fn;                 // call: the function called
   std::vector<int64_t> axes_i;    // reduce axes
   std::vector<int64_t> perm;      // transpose: dst's dimension d is src's dimension perm[d]
   std::vector<bool> written;      // ptx_kernel
   std::shared_ptr<Command> cpu;   // ptx_kernel fallback, a map
   Box<PtxLaunch> launch;          // ptx_kernel
   Box<CustomCallSpec> custom;     // custom_call
-  std::vector<std::pair<std::string, Ref>> args_map;  // call args
 };
+
+// The token of an async_start or async_done; empty for other ops.
+inline const std::string& async_token(const Command& c) {
+  static const std::string none;
+  if (const AsyncStart* a = c.get_if<AsyncStart>()) return a->token;
+  if (const AsyncDone* d = c.get_if<AsyncDone>()) return d->token;
+  return none;
+}
 
 // Asks memory for what a front-to-back walk of a long block reads next:
 // the command 16 ahead (its first two lines), and the refs of the one 8
@@ -359,36 +283,35 @@ json to_json(const Command& c);
 // sub-blocks or its CPU fallback).
 template <typename F>
 bool any_ref(const Command& c, F pred) {
-  for (const auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out, &c.pred, &c.index, &c.cond_buf})
+  for (const auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out})
     if (*r && pred(**r)) return true;
   for (const auto& [k, r] : c.in)
     if (pred(r)) return true;
   for (const auto* v : {&c.refs, &c.refs2})
     for (const auto& r : *v)
       if (pred(r)) return true;
-  return false;
+  bool found = false;
+  std::visit([&](const auto& x) {
+    if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) x.uses([&](RefUse u) { found = found || pred(*u.ref); });
+  }, c.spec);
+  return found;
 }
 
-// Calls f(block) for every block nested directly in the command, in this
-// order: its body (async_start, collective_group, a while's body, a lowered
-// call), a cond's then and else, a while's cond, a switch's branches. Every
-// walk of nested blocks that treats them alike goes through here; walks
-// that run control flow pick the block they enter by op.
-template <typename F>
-void for_each_sub_block(const Command& c, F f) {
-  f(c.body);
-  if (!c.has_rare()) return;
-  const Command::Rare& x = c.rare();
-  for (const Block* sub : {&x.then_, &x.else_, &x.cond}) f(*sub);
-  for (const auto& br : x.branches) f(br);
-}
-template <typename F>
-void for_each_sub_block(Command& c, F f) {
-  f(c.body);
-  if (!c.has_rare()) return;
-  Command::Rare& x = c.set_rare();
-  for (Block* sub : {&x.then_, &x.else_, &x.cond}) f(*sub);
-  for (auto& br : x.branches) f(br);
+// Calls f(block) or f(block, SubBlock) for every block nested directly in
+// the command, in the order its op's description lists them (a while's
+// body before its cond, a cond's then before its else). Every walk of
+// nested blocks that treats them alike goes through here; walks that run
+// control flow pick the block they enter by op.
+template <typename C, typename F>
+void for_each_sub_block(C& c, F f) {
+  std::visit([&](auto& x) {
+    if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) {
+      x.blocks([&](auto& block, SubBlock which) {
+        if constexpr (std::is_invocable_v<F&, decltype(block), SubBlock>) f(block, which);
+        else f(block);
+      });
+    }
+  }, c.spec);
 }
 
 // Whether `pred` holds for a command of the block or of any block nested in

@@ -118,9 +118,9 @@ TEST(Schedule, ComposedViewsKnowWhetherTheRankSizesOrPlacesThem) {
                 {"op": "call", "fn": "f", "args": {"v": "a[0:x + 1]"}},
                 {"op": "call", "fn": "f", "args": {"v": "a[2:]"}},
                 {"op": "call", "fn": "g", "args": {"v": "a[2:]"}}]})");
-  const Ref& placed = *p.program[0].body[0].dst;
-  const Ref& sized = *p.program[1].body[0].dst;
-  const Ref& fixed = *p.program[2].body[0].dst;
+  const Ref& placed = *p.program[0].as<Call>().body[0].dst;
+  const Ref& sized = *p.program[1].as<Call>().body[0].dst;
+  const Ref& fixed = *p.program[2].as<Call>().body[0].dst;
   EXPECT_TRUE(ref_moves_with_rank(placed));
   EXPECT_FALSE(size_depends_on_rank(placed));
   EXPECT_TRUE(ref_moves_with_rank(sized));
@@ -128,7 +128,7 @@ TEST(Schedule, ComposedViewsKnowWhetherTheRankSizesOrPlacesThem) {
   EXPECT_FALSE(ref_moves_with_rank(fixed));
   EXPECT_FALSE(size_depends_on_rank(fixed));
   // g's own ref is sized by x, inside a fixed view.
-  EXPECT_TRUE(size_depends_on_rank(*p.program[3].body[0].dst));
+  EXPECT_TRUE(size_depends_on_rank(*p.program[3].as<Call>().body[0].dst));
 }
 
 TEST(Schedule, CallsInlineWithComposedViewsAndRenamedTokens) {
@@ -138,10 +138,10 @@ TEST(Schedule, CallsInlineWithComposedViewsAndRenamedTokens) {
       {"op": "async_start", "token": "t", "stream": {"kind": "computation", "id": 1}, "body": [{"op": "memset", "dst": "v[1:]", "value": 1}]},
       {"op": "async_done", "token": "t"}]}},
     "program": [{"op": "call", "fn": "f", "args": {"v": "a[4:]"}}, {"op": "call", "fn": "f", "args": {"v": "a[:4]"}}]})");
-  const Command& first = p.program[0].body[0];
+  const Command& first = p.program[0].as<Call>().body[0];
   EXPECT_EQ(first.id(), "/program/0/body/0");
-  EXPECT_NE(first.token, p.program[1].body[0].token);  // per call instance
-  const Command& memset = first.body[0];
+  EXPECT_NE(first.as<AsyncStart>().token, p.program[1].as<Call>().body[0].as<AsyncStart>().token);  // per call instance
+  const Command& memset = first.as<AsyncStart>().body[0];
   EXPECT_EQ(memset.pointer, "/functions/f/program/0/body/0");
   View v = resolve(p, *memset.dst, rank_ctx(p.mesh, 0));
   EXPECT_EQ(v.offset, 5);  // a[4:][1:]

@@ -356,7 +356,7 @@ TEST(Loading, EveryRefIsBoundAndEveryCommandCounted) {
                                     R"(, {"op": "copy", "src": "a", "dst": "b"}])", 2), "t.json");
   ASSERT_TRUE(p.ok()) << p.errors()[0].str();
   EXPECT_EQ(p.value().command_count, 4);
-  EXPECT_EQ(p.value().program[0].body[0].dst->buffer, 1);  // b, the second buffer
+  EXPECT_EQ(p.value().program[0].as<AsyncStart>().body[0].dst->buffer, 1);  // b, the second buffer
   EXPECT_EQ(p.value().program[2].src->buffer, 0);          // a
   EXPECT_TRUE(p.value().rank_use.moves);
   // Refs are bound once the whole file is read: a malformed command is

@@ -98,17 +98,17 @@ int64_t Engine::expected_commands(const Block& b) {
   // a group; control flow, streams and calls only for what they hold.
   int64_t n = 0;
   for (const Command& c : b) {
-    const Command::Rare& x = c.rare();
     switch (op_family(c.op)) {
       case OpFamily::control: {
-        if (c.op == Op::while_) {
-          const int64_t trips = x.sim.trip_count ? *x.sim.trip_count : decided(c).value_or(0);
-          const int64_t loop = add(expected_commands(x.cond), mul(std::max<int64_t>(trips, 0), add(expected_commands(c.body), expected_commands(x.cond))));
+        if (const While* w = c.get_if<While>()) {
+          const int64_t trips = w->trip_count ? *w->trip_count : decided(c).value_or(0);
+          const int64_t loop = add(expected_commands(w->cond), mul(std::max<int64_t>(trips, 0), add(expected_commands(w->body), expected_commands(w->cond))));
           if (loop > heaviest_loop_commands_) heaviest_loop_commands_ = loop, heaviest_loop_ = &c;
           n = add(n, loop);
           break;
         }
-        std::optional<int64_t> k = c.op == Op::cond ? (x.sim.taken ? std::optional<int64_t>(*x.sim.taken ? 1 : 0) : decided(c)) : (x.sim.branch ? x.sim.branch : decided(c));
+        std::optional<int64_t> k = hinted_branch(c);
+        if (!k) k = decided(c);
         if (k) {
           n = add(n, expected_commands(*take_branch(c, *k).block));
         } else {
@@ -122,7 +122,7 @@ int64_t Engine::expected_commands(const Block& b) {
       case OpFamily::collective: n = add(n, 1); break;
       case OpFamily::group:
       case OpFamily::stream:
-      case OpFamily::call: n = add(n, expected_commands(c.body)); break;
+      case OpFamily::call: for_each_sub_block(c, [&](const Block& sub) { n = add(n, expected_commands(sub)); }); break;
     }
   }
   return n;
@@ -136,7 +136,7 @@ void Engine::check_expected_size() {
   if (expected_ <= command_limit()) return;
   // Named by the loop that weighs most, where there is one.
   const Command* loop = heaviest_loop_;
-  const std::string where = !loop ? "" : loop->rare().sim.trip_count ? loop->pointer + "/sim/trip_count" : loop->pointer;
+  const std::string where = !loop ? "" : loop->as<While>().trip_count ? loop->pointer + "/sim/trip_count" : loop->pointer;
   const std::string about = std::to_string(expected_) + " in all: loop trips times commands, on every rank simulated";
   if (keep_ != Keep::records)
     throw ThunkyError(where, std::string(loop ? "this loop takes" : "the schedule takes") + " the simulation past " + std::to_string(command_limit()) +
@@ -200,37 +200,38 @@ int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
     const int i = static_cast<int>(infos_.size());
     infos_.emplace_back();
     infos_[i].cmd = &c;
-    if (c.op == Op::async_start) scopes.back()[c.token] = i;
-    if (c.op == Op::async_done) {
+    if (const AsyncStart* a = c.get_if<AsyncStart>()) scopes.back()[a->token] = i;
+    if (const AsyncDone* d = c.get_if<AsyncDone>()) {
       for (auto s = scopes.rbegin(); s != scopes.rend(); ++s)
-        if (auto it = s->find(c.token); it != s->end()) {
+        if (auto it = s->find(d->token); it != s->end()) {
           infos_[i].partner = it->second;
           break;
         }
-      if (infos_[i].partner < 0) throw ThunkyError(c.pointer, "async_done of unknown token '" + c.token + "'");
+      if (infos_[i].partner < 0) throw ThunkyError(c.pointer, "async_done of unknown token '" + d->token + "'");
     }
-    // Only these ops have sub-blocks: testing the op first spares a leaf
-    // the cache misses of reading its five block vectors.
-    const bool nests = c.op == Op::async_start || c.op == Op::collective_group || c.op == Op::cond || c.op == Op::switch_ ||
-                       c.op == Op::while_ || c.op == Op::call;
-    const bool leaf = !nests || (c.body.empty() && c.rare().then_.empty() && c.rare().else_.empty() && c.rare().branches.empty() && c.rare().cond.empty());
-    if (!leaf) {
+    // Compute commands and collectives hold no blocks: testing the op
+    // first spares a leaf the cache misses of visiting its description.
+    const OpFamily family = op_family(c.op);
+    size_t blocks = 0;
+    if (family != OpFamily::compute && family != OpFamily::collective)
+      for_each_sub_block(c, [&](const Block& sub) { blocks += sub.empty() ? 0 : 1; });
+    if (blocks > 0) {
       const int at = static_cast<int>(block_starts_.size());
-      block_starts_.resize(block_starts_.size() + 4 + c.rare().branches.size());
-      infos_[i].blocks = at;
       int k = 0;
-      auto child = [&](const Block& sub, bool scope) {
+      for_each_sub_block(c, [&](const Block&) { ++k; });
+      block_starts_.resize(block_starts_.size() + static_cast<size_t>(k));
+      infos_[i].blocks = at;
+      k = 0;
+      // The blocks in the order of the op's description (Engine::block
+      // finds them by that position). An async_start's body and a call
+      // share their issuer's tokens; the regions of control flow have
+      // their own.
+      const bool scope = family == OpFamily::control;
+      for_each_sub_block(c, [&](const Block& sub) {
         if (scope && !sub.empty()) scopes.emplace_back();
         block_starts_[at + k++] = number(sub, scopes);
         if (scope && !sub.empty()) scopes.pop_back();
-      };
-      // An async_start's body and a call share their issuer's tokens; the
-      // regions of control flow have their own.
-      child(c.body, c.op == Op::while_);
-      child(c.rare().then_, true);
-      child(c.rare().else_, true);
-      for (const auto& br : c.rare().branches) child(br, true);
-      child(c.rare().cond, true);
+      });
     }
     infos_[i].subtree = static_cast<int>(infos_.size()) - i;
   }
@@ -308,10 +309,9 @@ int64_t Engine::decision(int64_t rank, const Command& c) {
     if (it != per.end() && cursor < it->second.size()) return it->second[cursor++];
     if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id() + " fewer times than the timing model expands it");
   }
-  if (c.op == Op::cond && c.rare().sim.taken) return *c.rare().sim.taken ? 1 : 0;
-  if (c.op == Op::switch_ && c.rare().sim.branch) return *c.rare().sim.branch;
-  if (c.op == Op::while_ && c.rare().sim.trip_count) {
-    const int64_t trips = *c.rare().sim.trip_count;
+  if (std::optional<int64_t> k = hinted_branch(c)) return *k;
+  if (const While* w = c.get_if<While>(); w && w->trip_count) {
+    const int64_t trips = *w->trip_count;
     const int64_t limit = command_limit();
     if (trips > limit)
       throw ThunkyError(c.pointer + "/sim/trip_count", "a trip count of " + std::to_string(trips) + " passes the " + std::to_string(limit) +
@@ -351,11 +351,11 @@ bool Engine::issue_until(int si) {
       const int i = f.info, cur = f.stream;
       if (!f.body_next) {
         f.body_next = true;
-        enter(rank, c.rare().cond, block(i, 3 + c.rare().branches.size()), cur, true);
+        enter(rank, c.as<While>().cond, block(i, 1), cur, true);
       } else if (f.trip < f.trips) {
         f.body_next = false;
         ++f.trip;
-        enter(rank, c.body, block(i, 0), cur, true);
+        enter(rank, c.as<While>().body, block(i, 0), cur, true);
       } else {
         stack.pop_back();
       }
@@ -373,11 +373,12 @@ bool Engine::issue_until(int si) {
     // `f` may dangle from here on: the cases below push frames.
     switch (c.op) {
       case Op::async_start: {
-        const int fork = new_event(), target = stream_index(rank, c.stream);
+        const AsyncStart& a = c.as<AsyncStart>();
+        const int fork = new_event(), target = stream_index(rank, a.stream);
         push(cur, {Task::Kind::record, false, i, -1, fork});
         push(target, {Task::Kind::wait, false, i, -1, fork});
         stack.push_back({Frame::Kind::async_end, target, in_loop, nullptr, 0, i});
-        enter(rank, c.body, block(i, 0), target, in_loop);
+        enter(rank, a.body, block(i, 0), target, in_loop);
         break;
       }
       case Op::async_done: {
@@ -389,12 +390,12 @@ bool Engine::issue_until(int si) {
         tokens.pop_back();
         break;
       }
-      case Op::call: enter(rank, c.body, block(i, 0), cur, in_loop); break;
+      case Op::call: enter(rank, c.as<Call>().body, block(i, 0), cur, in_loop); break;
       case Op::cond:
       case Op::switch_: {
-        // The block's index among the command's blocks: body 0, then 1, else 2, branches from 3.
+        // The block's position among the command's blocks: then 0, else 1; branch k at k.
         const Branch b = take_branch(c, decision(rank, c));
-        const size_t slot = c.op == Op::cond ? (b.decision ? 1 : 2) : 3 + static_cast<size_t>(b.decision);
+        const size_t slot = c.op == Op::cond ? (b.decision ? 0 : 1) : static_cast<size_t>(b.decision);
         enter(rank, *b.block, block(i, slot), cur, in_loop);
         break;
       }

@@ -287,13 +287,13 @@ class Engine {
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes);
 
-  // Where the k-th sub-block of a command starts (body, then, else,
-  // branches..., while cond last).
+  // Where the k-th sub-block of a command starts, in the order of its op's
+  // description (for_each_sub_block).
   // A command whose sub-blocks are all empty has none recorded: any start
   // serves, as nothing is issued from an empty block.
   int block(int info, size_t k) const { return infos_[info].blocks < 0 ? 0 : block_starts_[infos_[info].blocks + k]; }
   int members_begin(int info) const { return block(info, 0); }
-  int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->body.size()); }
+  int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->as<CollectiveGroup>().body.size()); }
 
   // A rank's coordinates, worked out when first asked for: folded, the
   // simulation asks only for rank 0's.

@@ -30,13 +30,7 @@ bool small_enough(const thunky::Program& p) {
   std::function<void(const thunky::Block&)> walk = [&](const thunky::Block& block) {
     for (const auto& c : block) {
       if (c.op == thunky::Op::kernel && c.cost && c.cost->seconds && *c.cost->seconds > 1e-3) quick = false;
-      walk(c.body);
-      if (c.has_rare()) {
-        walk(c.rare().then_);
-        walk(c.rare().else_);
-        walk(c.rare().cond);
-        for (const auto& b : c.rare().branches) walk(b);
-      }
+      thunky::for_each_sub_block(c, walk);
     }
   };
   walk(p.program);

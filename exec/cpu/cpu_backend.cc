@@ -187,17 +187,22 @@ class Run {
     for (const auto& c : b) {
       switch (c.op) {
         case Op::async_start: {
+          const AsyncStart& a = c.as<AsyncStart>();
           auto fork = std::make_shared<Event>();
-          q[cur].push_back({Task::Kind::record, nullptr, fork, c.token, false});
-          q[c.stream].push_back({Task::Kind::wait, &c, fork, c.token, false});
-          issue(c.body, c.stream, q, tokens);
+          q[cur].push_back({Task::Kind::record, nullptr, fork, a.token, false});
+          q[a.stream].push_back({Task::Kind::wait, &c, fork, a.token, false});
+          issue(a.body, a.stream, q, tokens);
           auto done = std::make_shared<Event>();
-          q[c.stream].push_back({Task::Kind::record, nullptr, done, c.token, true});
-          tokens[c.token] = done;
+          q[a.stream].push_back({Task::Kind::record, nullptr, done, a.token, true});
+          tokens[a.token] = done;
           break;
         }
-        case Op::async_done: q[cur].push_back({Task::Kind::wait, &c, tokens.at(c.token), c.token, true}); break;
-        case Op::call: issue(c.body, cur, q, tokens); break;
+        case Op::async_done: {
+          const std::string& token = c.as<AsyncDone>().token;
+          q[cur].push_back({Task::Kind::wait, &c, tokens.at(token), token, true});
+          break;
+        }
+        case Op::call: issue(c.as<Call>().body, cur, q, tokens); break;
         case Op::memzero:  // every other command: one task of its stream
         case Op::memset:
         case Op::copy:
@@ -411,7 +416,7 @@ class Run {
         std::vector<CollectiveCall> calls;
         std::vector<const Command*> members;
         if (c.op == Op::collective_group)
-          for (const auto& m : c.body) members.push_back(&m);
+          for (const auto& m : c.as<CollectiveGroup>().body) members.push_back(&m);
         else
           members.push_back(&c);
         for (const Command* m : members)
@@ -423,7 +428,7 @@ class Run {
         comm_->run(static_cast<int>(s.rank), calls, launch, who(s, stream));
         double end = now();
         if (c.op == Op::collective_group)
-          for (const auto& m : c.body) record(s, m, stream, in_loop, start, end);
+          for (const auto& m : c.as<CollectiveGroup>().body) record(s, m, stream, in_loop, start, end);
         else
           record(s, c, stream, in_loop, start, end);
         return;
@@ -738,7 +743,7 @@ class CpuBackend final : public Backend {
 
   static void count_streams(const Block& b, std::set<StreamId>& streams) {
     for (const auto& c : b) {
-      if (c.op == Op::async_start) streams.insert(c.stream);
+      if (const AsyncStart* a = c.get_if<AsyncStart>()) streams.insert(a->stream);
       for_each_sub_block(c, [&](const Block& sub) { count_streams(sub, streams); });
     }
   }

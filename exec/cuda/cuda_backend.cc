@@ -168,7 +168,7 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
   streams_.insert(StreamId{});
   for (const auto& c : b) {
     const Command::Rare& x = c.rare();
-    if (c.op == Op::async_start) streams_.insert(c.stream);
+    if (const AsyncStart* a = c.get_if<AsyncStart>()) streams_.insert(a->stream);
     if (c.op == Op::while_) ++captured_loops_;
     if (c.op == Op::reduce) {
       const size_t dims = resolve(p, *c.src, rank_ctx(p.mesh, 0)).shape.size();

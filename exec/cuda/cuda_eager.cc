@@ -151,29 +151,31 @@ void CudaBackend::issue_block(RankState& s, const Block& b, const StreamId& cur,
   for (const auto& c : b) {
     switch (c.op) {
       case Op::async_start: {
+        const AsyncStart& a = c.as<AsyncStart>();
         // A dependency event (plain) and timing events (for the flow arrows).
         const size_t fork_t = timestamp(s, cur);
         cudaEvent_t fork = s.joins.next();
         THUNKY_CUDA_CHECK(cudaEventRecord(fork, stream(s, cur)));
-        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, c.stream), fork, 0));
-        const size_t started_t = timestamp(s, c.stream);
-        s.flows.push_back({cur.str(), c.stream.str(), c.token, fork_t, started_t, false});
-        issue_block(s, c.body, c.stream, in_loop);
-        const size_t end_t = timestamp(s, c.stream);
+        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, a.stream), fork, 0));
+        const size_t started_t = timestamp(s, a.stream);
+        s.flows.push_back({cur.str(), a.stream.str(), a.token, fork_t, started_t, false});
+        issue_block(s, a.body, a.stream, in_loop);
+        const size_t end_t = timestamp(s, a.stream);
         cudaEvent_t done = s.joins.next();
-        THUNKY_CUDA_CHECK(cudaEventRecord(done, stream(s, c.stream)));
-        s.tokens[c.token] = done;
-        s.token_end[c.token] = {c.stream.str(), end_t};
+        THUNKY_CUDA_CHECK(cudaEventRecord(done, stream(s, a.stream)));
+        s.tokens[a.token] = done;
+        s.token_end[a.token] = {a.stream.str(), end_t};
         break;
       }
       case Op::async_done: {
-        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, cur), s.tokens.at(c.token), 0));
+        const AsyncDone& a = c.as<AsyncDone>();
+        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, cur), s.tokens.at(a.token), 0));
         const size_t joined_t = timestamp(s, cur);
-        auto [from, from_t] = s.token_end.at(c.token);
-        s.flows.push_back({from, cur.str(), c.token, from_t, joined_t, true});
+        auto [from, from_t] = s.token_end.at(a.token);
+        s.flows.push_back({from, cur.str(), a.token, from_t, joined_t, true});
         break;
       }
-      case Op::call: issue_block(s, c.body, cur, in_loop); break;
+      case Op::call: issue_block(s, c.as<Call>().body, cur, in_loop); break;
       case Op::cond:
       case Op::switch_:
       case Op::while_:
@@ -253,7 +255,7 @@ void CudaBackend::timed_command(RankState& s, const Command& c, const StreamId& 
   const size_t start = timestamp(s, cur);
   std::vector<const Command*> members;
   if (c.op == Op::collective_group)
-    for (const auto& m : c.body) members.push_back(&m);
+    for (const auto& m : c.as<CollectiveGroup>().body) members.push_back(&m);
   else if (is_collective(c.op))
     members.push_back(&c);
   if (!members.empty()) collective(s, c, members, cur);

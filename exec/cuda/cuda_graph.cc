@@ -43,35 +43,35 @@ std::string capture_obstacle(const Block& b, bool in_body) {
 // device: past --max-trip-count the loop stops and a flag is raised,
 // which the run reports as on the eager path.
 void CudaBackend::capture_control_flow(RankState& s, const Command& c, const StreamId& cur) {
-  const Command::Rare& x = c.rare();
   cudaKernel_t set_if = kernels_->get(support_, "thunky_set_if"), set_switch = kernels_->get(support_, "thunky_set_switch"),
                set_while = kernels_->get(support_, "thunky_set_while");
   auto view_ptr = [&](const Ref& r) { return ptr(s, resolve(*p_, r, s.ctx)); };
-  if (c.op == Op::cond) {
-    const uint8_t* pred = view_ptr(*c.pred);
-    std::vector<const Block*> bodies = {&x.then_};
-    if (!x.else_.empty()) bodies.push_back(&x.else_);
+  if (const Cond* x = c.get_if<Cond>()) {
+    const uint8_t* pred = view_ptr(x->pred);
+    std::vector<const Block*> bodies = {&x->then_};
+    if (!x->else_.empty()) bodies.push_back(&x->else_);
     conditional_node(s, cur, cudaGraphCondTypeIf, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_if, pack_params({h, ptr_bits(pred)}), st); });
-  } else if (c.op == Op::switch_) {
-    const uint8_t* index = view_ptr(*c.index);
+  } else if (const Switch* x = c.get_if<Switch>()) {
+    const uint8_t* index = view_ptr(x->index);
     std::vector<const Block*> bodies;
-    for (const auto& br : x.branches) bodies.push_back(&br);
+    for (const auto& br : x->branches) bodies.push_back(&br);
     const uint64_t n = bodies.size();
     conditional_node(s, cur, cudaGraphCondTypeSwitch, bodies, [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_switch, pack_params({h, ptr_bits(index), n}), st); });
   } else {
-    const uint8_t* pred = view_ptr(*c.cond_buf);
+    const While& w = c.as<While>();
+    const uint8_t* pred = view_ptr(w.cond_buf);
     const size_t slot = s.loops.size();
     if (slot >= captured_loops_) throw DeviceError("internal: plan() counted " + std::to_string(captured_loops_) + " while loops, the capture met more");
     s.loops.push_back(&c);
     uint8_t* counter = s.loop_guards + slot * 16;
     THUNKY_CUDA_CHECK(cudaMemsetAsync(counter, 0, 8, stream(s, cur)));
-    issue_block(s, x.cond, cur, true);
+    issue_block(s, w.cond, cur, true);
     const uint64_t max = static_cast<uint64_t>(opts_->max_trip_count);
     auto set = [&](cudaGraphConditionalHandle h, cudaStream_t st) { launch_one(set_while, pack_params({h, ptr_bits(pred), ptr_bits(counter), max, ptr_bits(counter + 8)}), st); };
     // The handle is set before the node from the first evaluation, and
     // again at the end of every iteration.
-    conditional_node(s, cur, cudaGraphCondTypeWhile, {&c.body}, set, [&](cudaGraphConditionalHandle h) {
-      issue_block(s, x.cond, cur, true);
+    conditional_node(s, cur, cudaGraphCondTypeWhile, {&w.body}, set, [&](cudaGraphConditionalHandle h) {
+      issue_block(s, w.cond, cur, true);
       set(h, stream(s, cur));
     });
   }

@@ -26,9 +26,7 @@ void expect_compiles(const KernelSource& src, const std::string& entry = "") {
 void maps_of(const Program& p, const Block& b, std::vector<const Command*>& out) {
   for (const auto& c : b) {
     if (c.op == Op::map) out.push_back(&c);
-    const Command::Rare& x = c.rare();
-    for (const Block* sub : {&c.body, &x.then_, &x.else_, &x.cond}) maps_of(p, *sub, out);
-    for (const auto& br : x.branches) maps_of(p, br, out);
+    for_each_sub_block(c, [&](const Block& sub) { maps_of(p, sub, out); });
   }
 }
 

@@ -1,0 +1,131 @@
+// What every op's description is made of: refs to buffer views, the
+// blocks of commands an op holds, streams, and Box for rarely present
+// parts. The ops themselves are in the other headers of core/ops/.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/ref.h"
+
+namespace thunky {
+
+using json = nlohmann::ordered_json;
+
+enum class Op {
+  memzero, memset, copy, gemm, map, reduce, kernel, ptx_kernel, custom_call, transpose,
+  all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, collective_group,
+  async_start, async_done, cond, switch_, while_, call
+};
+std::string_view op_name(Op op);
+// The five NCCL-style collectives (not the group).
+constexpr bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
+
+// What kind of command an op is. A new op does not compile until it has
+// its family here; switches over Op have no `default:` and are built with
+// -Werror=switch, so each names every op.
+enum class OpFamily { compute, collective, group, stream, control, call };
+constexpr OpFamily op_family(Op op) {
+  switch (op) {
+    case Op::memzero:
+    case Op::memset:
+    case Op::copy:
+    case Op::gemm:
+    case Op::map:
+    case Op::reduce:
+    case Op::kernel:
+    case Op::ptx_kernel:
+    case Op::custom_call:
+    case Op::transpose: return OpFamily::compute;
+    case Op::all_reduce:
+    case Op::all_gather:
+    case Op::reduce_scatter:
+    case Op::all_to_all:
+    case Op::collective_permute: return OpFamily::collective;
+    case Op::collective_group: return OpFamily::group;
+    case Op::async_start:
+    case Op::async_done: return OpFamily::stream;
+    case Op::cond:
+    case Op::switch_:
+    case Op::while_: return OpFamily::control;
+    case Op::call: return OpFamily::call;
+  }
+  return OpFamily::compute;  // unreachable: every op is listed above
+}
+
+struct Ref {
+  std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs
+  int buffer = -1;  // index into Program::buffers once lowered
+  // Index into Program::fixed_views once lowered, where the view names no
+  // mesh axis (and so is the same on every rank) and is in bounds; else -1.
+  int fixed = -1;
+  // JSON pointer of the ref string (for messages), held by its program's
+  // Program::texts.
+  std::string_view pointer;
+};
+
+// An optional value held behind a pointer, for the fields a command
+// rarely has (most of its nine named refs, a cost, a PTX launch): it keeps
+// Command small. Copies are deep (lowering copies function bodies and then
+// rebinds their refs). Used like std::optional.
+template <typename T>
+class Box {
+ public:
+  Box() = default;
+  Box(T v) : p_(std::make_unique<T>(std::move(v))) {}  // NOLINT: like std::optional
+  Box(const Box& o) : p_(o.p_ ? std::make_unique<T>(*o.p_) : nullptr) {}
+  Box(Box&&) noexcept = default;
+  Box& operator=(const Box& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<T>(*o.p_) : nullptr;
+    return *this;
+  }
+  Box& operator=(Box&&) noexcept = default;
+  explicit operator bool() const { return p_ != nullptr; }
+  bool has_value() const { return p_ != nullptr; }
+  T& operator*() { return *p_; }
+  const T& operator*() const { return *p_; }
+  T* operator->() { return p_.get(); }
+  const T* operator->() const { return p_.get(); }
+  void reset() { p_.reset(); }
+
+ private:
+  std::unique_ptr<T> p_;
+};
+
+using OptRef = Box<Ref>;
+
+struct StreamId {
+  enum class Kind { computation, communication };
+  Kind kind = Kind::computation;
+  int id = 0;
+  std::string str() const { return std::string(kind == Kind::computation ? "computation:" : "communication:") + std::to_string(id); }
+  auto operator<=>(const StreamId&) const = default;
+};
+
+// One of a command's own refs (not its sub-blocks') and whether the
+// command writes through it. A ref read and written (a gemm's c with
+// beta != 0, a written ptx_kernel argument) is visited twice, read first.
+struct RefUse {
+  const Ref* ref;
+  bool write;
+};
+
+// Which of its op's blocks a nested block is: its JSON key, and its
+// position in a list of blocks (a switch's branches) or -1.
+struct SubBlock {
+  std::string_view key;
+  int index = -1;
+  // The block's pointer below its command's: "/then", "/branches/2".
+  std::string suffix() const { return "/" + std::string(key) + (index >= 0 ? "/" + std::to_string(index) : std::string()); }
+};
+
+struct Command;
+// A list of commands, run in order on one stream (Command is complete in
+// core/schedule.h).
+using Block = std::vector<Command>;
+
+}  // namespace thunky

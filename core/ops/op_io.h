@@ -1,0 +1,59 @@
+// How an op's description reads its fields from sched.json and writes them
+// back. Each op's `read` takes an OpReader over its command's JSON object;
+// every error names the JSON pointer of the field. The reader marks the keys
+// it is asked for, so a key no op reads is refused as unknown.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/ops/base.h"
+
+namespace thunky {
+
+namespace json_reader {
+class Obj;
+}
+
+class OpReader {
+ public:
+  OpReader(json_reader::Obj& o, int depth) : o_(o), depth_(depth) {}
+  json_reader::Obj& obj() { return o_; }
+  // The command's JSON pointer.
+  const std::string& ptr() const;
+  // The pointer of one of its fields.
+  std::string at(std::string_view key) const;
+  [[noreturn]] void fail(std::string_view key, const std::string& message) const;
+
+  Ref ref(std::string_view key);
+  // A list of refs; absent is an empty list unless `required`.
+  std::vector<Ref> refs(std::string_view key, bool required);
+  // An object of names to refs, in the document's order (map inputs, call
+  // arguments); absent is empty.
+  std::vector<std::pair<std::string, Ref>> named_refs(std::string_view key);
+  std::string str(std::string_view key);
+  StreamId stream(std::string_view key);
+  // A block of commands, nested one level deeper; `required` or else
+  // absent is empty.
+  Block block(std::string_view key, bool required = true);
+  // A non-empty list of blocks (a switch's branches).
+  std::vector<Block> blocks(std::string_view key);
+  // The simulator's hint `"sim": {key: ...}`: a count (>= 0) or a flag.
+  std::optional<int64_t> sim_count(std::string_view key);
+  std::optional<bool> sim_flag(std::string_view key);
+
+ private:
+  json_reader::Obj& o_;
+  int depth_;
+};
+
+json ref_json(const Ref& r);
+json block_json(const Block& b);
+json named_refs_json(const std::vector<std::pair<std::string, Ref>>& refs);
+json stream_json(const StreamId& s);
+
+}  // namespace thunky
