@@ -90,7 +90,7 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
     case Op::all_to_all:
     case Op::collective_permute:
       // The payload: the larger of src and dst (the gathered or unreduced array).
-      w.bytes = std::max(B(*c.src), B(*c.dst));
+      w.bytes = std::max(B(collective_of(c).src), B(collective_of(c).dst));
       break;
     case Op::collective_group:  // its members are priced one by one
     case Op::async_start:

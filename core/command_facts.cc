@@ -6,7 +6,7 @@
 namespace thunky {
 
 std::vector<std::pair<int64_t, int64_t>> permute_pairs(const Command& c, int64_t n) {
-  if (c.rare().pairs) return *c.rare().pairs;
+  if (const auto& given = c.as<CollectivePermute>().pairs) return *given;
   std::vector<std::pair<int64_t, int64_t>> pairs;
   pairs.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pairs.emplace_back(i, shift_target(c, i, n));
@@ -23,7 +23,7 @@ std::string collective_signature(const Program& p, const Command& c, const View&
   s += view(dst);
   if (c.op == Op::all_reduce || c.op == Op::reduce_scatter) {
     s += ' ';
-    s += reduction_name(c.rare().reduction);
+    s += reduction_name(reduction_of(c));
   }
   if (c.op == Op::collective_permute) {
     auto pairs = permute_pairs(c, n);

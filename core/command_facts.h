@@ -25,14 +25,14 @@ void for_each_use(const Command& c, F f) {
     case Op::memset: f(RefUse{&*c.dst, true}); break;
     case Op::copy:
     case Op::transpose:
+      f(RefUse{&*c.src, false});
+      f(RefUse{&*c.dst, true});
+      break;
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:
     case Op::all_to_all:
-    case Op::collective_permute:
-      f(RefUse{&*c.src, false});
-      f(RefUse{&*c.dst, true});
-      break;
+    case Op::collective_permute: collective_of(c).uses(f); break;
     case Op::gemm:
       f(RefUse{&*c.a, false});
       f(RefUse{&*c.b, false});
@@ -74,7 +74,7 @@ std::vector<std::pair<int64_t, int64_t>> permute_pairs(const Command& c, int64_t
 // Where position `source` sends under a permute's `shift` (without
 // overflow for any shift).
 inline int64_t shift_target(const Command& c, int64_t source, int64_t n) {
-  return floor_mod(source + floor_mod(*c.shift, n), n);
+  return floor_mod(source + floor_mod(*c.as<CollectivePermute>().shift, n), n);
 }
 
 // What every member of a communicator must issue alike, as text: the op,

@@ -120,7 +120,8 @@ class Lowerer {
     for (auto& [k, r] : c.in) bind(r, s);
     for (auto& r : c.refs) bind(r, s);
     for (auto& r : c.refs2) bind(r, s);
-    if ((c.op == Op::all_gather || c.op == Op::reduce_scatter) && c.src && c.dst && c.src->buffer == c.dst->buffer) use_.positional = true;
+    if ((c.op == Op::all_gather || c.op == Op::reduce_scatter) && collective_of(c).src.buffer == collective_of(c).dst.buffer) use_.positional = true;
+    if (is_collective(c.op) && collective_of(c).groups) use_.moves = true;  // group membership differs by rank
     if (AsyncStart* a = c.get_if<AsyncStart>()) a->token += s.token_suffix;
     if (AsyncDone* d = c.get_if<AsyncDone>()) d->token += s.token_suffix;
     for_each_sub_block(c, [&](Block& b, SubBlock which) {
@@ -128,7 +129,6 @@ class Lowerer {
     });
     if (c.has_rare()) {
       Command::Rare& x = c.set_rare();
-      if (x.groups) use_.moves = true;  // group membership differs by rank
       if (x.cpu) {
         bind(x.cpu->out, s);
         for (auto& [k, r] : x.cpu->in) bind(r, s);

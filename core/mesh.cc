@@ -31,7 +31,7 @@ std::string rank_label(const Mesh& m, int64_t rank) {
 }
 
 Participants participants(const Mesh& m, int64_t rank, const std::vector<std::string>& axes,
-                          const std::optional<std::vector<std::vector<int64_t>>>& groups, bool members) {
+                          const std::vector<std::vector<int64_t>>* groups, bool members) {
   // The collective's dimensions, each with its size, its stride in the
   // rank numbering and this rank's coordinate. Held on the stack for up to
   // eight axes: this runs for every collective the simulator starts.
@@ -116,7 +116,7 @@ std::vector<int> launch_members(const Mesh& m, int64_t rank, const std::vector<c
     frontier.pop_back();
     for (size_t k = 0; k < members.size(); ++k) {
       if (covered[k][q]) continue;
-      for (int r : participants(m, q, members[k]->axis, members[k]->rare().groups).ranks) {
+      for (int r : participants(m, q, collective_of(*members[k]).axis, collective_of(*members[k]).groups.get()).ranks) {
         covered[k][r] = 1;
         if (!in[r]) {
           in[r] = 1;

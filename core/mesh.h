@@ -23,13 +23,13 @@ struct Participants {
   int position = 0;        // this rank's place among them
 };
 
-// axes: the collective's axis names; groups: axis_index_groups over the
+// axes: the collective's axis names; groups (or null): axis_index_groups over the
 // combined (row-major, first axis slowest) index. Throws ThunkyError with
 // an empty pointer on unknown axes or bad groups.
 // With `members` false and no groups, the members are not listed: the
 // size and position cost O(axes), not O(ranks).
 Participants participants(const Mesh& m, int64_t rank, const std::vector<std::string>& axes,
-                          const std::optional<std::vector<std::vector<int64_t>>>& groups, bool members = true);
+                          const std::vector<std::vector<int64_t>>* groups, bool members = true);
 
 // The ranks that start a collective (or a collective_group of `members`)
 // together with `rank`: its participants, closed over every member, so a

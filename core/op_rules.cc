@@ -132,10 +132,10 @@ void check_reduce(const Program& p, const Command& c, const View& in, const View
       throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(p, in));
     if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
   }
-  if (!reduction_takes_integers(c.rare().reduction) && (!is_float(p.buffers[in.buffer].dtype) || !is_float(p.buffers[out.buffer].dtype)))
+  if (!reduction_takes_integers(c.rare().reduce_fn) && (!is_float(p.buffers[in.buffer].dtype) || !is_float(p.buffers[out.buffer].dtype)))
     throw ThunkyError(c.pointer + "/fn", "reduce with mean needs float in and out: in is " + view_str(p, in) + ", out " + view_str(p, out) + " (use sum, and divide)");
   if (c.rare().arg) {
-    const char* fn = c.rare().reduction == Reduction::max ? "argmax" : "argmin";
+    const char* fn = c.rare().reduce_fn == Reduction::max ? "argmax" : "argmin";
     if (axes.size() != 1) throw ThunkyError(c.pointer + "/axes", std::string(fn) + " reduces exactly one axis, not " + std::to_string(axes.size()));
     const DType t = p.buffers[out.buffer].dtype;
     if (t != DType::s32 && t != DType::s64)
@@ -175,7 +175,7 @@ void check_collective(const Program& p, const Command& c, const View& src, const
   auto mismatch = [&](const std::string& rule) {
     throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(p, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(p, dst) + " (" + std::to_string(dc) + " elements)");
   };
-  if ((c.op == Op::all_reduce || c.op == Op::reduce_scatter) && !reduction_takes_integers(c.rare().reduction) && !is_float(sb.dtype))
+  if ((c.op == Op::all_reduce || c.op == Op::reduce_scatter) && !reduction_takes_integers(reduction_of(c)) && !is_float(sb.dtype))
     throw ThunkyError(c.pointer + "/reduction", std::string(op_name(c.op)) + " with mean needs a float dtype: src is " + view_str(p, src) + " (use sum, and divide)");
   if (c.op == Op::all_gather && dc != n * sc) mismatch("dst to hold n x src elements");
   if (c.op == Op::reduce_scatter && sc != n * dc) mismatch("src to hold n x dst elements");
@@ -195,10 +195,10 @@ void check_collective(const Program& p, const Command& c, const View& src, const
     if (!ok)
       throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + ": src and dst overlap in buffer '" + sb.name + "' (elements [" + std::to_string(s0) + ", " + std::to_string(s1) + ") and [" + std::to_string(d0) + ", " + std::to_string(d1) + ")); they must be disjoint or in place as the op allows");
   }
-  if (c.op == Op::collective_permute && c.rare().pairs) {
+  if (const CollectivePermute* permute = c.get_if<CollectivePermute>(); permute && permute->pairs) {
     std::set<int64_t> sources, targets;
-    for (size_t i = 0; i < c.rare().pairs->size(); ++i) {
-      auto [s, t] = (*c.rare().pairs)[i];
+    for (size_t i = 0; i < permute->pairs->size(); ++i) {
+      auto [s, t] = (*permute->pairs)[i];
       std::string ptr = c.pointer + "/pairs/" + std::to_string(i);
       if (s < 0 || s >= n || t < 0 || t >= n)
         throw ThunkyError(ptr, "pair [" + std::to_string(s) + ", " + std::to_string(t) + "] names an index outside the " + std::to_string(n) + " ranks of the collective");

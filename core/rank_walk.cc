@@ -139,11 +139,12 @@ class RankWalker {
   Comm communicator(const Command& c) {
     // Participants depend on the axes and groups only. Consecutive
     // collectives mostly share them, so the last one is kept at hand.
-    const auto* groups = c.rare().groups ? &*c.rare().groups : nullptr;
-    if (last_comm_.part && groups == last_groups_ && c.axis == last_axis_) return last_comm_;
-    std::string key = c.axis.size() == 1 ? c.axis[0] : std::string();
-    if (c.axis.size() > 1)
-      for (const auto& a : c.axis) key += a + ",";
+    const Collective& k = collective_of(c);
+    const auto* groups = k.groups.get();
+    if (last_comm_.part && groups == last_groups_ && k.axis == last_axis_) return last_comm_;
+    std::string key = k.axis.size() == 1 ? k.axis[0] : std::string();
+    if (k.axis.size() > 1)
+      for (const auto& a : k.axis) key += a + ",";
     if (groups) {
       key += '#';
       key += std::to_string(reinterpret_cast<uintptr_t>(groups));
@@ -152,7 +153,7 @@ class RankWalker {
     if (cached == participants_.end()) {
       try {
         // The members are listed only where the sequences are compared.
-        cached = participants_.emplace(key, participants(p_->mesh, ctx_.rank, c.axis, c.rare().groups, sequences_)).first;
+        cached = participants_.emplace(key, participants(p_->mesh, ctx_.rank, k.axis, groups, sequences_)).first;
       } catch (const ThunkyError& e) {
         throw ThunkyError(c.pointer + (groups ? "/groups" : "/axis"), e.what());
       }
@@ -166,7 +167,7 @@ class RankWalker {
     }
     last_comm_ = {&part, sigs};
     last_groups_ = groups;
-    last_axis_ = c.axis;
+    last_axis_ = k.axis;
     return last_comm_;
   }
 
@@ -200,7 +201,7 @@ class RankWalker {
       case Op::all_to_all:
       case Op::collective_permute:
         resolve_uses(c);
-        collective(c, view_of(c.src), view_of(c.dst));
+        collective(c, view_of(collective_of(c).src), view_of(collective_of(c).dst));
         add_uses(c, slot, branch);
         break;
       case Op::collective_group: {
@@ -211,7 +212,7 @@ class RankWalker {
           commands.push_back(&m);
           command_token.push_back(cur_token_);
           resolve_uses(m);
-          collective(m, view_of(m.src), view_of(m.dst));
+          collective(m, view_of(collective_of(m).src), view_of(collective_of(m).dst));
           for (const auto& u : uses_) add_access(m, slot, seq, branch, u);
         }
         break;
@@ -330,10 +331,11 @@ class RankWalker {
     for_each_use(c, [&](RefUse u) { uses_.push_back({u.ref, u.write ? need_writable(*u.ref) : resolve(*p_, *u.ref, ctx_), u.write}); });
   }
   // The view resolve_uses gave the ref `r` (one of the command's own).
-  const View& view_of(const OptRef& r) const {
-    const auto it = std::find_if(uses_.begin(), uses_.end(), [&](const Use& u) { return u.ref == &*r; });
+  const View& view_of(const Ref& r) const {
+    const auto it = std::find_if(uses_.begin(), uses_.end(), [&](const Use& u) { return u.ref == &r; });
     return it->view;
   }
+  const View& view_of(const OptRef& r) const { return view_of(*r); }
   void add_uses(const Command& c, int slot, int branch) {
     const uint32_t seq = hb_.tick(slot);
     for (const auto& u : uses_) add_access(c, slot, seq, branch, u);

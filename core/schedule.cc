@@ -235,7 +235,8 @@ Block parse_block(Value j, const std::string& ptr, int depth);
 
 const std::string& OpReader::ptr() const { return o_.ptr(); }
 std::string OpReader::at(std::string_view key) const { return o_.at(key); }
-void OpReader::fail(std::string_view key, const std::string& message) const { json_reader::fail(o_.at(key), message); }
+void OpReader::fail(std::string_view key, const std::string& message) const { json_reader::fail(key.empty() ? o_.ptr() : o_.at(key), message); }
+void OpReader::fail(std::string_view key, size_t index, const std::string& message) const { json_reader::fail(child(o_.at(key), index), message); }
 Ref OpReader::ref(std::string_view key) { return ref_of(o_.need(key), o_.ptr(), key); }
 std::vector<Ref> OpReader::refs(std::string_view key, bool required) {
   std::vector<Ref> v;
@@ -255,6 +256,29 @@ std::vector<std::pair<std::string, Ref>> OpReader::named_refs(std::string_view k
   return v;
 }
 std::string OpReader::str(std::string_view key) { return o_.str(key); }
+std::string OpReader::str_or(std::string_view key, std::string fallback) { return o_.str_or(key, std::move(fallback)); }
+bool OpReader::has(std::string_view key) const { return o_.has(key); }
+std::optional<int64_t> OpReader::int_or_none(std::string_view key) {
+  std::optional<Value> v = o_.get(key);
+  if (!v) return std::nullopt;
+  return as_int(*v, o_.at(key));
+}
+std::vector<int64_t> OpReader::ints(std::string_view key) { return int_list(o_.need(key), o_.at(key)); }
+std::optional<std::vector<std::vector<int64_t>>> OpReader::int_lists(std::string_view key, const char* expected) {
+  std::optional<Value> l = o_.get(key);
+  if (!l) return std::nullopt;
+  if (!l->is_array()) fail(key, expected);
+  std::vector<std::vector<int64_t>> v;
+  l->each_element([&](size_t i, Value e) { v.push_back(int_list(e, child(o_.at(key), i))); });
+  return v;
+}
+std::vector<std::string> OpReader::names(std::string_view key) { return parse_axis(o_, key); }
+Reduction OpReader::reduction(std::string_view key, bool required, const char* expected) {
+  const std::string name = required ? o_.str(key) : o_.str_or(key, "sum");
+  const std::optional<Reduction> r = parse_reduction(name);
+  if (!r) fail(key, "unknown reduction '" + name + "' (expected " + expected + ")");
+  return *r;
+}
 StreamId OpReader::stream(std::string_view key) { return parse_stream(o_.need(key), o_.at(key)); }
 Block OpReader::block(std::string_view key, bool required) {
   if (!required && !o_.has(key)) return {};
@@ -329,23 +353,12 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, ptr, k, i)); });
     return v;
   };
-  auto collective_common = [&] {
-    c.src = ref("src");
-    c.dst = ref("dst");
-    c.axis = parse_axis(o, "axis");
-    if (auto g = o.get("groups")) {
-      if (!g->is_array()) fail(o.at("groups"), "expected a list of groups (lists of axis indices)");
-      std::vector<std::vector<int64_t>> groups;
-      g->each_element([&](size_t i, Value e) { groups.push_back(int_list(e, child(o.at("groups"), i))); });
-      c.set_rare().groups = std::move(groups);
-    }
-  };
   // A reduction by name; `key` is "reduction" (collectives) or "fn" (reduce).
   auto reduction = [&](const char* key, bool required) {
     const std::string name = required ? o.str(key) : o.str_or(key, "sum");
     const auto r = parse_reduction(name);
     if (!r) fail(o.at(key), "unknown reduction '" + name + (std::string_view(key) == "fn" ? "' (expected sum, prod, min, max, mean, argmax or argmin)" : "' (expected sum, prod, min, max or mean)"));
-    if (*r != Reduction::sum) c.set_rare().reduction = *r;
+    if (*r != Reduction::sum) c.set_rare().reduce_fn = *r;
   };
   auto map_body = [&](Obj& mo, Command& m) {
     m.out = ref_of(mo.need("out"), mo.ptr(), "out");
@@ -415,7 +428,7 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
     // argmax and argmin: the index where max or min is first reached.
     const std::string fn = o.str("fn");
     if (fn == "argmax" || fn == "argmin") {
-      c.set_rare().reduction = fn == "argmax" ? Reduction::max : Reduction::min;
+      c.set_rare().reduce_fn = fn == "argmax" ? Reduction::max : Reduction::min;
       c.set_rare().arg = true;
     } else {
       reduction("fn", true);
@@ -474,38 +487,6 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
       cc.backend_config = bc->to_nlohmann();
     } else {
       cc.backend_config = json::object();
-    }
-  } else if (op == "all_reduce") {
-    c.op = Op::all_reduce;
-    collective_common();
-    reduction("reduction", false);
-  } else if (op == "all_gather") {
-    c.op = Op::all_gather;
-    collective_common();
-  } else if (op == "reduce_scatter") {
-    c.op = Op::reduce_scatter;
-    collective_common();
-    reduction("reduction", false);
-  } else if (op == "all_to_all") {
-    c.op = Op::all_to_all;
-    collective_common();
-  } else if (op == "collective_permute") {
-    c.op = Op::collective_permute;
-    collective_common();
-    std::optional<Value> pairs = o.get("pairs");
-    std::optional<Value> shift = o.get("shift");
-    if (pairs.has_value() == shift.has_value()) fail(ptr, "a collective_permute needs exactly one of 'pairs' or 'shift'");
-    if (pairs) {
-      if (!pairs->is_array()) fail(o.at("pairs"), "expected [[source, target], ...]");
-      std::vector<std::pair<int64_t, int64_t>> ps;
-      pairs->each_element([&](size_t i, Value e) {
-        auto p = int_list(e, child(o.at("pairs"), i));
-        if (p.size() != 2) fail(child(o.at("pairs"), i), "expected [source, target]");
-        ps.emplace_back(p[0], p[1]);
-      });
-      c.set_rare().pairs = std::move(ps);
-    } else {
-      c.shift = as_int(*shift, o.at("shift"));
     }
   } else {
     fail(o.at("op"), "unknown op '" + std::string(op) + "'");
@@ -765,12 +746,6 @@ json to_json(const Command& c) {
     if (c.cost->bytes) cj["bytes"] = *c.cost->bytes;
     j["cost"] = cj;
   }
-  auto collective = [&] {
-    j["src"] = ref_json(c.src);
-    j["dst"] = ref_json(c.dst);
-    j["axis"] = c.axis.size() == 1 ? json(c.axis[0]) : json(c.axis);
-    if (x.groups) j["groups"] = *x.groups;
-  };
   switch (c.op) {
     case Op::memzero: j["dst"] = ref_json(c.dst); break;
     case Op::memset:
@@ -794,7 +769,7 @@ json to_json(const Command& c) {
       break;
     case Op::map: j = map_fields(c, j); break;
     case Op::reduce:
-      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = (x.arg ? "arg" : "") + std::string(reduction_name(x.reduction)); j["axes"] = x.axes_i;
+      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = (x.arg ? "arg" : "") + std::string(reduction_name(x.reduce_fn)); j["axes"] = x.axes_i;
       break;
     case Op::kernel: j["reads"] = refs_json(c.refs); j["writes"] = refs_json(c.refs2); break;
     case Op::ptx_kernel:
@@ -810,18 +785,11 @@ json to_json(const Command& c) {
       j["target"] = x.custom->target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
       j["backend_config"] = x.custom->backend_config;
       break;
-    case Op::all_reduce: case Op::reduce_scatter: collective(); j["reduction"] = reduction_name(x.reduction); break;
-    case Op::all_gather: case Op::all_to_all: collective(); break;
+    case Op::all_reduce:
+    case Op::all_gather:
+    case Op::reduce_scatter:
+    case Op::all_to_all:
     case Op::collective_permute:
-      collective();
-      if (x.pairs) {
-        json ps = json::array();
-        for (auto [s, t] : *x.pairs) ps.push_back({s, t});
-        j["pairs"] = ps;
-      } else {
-        j["shift"] = *c.shift;
-      }
-      break;
     case Op::collective_group:
     case Op::async_start:
     case Op::async_done:

@@ -91,7 +91,7 @@ struct PtxLaunch {
 // its JSON, the refs it reads and writes and the blocks it holds. Being
 // moved there family by family: the ops not yet there hold std::monostate
 // and keep their fields in Command itself.
-using OpSpec = std::variant<std::monostate, CollectiveGroup, AsyncStart, AsyncDone, Cond, Switch, While, Call>;
+using OpSpec = std::variant<std::monostate, AllReduce, AllGather, ReduceScatter, AllToAll, CollectivePermute, CollectiveGroup, AsyncStart, AsyncDone, Cond, Switch, While, Call>;
 
 struct Command {
   // What the validator and the simulator read for every command comes first
@@ -113,8 +113,6 @@ struct Command {
   std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
   std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
   std::vector<Ref> refs2;                       // kernel writes, custom_call results
-  std::optional<int64_t> shift;   // collective_permute
-  std::vector<std::string> axis;  // collective axes
   ExprPtr expr;  // map
 
   std::string pointer;  // source JSON pointer (for messages)
@@ -149,13 +147,11 @@ struct Command {
 };
 
 // The fields of a command that most commands leave at their defaults:
-// communicator groups and pairs, a name, and what only one op uses
+// a name, and what only one op uses
 // (memset, reduce, ptx_kernel, custom_call).
 struct Command::Rare {
-  std::optional<std::vector<std::vector<int64_t>>> groups;
-  std::optional<std::vector<std::pair<int64_t, int64_t>>> pairs;
   std::string name;
-  Reduction reduction = Reduction::sum;  // reduce ("fn"), all_reduce, reduce_scatter
+  Reduction reduce_fn = Reduction::sum;  // reduce ("fn")
   bool arg = false;  // reduce: argmax or argmin (reduction max or min): the index, along the one axis, where it is first reached
   double value = 0;               // memset: a number, NaN or an infinity
   std::optional<uint32_t> bits;   // memset: each 4-byte element set to this pattern instead
@@ -166,6 +162,24 @@ struct Command::Rare {
   Box<PtxLaunch> launch;          // ptx_kernel
   Box<CustomCallSpec> custom;     // custom_call
 };
+
+// The fields every collective has (is_collective(c.op)); a mismatch throws.
+inline const Collective& collective_of(const Command& c) {
+  const Collective* k = std::visit([](const auto& x) -> const Collective* {
+    if constexpr (std::is_base_of_v<Collective, std::decay_t<decltype(x)>>) return &x;
+    else return nullptr;
+  }, c.spec);
+  if (!k) throw std::bad_variant_access();
+  return *k;
+}
+
+// How a reduce, all_reduce or reduce_scatter combines values; sum for
+// other ops.
+inline Reduction reduction_of(const Command& c) {
+  if (const AllReduce* x = c.get_if<AllReduce>()) return x->reduction;
+  if (const ReduceScatter* x = c.get_if<ReduceScatter>()) return x->reduction;
+  return c.rare().reduce_fn;
+}
 
 // The token of an async_start or async_done; empty for other ops.
 inline const std::string& async_token(const Command& c) {

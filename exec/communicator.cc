@@ -335,14 +335,15 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
 CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx& ctx, const std::function<uint8_t*(const View&)>& address) {
   CollectiveCall call;
   call.op = c.op;
-  call.reduction = c.rare().reduction;
-  const View sv = resolve(p, *c.src, ctx), dv = resolve(p, *c.dst, ctx);
+  call.reduction = reduction_of(c);
+  const Collective& k = collective_of(c);
+  const View sv = resolve(p, k.src, ctx), dv = resolve(p, k.dst, ctx);
   call.dtype = p.buffers[sv.buffer].dtype;
   call.src = address(sv);
   call.dst = address(dv);
   call.src_count = sv.count();
   call.dst_count = dv.count();
-  const Participants part = participants(p.mesh, ctx.rank, c.axis, c.rare().groups);
+  const Participants part = participants(p.mesh, ctx.rank, k.axis, k.groups.get());
   call.ranks = part.ranks;
   call.position = part.position;
   const int64_t n = static_cast<int64_t>(part.ranks.size());

@@ -94,29 +94,31 @@ int Engine::new_flow(int activity, double bytes) {
 
 double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency) {
   const Command& c = *infos_[mi].cmd;
+  const Collective& k = collective_of(c);
   Work scratch;
   const int64_t n = static_cast<int64_t>(part.ranks.size());
   const double bytes = static_cast<double>(work(mi, rank, scratch).bytes);
   std::vector<AxisSpan>& spans = scratch_spans_;
   spans.clear();
-  for (const auto& ax : c.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
-  if (c.rare().groups) {  // one axis of the group's size
+  for (const auto& ax : k.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
+  if (k.groups) {  // one axis of the group's size
     spans.resize(1);
     spans.front().ranks = n;
   }
   const AxisLinks& first = *spans.front().links;
-  if (c.op == Op::collective_permute) {
+  if (const CollectivePermute* permute = c.get_if<CollectivePermute>()) {
     // The pairs: explicit, or every i to (i + shift) mod n; folded, rank
     // 0's flow stands for its translates.
-    const size_t npairs = c.rare().pairs ? c.rare().pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
-    const bool ring = first.topology == AxisLinks::Topology::ring && c.axis.size() == 1 && !c.rare().groups;
-    const int dim = ring ? *p_.mesh.axis(c.axis[0]) : 0;
+    const auto* pairs = permute->pairs.get();
+    const size_t npairs = pairs ? pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
+    const bool ring = first.topology == AxisLinks::Topology::ring && k.axis.size() == 1 && !k.groups;
+    const int dim = ring ? *p_.mesh.axis(k.axis[0]) : 0;
     // On a hierarchical axis a pair in two groups (nodes) goes through the
     // sender's NIC and the receiver's, one each per GPU.
     const int64_t group = first.topology == AxisLinks::Topology::hierarchical ? std::max<int64_t>(1, first.group_size) : 0;
-    for (size_t k = 0; k < npairs; ++k) {
-      const int64_t s = c.rare().pairs ? (*c.rare().pairs)[k].first : fold_ ? part.position : static_cast<int64_t>(k);
-      const int64_t t = c.rare().pairs ? (*c.rare().pairs)[k].second : shift_target(c, s, n);
+    for (size_t i = 0; i < npairs; ++i) {
+      const int64_t s = pairs ? (*pairs)[i].first : fold_ ? part.position : static_cast<int64_t>(i);
+      const int64_t t = pairs ? (*pairs)[i].second : shift_target(c, s, n);
       if (s == t || (fold_ && s != part.position)) continue;
       const int f = new_flow(a, bytes);
       std::pmr::vector<int>& links = flows_[f].links;
@@ -171,7 +173,7 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
     // Folded, every rank's links fall in rank 0's classes.
     if (fold_ && r != rank) continue;
     if (first.topology == AxisLinks::Topology::ring) {
-      for (const auto& ax : c.axis) {
+      for (const auto& ax : k.axis) {
         const int dim = *p_.mesh.axis(ax);
         const AxisLinks& al = axis_links(ax);
         const int64_t co = coord(r, dim);
@@ -232,7 +234,7 @@ void Engine::start_collective(Comm act) {
     for (int st : act.streams) {
       const int64_t rank = streams_[st].rank;
       if (rank_stamp_[rank] == rank_stamp_now_) continue;
-      const Participants part = participants(p_.mesh, rank, c.axis, c.rare().groups);
+      const Participants part = participants(p_.mesh, rank, collective_of(c).axis, collective_of(c).groups.get());
       for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
       const double bytes = member_flows(act, a, mi, rank, part, latency);
       // Ranks are in order, so rank 0's instance comes first.

@@ -15,9 +15,10 @@ bool ranks_symmetric(const Program& p, const Machine& m, const Decisions* decisi
   }
   const bool asymmetric = any_command(p.program, [&](const Command& c) {
     if (work_depends_on_rank(c)) return true;
-    if (is_collective(c.op) && c.rare().groups) return true;
-    if (c.op != Op::collective_permute) return false;
-    return c.rare().pairs || c.axis.size() != 1 || std::find(spans_nodes.begin(), spans_nodes.end(), c.axis[0]) != spans_nodes.end();
+    if (is_collective(c.op) && collective_of(c).groups) return true;
+    const CollectivePermute* permute = c.get_if<CollectivePermute>();
+    if (!permute) return false;
+    return permute->pairs || permute->axis.size() != 1 || std::find(spans_nodes.begin(), spans_nodes.end(), permute->axis[0]) != spans_nodes.end();
   });
   if (asymmetric) return false;
   if (decisions)

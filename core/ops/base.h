@@ -90,6 +90,8 @@ class Box {
   const T& operator*() const { return *p_; }
   T* operator->() { return p_.get(); }
   const T* operator->() const { return p_.get(); }
+  // The value's address, or null.
+  const T* get() const { return p_.get(); }
   void reset() { p_.reset(); }
 
  private:

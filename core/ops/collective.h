@@ -1,13 +1,76 @@
-// Collectives: a group of them issued as one (collective_group). Each op's
-// description holds its fields, reads and writes its JSON (core/ops/
+// Collectives, as NCCL's: all_reduce, all_gather, reduce_scatter,
+// all_to_all and collective_permute, each over the ranks of one or more
+// mesh axes, and a group of them issued as one (collective_group). Each
+// op's description holds its fields, reads and writes its JSON (core/ops/
 // collective.cc) and lists its refs and blocks.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/ops/base.h"
+#include "core/reduction.h"
 
 namespace thunky {
 
 class OpReader;
+
+// What every collective has: its source and destination views and its
+// communicator: the ranks that differ from this one only along `axis`, or,
+// with `groups`, the group of them (by position along the axis) this rank
+// is in.
+struct Collective {
+  Ref src, dst;
+  std::vector<std::string> axis;  // one or more mesh axes
+  Box<std::vector<std::vector<int64_t>>> groups;
+
+  template <typename F> void uses(F&& f) const { f(RefUse{&src, false}), f(RefUse{&dst, true}); }
+  template <typename F> void blocks(F&&) const {}
+  template <typename F> void blocks(F&&) {}
+
+ protected:
+  void read_common(OpReader& r);
+  void write_common(json& j) const;
+};
+
+struct AllReduce : Collective {
+  static constexpr Op kind = Op::all_reduce;
+  Reduction reduction = Reduction::sum;
+  static AllReduce read(OpReader& r);
+  void write(json& j) const;
+};
+
+struct AllGather : Collective {
+  static constexpr Op kind = Op::all_gather;
+  static AllGather read(OpReader& r);
+  void write(json& j) const;
+};
+
+struct ReduceScatter : Collective {
+  static constexpr Op kind = Op::reduce_scatter;
+  Reduction reduction = Reduction::sum;
+  static ReduceScatter read(OpReader& r);
+  void write(json& j) const;
+};
+
+struct AllToAll : Collective {
+  static constexpr Op kind = Op::all_to_all;
+  static AllToAll read(OpReader& r);
+  void write(json& j) const;
+};
+
+// Each member sends its src to one other's dst: by `pairs` of (source,
+// target) positions, or every position i to (i + shift) mod n.
+struct CollectivePermute : Collective {
+  static constexpr Op kind = Op::collective_permute;
+  std::optional<int64_t> shift;
+  Box<std::vector<std::pair<int64_t, int64_t>>> pairs;
+  static CollectivePermute read(OpReader& r);
+  void write(json& j) const;
+};
 
 // Collectives issued together, as ncclGroupStart/End: none waits for the
 // others' peers before the rest are issued.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/ops/base.h"
+#include "core/reduction.h"
 
 namespace thunky {
 
@@ -27,7 +28,10 @@ class OpReader {
   const std::string& ptr() const;
   // The pointer of one of its fields.
   std::string at(std::string_view key) const;
+  // Refuses the field `key` (the command itself where empty), or the
+  // element `index` of the list at `key`.
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;
+  [[noreturn]] void fail(std::string_view key, size_t index, const std::string& message) const;
 
   Ref ref(std::string_view key);
   // A list of refs; absent is an empty list unless `required`.
@@ -36,6 +40,19 @@ class OpReader {
   // arguments); absent is empty.
   std::vector<std::pair<std::string, Ref>> named_refs(std::string_view key);
   std::string str(std::string_view key);
+  std::string str_or(std::string_view key, std::string fallback);
+  bool has(std::string_view key) const;
+  // An integer, where present.
+  std::optional<int64_t> int_or_none(std::string_view key);
+  std::vector<int64_t> ints(std::string_view key);
+  // A list of lists of integers, where present (`expected` is the
+  // message for anything but a list).
+  std::optional<std::vector<std::vector<int64_t>>> int_lists(std::string_view key, const char* expected);
+  // One name or a non-empty list of names (mesh axes).
+  std::vector<std::string> names(std::string_view key);
+  // A reduction by name: absent is sum unless `required`; `expected`
+  // lists the names taken, for the message.
+  Reduction reduction(std::string_view key, bool required, const char* expected);
   StreamId stream(std::string_view key);
   // A block of commands, nested one level deeper; `required` or else
   // absent is empty.

@@ -479,9 +479,9 @@ class Run {
       case Op::map: run_map(s, c); break;
       case Op::reduce:
         if (c.rare().arg)
-          cpu::arg_reduce(tensor(s, *c.src), c.rare().axes_i.front(), c.rare().reduction, tensor(s, *c.out));
+          cpu::arg_reduce(tensor(s, *c.src), c.rare().axes_i.front(), c.rare().reduce_fn, tensor(s, *c.out));
         else
-          cpu::reduce(tensor(s, *c.src), c.rare().axes_i, c.rare().reduction, tensor(s, *c.out));
+          cpu::reduce(tensor(s, *c.src), c.rare().axes_i, c.rare().reduce_fn, tensor(s, *c.out));
         break;
       case Op::kernel: {
         // A stand-in: read every input byte and rewrite every output byte,

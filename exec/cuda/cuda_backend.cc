@@ -196,14 +196,15 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
     }
     if (is_collective(c.op)) {
       for (int64_t r = 0; r < p.mesh.size(); ++r) {
-        Participants part = participants(p.mesh, r, c.axis, x.groups);
+        Participants part = participants(p.mesh, r, collective_of(c).axis, collective_of(c).groups.get());
         if (shared_ && part.ranks.size() > static_cast<size_t>(kMaxCombine))
           errors.push_back({ErrorKind::input, p.file, c.pointer, "a collective of " + std::to_string(part.ranks.size()) + " ranks on one GPU: the shared-device placement joins at most " + std::to_string(kMaxCombine)});
         if (!shared_) member_sets_.insert(part.ranks);
         if (!shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter)) {
-          DType t = p.buffers[c.src->buffer].dtype;
-          if (t == DType::s16 || (t == DType::boolean && (x.reduction == Reduction::sum || x.reduction == Reduction::prod)))
-            errors.push_back({ErrorKind::input, p.file, c.pointer, "NCCL cannot reduce " + std::string(dtype_name(t)) + " with " + std::string(reduction_name(x.reduction)) + " exactly as thunky defines it; pass --devices 0 to run on one GPU"});
+          DType t = p.buffers[collective_of(c).src.buffer].dtype;
+          const Reduction red = reduction_of(c);
+          if (t == DType::s16 || (t == DType::boolean && (red == Reduction::sum || red == Reduction::prod)))
+            errors.push_back({ErrorKind::input, p.file, c.pointer, "NCCL cannot reduce " + std::string(dtype_name(t)) + " with " + std::string(reduction_name(red)) + " exactly as thunky defines it; pass --devices 0 to run on one GPU"});
         }
       }
     }
@@ -238,7 +239,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
     }
     if (c.op == Op::reduce) {
       const View in = resolve(*p_, *c.src, s.ctx), out = resolve(*p_, *c.out, s.ctx);
-      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduction, x.arg));
+      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduce_fn, x.arg));
     }
     if (c.op == Op::transpose) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(dtype_of(resolve(*p_, *c.src, s.ctx)))));
     if (c.op == Op::ptx_kernel) {
@@ -246,7 +247,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
       allow_shared_memory(k, x.launch->shmem_bytes, s.device, c);
     }
     if (is_collective(c.op) && shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter))
-      kernels_->get(combine_kernel(dtype_of(resolve(*p_, *c.src, s.ctx)), x.reduction));
+      kernels_->get(combine_kernel(dtype_of(resolve(*p_, collective_of(c).src, s.ctx)), reduction_of(c)));
     if (c.op == Op::gemm) {
       const View a = resolve(*p_, *c.a, s.ctx), bv = resolve(*p_, *c.b, s.ctx), cv = resolve(*p_, *c.c, s.ctx);
       const DType acc = gemm_accumulator(dtype_of(a));
