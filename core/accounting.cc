@@ -41,19 +41,20 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
   auto elem = [&](const Ref& r) { return static_cast<int64_t>(dtype_size(p.buffers[r.buffer].dtype)); };
   auto B = [&](const Ref& r) { return count(S(r)) * elem(r); };
   switch (c.op) {
-    case Op::memzero:
-    case Op::memset: w.bytes = B(*c.dst); break;
-    case Op::copy:
-    case Op::transpose: w.bytes = B(*c.src) + B(*c.dst); break;  // priced as a copy
+    case Op::memzero: w.bytes = B(c.as<Memzero>().dst); break;
+    case Op::memset: w.bytes = B(c.as<Memset>().dst); break;
+    case Op::copy: w.bytes = B(c.as<Copy>().src) + B(c.as<Copy>().dst); break;
+    case Op::transpose: w.bytes = B(c.as<Transpose>().src) + B(c.as<Transpose>().dst); break;  // priced as a copy
     case Op::gemm: {
-      const std::span<const int64_t> a = S(*c.a);
+      const Gemm& g = c.as<Gemm>();
+      const std::span<const int64_t> a = S(g.a);
       const size_t r = a.size();
-      const int64_t k = c.transpose_a ? a[r - 2] : a[r - 1];
-      const int64_t a_bytes = count(a) * elem(*c.a);
-      const int64_t c_count = count(S(*c.c));
+      const int64_t k = g.transpose_a ? a[r - 2] : a[r - 1];
+      const int64_t a_bytes = count(a) * elem(g.a);
+      const int64_t c_count = count(S(g.c));
       w.flops = 2.0 * static_cast<double>(c_count) * static_cast<double>(k);
-      w.bytes = a_bytes + B(*c.b) + c_count * elem(*c.c) * (c.beta != 0 ? 2 : 1);
-      const std::span<const int64_t> cs = S(*c.c);
+      w.bytes = a_bytes + B(g.b) + c_count * elem(g.c) * (g.beta != 0 ? 2 : 1);
+      const std::span<const int64_t> cs = S(g.c);
       w.gemm_m = cs[cs.size() - 2];
       w.gemm_n = cs[cs.size() - 1];
       w.gemm_k = k;
@@ -61,29 +62,38 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
       break;
     }
     case Op::map: {
-      const int64_t out = count(S(*c.out));
-      w.bytes = out * elem(*c.out);
-      for (const auto& [k, r] : c.in) w.bytes += B(r);
-      w.flops = static_cast<double>(out) * static_cast<double>(expr_ops(*c.expr));
+      const Map& m = c.as<Map>();
+      const int64_t out = count(S(m.out));
+      w.bytes = out * elem(m.out);
+      for (const auto& [k, r] : m.in) w.bytes += B(r);
+      w.flops = static_cast<double>(out) * static_cast<double>(expr_ops(*m.expr));
       break;
     }
     case Op::reduce: {
-      const int64_t in = count(S(*c.src));
-      w.bytes = in * elem(*c.src) + B(*c.out);
+      const Reduce& x = c.as<Reduce>();
+      const int64_t in = count(S(x.in));
+      w.bytes = in * elem(x.in) + B(x.out);
       w.flops = static_cast<double>(in);
       break;
     }
     case Op::kernel:
+      for (const auto& r : c.as<Kernel>().reads) w.bytes += B(r);
+      for (const auto& r : c.as<Kernel>().writes) w.bytes += B(r);
+      break;
     case Op::ptx_kernel:
-    case Op::custom_call:
-      for (const auto& r : c.refs) w.bytes += B(r);
-      for (const auto& r : c.refs2) w.bytes += B(r);
-      if (c.op == Op::custom_call && !c.refs.empty()) {
-        const std::span<const int64_t> a = S(c.refs[0]);
+      for (const auto& r : c.as<PtxKernel>().args) w.bytes += B(r);
+      break;
+    case Op::custom_call: {
+      const CustomCall& x = c.as<CustomCall>();
+      for (const auto& r : x.operands) w.bytes += B(r);
+      for (const auto& r : x.results) w.bytes += B(r);
+      if (!x.operands.empty()) {  // Cholesky: n^3 / 3 per matrix
+        const std::span<const int64_t> a = S(x.operands[0]);
         const double n = static_cast<double>(a.back());
         w.flops = n * n * n / 3.0 * static_cast<double>(count(a)) / (n * n > 0 ? n * n : 1);
       }
       break;
+    }
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:

@@ -112,14 +112,11 @@ class Lowerer {
     const bool inlined = !s.call_stack.empty();
     if (inlined) c.set_id(std::move(inlined_id));
     const std::string& id = c.id();
-    for (auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out}) bind(*r, s);
-    // The op's own refs (the command is not const: the cast is sound).
-    std::visit([&](auto& x) {
-      if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) x.uses([&](RefUse u) { bind(const_cast<Ref&>(*u.ref), s); });
-    }, c.spec);
-    for (auto& [k, r] : c.in) bind(r, s);
-    for (auto& r : c.refs) bind(r, s);
-    for (auto& r : c.refs2) bind(r, s);
+    // The op's own refs (the command is not const: the cast is sound; a
+    // ref read and written is bound twice, alike).
+    for_each_use(c, [&](RefUse u) { bind(const_cast<Ref&>(*u.ref), s); });
+    if (PtxKernel* k = c.get_if<PtxKernel>(); k && k->cpu)
+      k->cpu->uses( [&](RefUse u) { bind(const_cast<Ref&>(*u.ref), s); });
     if ((c.op == Op::all_gather || c.op == Op::reduce_scatter) && collective_of(c).src.buffer == collective_of(c).dst.buffer) use_.positional = true;
     if (is_collective(c.op) && collective_of(c).groups) use_.moves = true;  // group membership differs by rank
     if (AsyncStart* a = c.get_if<AsyncStart>()) a->token += s.token_suffix;
@@ -127,13 +124,6 @@ class Lowerer {
     for_each_sub_block(c, [&](Block& b, SubBlock which) {
       if (!b.empty()) lower_block(b, inlined ? id + which.suffix() : std::string(), s);
     });
-    if (c.has_rare()) {
-      Command::Rare& x = c.set_rare();
-      if (x.cpu) {
-        bind(x.cpu->out, s);
-        for (auto& [k, r] : x.cpu->in) bind(r, s);
-      }
-    }
     if (c.op == Op::call) inline_call(c, id, s);
   }
 

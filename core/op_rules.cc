@@ -17,20 +17,20 @@ const std::set<std::string>& map_functions() {
   return f;
 }
 
-void check_map_names(const Program& p, const Command& c, const Expr& e) {
+void check_map_names(const Program& p, const Map& m, const std::string& pointer, const Expr& e) {
   if (e.kind == Expr::Kind::name) {
-    for (const auto& [k, r] : c.in)
+    for (const auto& [k, r] : m.in)
       if (k == e.text) return;
     if (p.mesh.axis(e.text)) return;
-    throw ThunkyError(c.pointer + "/expr", "unknown name '" + e.text + "' in map expression (inputs are the keys of 'in'; mesh axis names give this rank's index)");
+    throw ThunkyError(pointer + "/expr", "unknown name '" + e.text + "' in map expression (inputs are the keys of 'in'; mesh axis names give this rank's index)");
   }
   if (e.kind == Expr::Kind::call) {
-    if (!map_functions().count(e.text)) throw ThunkyError(c.pointer + "/expr", "unknown function '" + e.text + "' in map expression");
+    if (!map_functions().count(e.text)) throw ThunkyError(pointer + "/expr", "unknown function '" + e.text + "' in map expression");
     size_t want = e.text == "where" ? 3 : (e.text == "min" || e.text == "max") ? 2 : 1;
     if (e.args.size() != want)
-      throw ThunkyError(c.pointer + "/expr", e.text + "() takes " + std::to_string(want) + " argument" + (want > 1 ? "s" : "") + ", got " + std::to_string(e.args.size()));
+      throw ThunkyError(pointer + "/expr", e.text + "() takes " + std::to_string(want) + " argument" + (want > 1 ? "s" : "") + ", got " + std::to_string(e.args.size()));
   }
-  for (const auto& a : e.args) check_map_names(p, c, *a);
+  for (const auto& a : e.args) check_map_names(p, m, pointer, *a);
 }
 
 }  // namespace
@@ -56,7 +56,7 @@ View scalar_view(const Program& p, const Ref& r, const RankCtx& ctx, DType want,
 
 void check_memset(const Program& p, const Command& c, const View& d) {
   const DType t = p.buffers[d.buffer].dtype;
-  const Command::Rare& x = c.rare();
+  const Memset& x = c.as<Memset>();
   if (x.bits && dtype_size(t) != 4)
     throw ThunkyError(c.pointer + "/bits", "a 32-bit pattern sets 4-byte elements, but dst " + view_str(p, d) + " has " + std::to_string(dtype_size(t)) + "-byte ones");
   if (!x.bits && !std::isfinite(x.value) && !is_float(t))
@@ -70,7 +70,7 @@ void check_copy(const Program& p, const Command& c, const View& s, const View& d
 }
 
 void check_transpose(const Program& p, const Command& c, const View& s, const View& d) {
-  const std::vector<int64_t>& perm = c.rare().perm;
+  const std::vector<int64_t>& perm = c.as<Transpose>().perm;
   const size_t r = s.shape.size();
   if (perm.size() != r || r > 8)
     throw ThunkyError(c.pointer + "/perm", "transpose of " + view_str(p, s) + " needs a perm of its " + std::to_string(r) + " dimensions (at most 8), not " + std::to_string(perm.size()));
@@ -92,14 +92,15 @@ void check_transpose(const Program& p, const Command& c, const View& s, const Vi
 }
 
 void check_gemm(const Program& p, const Command& c, const View& a, const View& b, const View& cv) {
+  const Gemm& g = c.as<Gemm>();
   auto fail = [&](const std::string& why) {
-    throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(p, a) + (c.transpose_a ? " (transposed)" : "") + ", b is " + view_str(p, b) + (c.transpose_b ? " (transposed)" : "") + ", c is " + view_str(p, cv));
+    throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(p, a) + (g.transpose_a ? " (transposed)" : "") + ", b is " + view_str(p, b) + (g.transpose_b ? " (transposed)" : "") + ", c is " + view_str(p, cv));
   };
   const DType ta = p.buffers[a.buffer].dtype, tb = p.buffers[b.buffer].dtype, tc = p.buffers[cv.buffer].dtype;
   if (ta != tb) fail("needs a and b of one dtype");
   if (ta == DType::s8) {  // as cuBLASLt's 32-bit integer compute: s8 x s8 into s32
     if (tc != DType::s32) fail("of s8 operands writes an s32 c (32-bit integer accumulation)");
-    for (double v : {c.alpha, c.beta})
+    for (double v : {g.alpha, g.beta})
       if (v != std::floor(v) || std::fabs(v) >= 2147483648.0) fail("of s8 operands takes integer alpha and beta (32-bit)");
   } else if (!is_float(ta) || !is_float(tc)) {
     fail("works on floating-point dtypes, or s8 operands into an s32 c");
@@ -111,8 +112,8 @@ void check_gemm(const Program& p, const Command& c, const View& a, const View& b
     int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
     return t ? std::pair{cols, rows} : std::pair{rows, cols};
   };
-  auto [m, k] = mat(a, c.transpose_a);
-  auto [k2, n] = mat(b, c.transpose_b);
+  auto [m, k] = mat(a, g.transpose_a);
+  auto [k2, n] = mat(b, g.transpose_b);
   auto [m2, n2] = mat(cv, false);
   if (k != k2) fail("contraction dimensions differ (" + std::to_string(k) + " vs " + std::to_string(k2) + ")");
   if (m != m2 || n != n2) fail("needs c of shape [" + std::to_string(m) + ", " + std::to_string(n) + "]");
@@ -123,19 +124,20 @@ void check_gemm(const Program& p, const Command& c, const View& a, const View& b
 }
 
 void check_reduce(const Program& p, const Command& c, const View& in, const View& out) {
+  const Reduce& x = c.as<Reduce>();
   std::set<int64_t> axes;
   int64_t kept = 1;
-  for (size_t i = 0; i < c.rare().axes_i.size(); ++i) {
-    int64_t ax = c.rare().axes_i[i];
+  for (size_t i = 0; i < x.axes.size(); ++i) {
+    int64_t ax = x.axes[i];
     if (ax < 0) ax += static_cast<int64_t>(in.shape.size());
     if (ax < 0 || ax >= static_cast<int64_t>(in.shape.size()))
-      throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(c.rare().axes_i[i]) + " is out of range for input " + view_str(p, in));
+      throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(x.axes[i]) + " is out of range for input " + view_str(p, in));
     if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
   }
-  if (!reduction_takes_integers(c.rare().reduce_fn) && (!is_float(p.buffers[in.buffer].dtype) || !is_float(p.buffers[out.buffer].dtype)))
+  if (!reduction_takes_integers(x.fn) && (!is_float(p.buffers[in.buffer].dtype) || !is_float(p.buffers[out.buffer].dtype)))
     throw ThunkyError(c.pointer + "/fn", "reduce with mean needs float in and out: in is " + view_str(p, in) + ", out " + view_str(p, out) + " (use sum, and divide)");
-  if (c.rare().arg) {
-    const char* fn = c.rare().reduce_fn == Reduction::max ? "argmax" : "argmin";
+  if (x.arg) {
+    const char* fn = x.fn == Reduction::max ? "argmax" : "argmin";
     if (axes.size() != 1) throw ThunkyError(c.pointer + "/axes", std::string(fn) + " reduces exactly one axis, not " + std::to_string(axes.size()));
     const DType t = p.buffers[out.buffer].dtype;
     if (t != DType::s32 && t != DType::s64)
@@ -151,9 +153,9 @@ void check_reduce(const Program& p, const Command& c, const View& in, const View
     throw ThunkyError(c.pointer + "/out", "reduce of " + view_str(p, in) + " over the listed axes leaves " + std::to_string(kept) + " elements, out " + view_str(p, out) + " has " + std::to_string(out.count()));
 }
 
-void check_map(const Program& p, const Command& m, const RankCtx& ctx, bool names) {
-  if (names) check_map_names(p, m, *m.expr);
-  View out = writable_view(p, *m.out, ctx);
+void check_map(const Program& p, const Map& m, const std::string& pointer, const RankCtx& ctx, bool names) {
+  if (names) check_map_names(p, m, pointer, *m.expr);
+  View out = writable_view(p, m.out, ctx);
   for (const auto& [k, r] : m.in) {
     View v = resolve(p, r, ctx);
     const bool broadcast = v.count() != out.count() && v.count() != 1;
@@ -218,7 +220,8 @@ void check_collective_group(const Command& g) {
 
 
 void check_custom_call(const Program& p, const Command& c, const RankCtx& ctx) {
-  const CustomCallSpec& spec = *c.rare().custom;
+  const CustomCall& x = c.as<CustomCall>();
+  const CustomCallSpec& spec = *x.spec;
   if (spec.target != "cholesky" && spec.target != "cusolver_potrf_ffi")
     throw ThunkyError(c.pointer + "/target", "unknown custom_call target '" + spec.target + "' (registered: cholesky, cusolver_potrf_ffi)");
   for (auto it = spec.backend_config.begin(); it != spec.backend_config.end(); ++it) {
@@ -227,17 +230,17 @@ void check_custom_call(const Program& p, const Command& c, const RankCtx& ctx) {
   }
   if (!spec.backend_config.contains("lower"))
     throw ThunkyError(c.pointer + "/backend_config", "cholesky needs backend_config.lower (true or false, in cuSOLVER's column-major sense)");
-  if (c.refs.size() != 1) throw ThunkyError(c.pointer + "/operands", "cholesky takes one operand [a]");
-  if (c.refs2.size() != 2) throw ThunkyError(c.pointer + "/results", "cholesky has two results [a, info]");
-  View a = resolve(p, c.refs[0], ctx), r = resolve(p, c.refs2[0], ctx), info = resolve(p, c.refs2[1], ctx);
+  if (x.operands.size() != 1) throw ThunkyError(c.pointer + "/operands", "cholesky takes one operand [a]");
+  if (x.results.size() != 2) throw ThunkyError(c.pointer + "/results", "cholesky has two results [a, info]");
+  View a = resolve(p, x.operands[0], ctx), r = resolve(p, x.results[0], ctx), info = resolve(p, x.results[1], ctx);
   DType t = p.buffers[a.buffer].dtype;
   if (a.shape.size() < 2 || a.shape[a.shape.size() - 1] != a.shape[a.shape.size() - 2] || (t != DType::f32 && t != DType::f64))
-    throw ThunkyError(std::string(c.refs[0].pointer), "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(p, a));
+    throw ThunkyError(std::string(x.operands[0].pointer), "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(p, a));
   if (r.shape != a.shape || p.buffers[r.buffer].dtype != t)
-    throw ThunkyError(std::string(c.refs2[0].pointer), "result 0 must have the operand's shape and dtype " + view_str(p, a) + ", got " + view_str(p, r));
+    throw ThunkyError(std::string(x.results[0].pointer), "result 0 must have the operand's shape and dtype " + view_str(p, a) + ", got " + view_str(p, r));
   int64_t batch = a.count() / (a.shape.back() * a.shape.back());
   if (p.buffers[info.buffer].dtype != DType::s32 || info.count() != batch)
-    throw ThunkyError(std::string(c.refs2[1].pointer), "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(p, info));
+    throw ThunkyError(std::string(x.results[1].pointer), "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(p, info));
 }
 
 }  // namespace thunky

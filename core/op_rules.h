@@ -37,10 +37,10 @@ void check_gemm(const Program& p, const Command& c, const View& a, const View& b
 inline DType gemm_accumulator(DType operand) { return operand == DType::f64 || operand == DType::s8 ? DType::f64 : DType::f32; }
 // reduce: axes in range and listed once, out holding what is left.
 void check_reduce(const Program& p, const Command& c, const View& in, const View& out);
-// map (also a PTX kernel's CPU fallback): inputs are scalars or out's
+// map (also a PTX kernel's CPU fallback, at `pointer`): inputs are scalars or out's
 // size; with `names`, every name in the expression is an input, an axis
 // or a known function of the right arity.
-void check_map(const Program& p, const Command& m, const RankCtx& ctx, bool names);
+void check_map(const Program& p, const Map& m, const std::string& pointer, const RankCtx& ctx, bool names);
 // A collective among `part`: one dtype, the element counts its op needs,
 // src and dst disjoint or in place as the op allows, permute pairs in
 // range and one-to-one.

@@ -312,15 +312,15 @@ class RankWalker {
   void compute(const Command& c, int slot, int branch) {
     // Rules that resolve views of their own come first, as their messages
     // are the more precise.
-    if (c.op == Op::map) check_map(*p_, c, ctx_, structural_);
-    if (c.op == Op::ptx_kernel && c.rare().cpu) check_map(*p_, *c.rare().cpu, ctx_, structural_);
+    if (const Map* m = c.get_if<Map>()) check_map(*p_, *m, c.pointer, ctx_, structural_);
+    if (const PtxKernel* k = c.get_if<PtxKernel>(); k && k->cpu) check_map(*p_, *k->cpu, c.pointer + "/cpu", ctx_, structural_);
     if (c.op == Op::custom_call) check_custom_call(*p_, c, ctx_);
     resolve_uses(c);
-    if (c.op == Op::memset) check_memset(*p_, c, view_of(c.dst));
-    if (c.op == Op::copy) check_copy(*p_, c, view_of(c.src), view_of(c.dst));
-    if (c.op == Op::transpose) check_transpose(*p_, c, view_of(c.src), view_of(c.dst));
-    if (c.op == Op::gemm) check_gemm(*p_, c, view_of(c.a), view_of(c.b), view_of(c.c));
-    if (c.op == Op::reduce) check_reduce(*p_, c, view_of(c.src), view_of(c.out));
+    if (const Memset* x = c.get_if<Memset>()) check_memset(*p_, c, view_of(x->dst));
+    if (const Copy* x = c.get_if<Copy>()) check_copy(*p_, c, view_of(x->src), view_of(x->dst));
+    if (const Transpose* x = c.get_if<Transpose>()) check_transpose(*p_, c, view_of(x->src), view_of(x->dst));
+    if (const Gemm* x = c.get_if<Gemm>()) check_gemm(*p_, c, view_of(x->a), view_of(x->b), view_of(x->c));
+    if (const Reduce* x = c.get_if<Reduce>()) check_reduce(*p_, c, view_of(x->in), view_of(x->out));
     add_uses(c, slot, branch);
   }
 
@@ -335,7 +335,6 @@ class RankWalker {
     const auto it = std::find_if(uses_.begin(), uses_.end(), [&](const Use& u) { return u.ref == &r; });
     return it->view;
   }
-  const View& view_of(const OptRef& r) const { return view_of(*r); }
   void add_uses(const Command& c, int slot, int branch) {
     const uint32_t seq = hb_.tick(slot);
     for (const auto& u : uses_) add_access(c, slot, seq, branch, u);
@@ -389,9 +388,9 @@ std::string race_message(const Program& p, const RankWalker& w, const RaceReport
   const std::string& tb = *w.command_token[rr.second.command];
   std::ostringstream msg;
   msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id() << " (" << op_name(a.op)
-      << (a.rare().name.empty() ? "" : " '" + a.rare().name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
+      << (a.name.empty() ? "" : " '" + a.name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
       << w.slot_names_[rr.first.slot] << ") and " << b.id() << " (" << op_name(b.op)
-      << (b.rare().name.empty() ? "" : " '" + b.rare().name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
+      << (b.name.empty() ? "" : " '" + b.name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
       << w.slot_names_[rr.second.slot] << ") are not ordered by stream order or any token; missing join: ";
   if (!ta.empty())
     msg << "an async_done of token '" << display_token(ta) << "' on " << w.slot_names_[rr.second.slot] << " before " << b.id();

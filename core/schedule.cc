@@ -256,6 +256,23 @@ std::vector<std::pair<std::string, Ref>> OpReader::named_refs(std::string_view k
   return v;
 }
 std::string OpReader::str(std::string_view key) { return o_.str(key); }
+uint32_t OpReader::bits(std::string_view key) { return parse_bits(o_.need(key), o_.at(key)); }
+ExprPtr OpReader::expr(std::string_view key, std::string& text) {
+  text = o_.str(key);
+  try {
+    return t_cache->exprs.get(text, [&] { return parse_expr(text); });
+  } catch (const ThunkyError& e) {
+    fail(key, e.what());
+  }
+}
+void OpReader::nested(std::string_view key, const std::function<void(OpReader&)>& read) {
+  std::optional<Value> v = o_.get(key);
+  if (!v) return;
+  Obj inner(*v, o_.at(key));
+  OpReader r(inner, depth_);
+  read(r);
+  inner.done();
+}
 std::string OpReader::str_or(std::string_view key, std::string fallback) { return o_.str_or(key, std::move(fallback)); }
 bool OpReader::has(std::string_view key) const { return o_.has(key); }
 std::optional<int64_t> OpReader::int_or_none(std::string_view key) {
@@ -318,9 +335,9 @@ std::optional<bool> OpReader::sim_flag(std::string_view key) {
 
 namespace {
 
-// Reads the op named `name` into `c` where its description is in OpSpec
-// (core/ops/): false where no alternative has that name.
-template <size_t I = 1>
+// Reads the op named `name` into `c` by its description in OpSpec
+// (core/ops/): false where no op has that name.
+template <size_t I = 0>
 bool parse_typed(std::string_view name, OpReader& r, Command& c) {
   if constexpr (I < std::variant_size_v<OpSpec>) {
     using T = std::variant_alternative_t<I, OpSpec>;
@@ -341,156 +358,10 @@ void parse_command(Command& c, Value j, std::string where, int depth) {
   if (depth > 64) fail(ptr, "commands nested more than 64 levels deep");
   Obj o(j, ptr);
   const std::string_view op = o.str_ref("op");
-  if (std::string name = o.str_or("name", ""); !name.empty()) c.set_rare().name = std::move(name);
+  c.name = o.str_or("name", "");
   if (auto cost = o.get("cost")) c.cost = parse_cost(*cost, o.at("cost"));
-  auto ref = [&](std::string_view k) { return ref_of(o.need(k), ptr, k); };
-  auto ref_list = [&](std::string_view k, bool required) {
-    std::vector<Ref> v;
-    std::optional<Value> l = required ? o.need(k) : o.get(k);
-    if (!l) return v;
-    if (!l->is_array()) fail(o.at(k), "expected a list of refs");
-    v.reserve(l->size());
-    l->each_element([&](size_t i, Value e) { v.push_back(ref_of(e, ptr, k, i)); });
-    return v;
-  };
-  // A reduction by name; `key` is "reduction" (collectives) or "fn" (reduce).
-  auto reduction = [&](const char* key, bool required) {
-    const std::string name = required ? o.str(key) : o.str_or(key, "sum");
-    const auto r = parse_reduction(name);
-    if (!r) fail(o.at(key), "unknown reduction '" + name + (std::string_view(key) == "fn" ? "' (expected sum, prod, min, max, mean, argmax or argmin)" : "' (expected sum, prod, min, max or mean)"));
-    if (*r != Reduction::sum) c.set_rare().reduce_fn = *r;
-  };
-  auto map_body = [&](Obj& mo, Command& m) {
-    m.out = ref_of(mo.need("out"), mo.ptr(), "out");
-    m.expr_text = mo.str("expr");
-    try {
-      m.expr = t_cache->exprs.get(m.expr_text, [&] { return parse_expr(m.expr_text); });
-    } catch (const ThunkyError& e) {
-      fail(mo.at("expr"), e.what());
-    }
-    if (std::optional<Value> in = mo.get("in")) {
-      Obj io(*in, mo.at("in"));
-      io.each([&](std::string_view key, Value v) { m.in.emplace_back(std::string(key), ref_of(v, io.ptr(), key)); });
-    }
-  };
-
   OpReader reader(o, depth);
-  if (parse_typed(op, reader, c)) {
-  } else if (op == "memzero") {
-    c.op = Op::memzero;
-    c.dst = ref("dst");
-  } else if (op == "memset") {
-    c.op = Op::memset;
-    c.dst = ref("dst");
-    Command::Rare& x = c.set_rare();
-    if (o.has("bits") == o.has("value")) fail(o.ptr(), "memset takes one of \"value\" (a number) and \"bits\" (a 32-bit pattern)");
-    if (o.has("bits")) {
-      x.bits = parse_bits(o.need("bits"), o.at("bits"));
-    } else {
-      Value v = o.need("value");
-      if (v.is_string()) {
-        // The values JSON cannot write as numbers.
-        const std::string_view t = v.str();
-        if (t == "nan") x.value = std::numeric_limits<double>::quiet_NaN();
-        else if (t == "inf") x.value = std::numeric_limits<double>::infinity();
-        else if (t == "-inf") x.value = -std::numeric_limits<double>::infinity();
-        else fail(o.at("value"), "expected a number, true, false, \"nan\", \"inf\" or \"-inf\", got \"" + std::string(t) + "\"");
-      } else {
-        if (!v.is_number() && !v.is_boolean()) fail(o.at("value"), "expected a number");
-        x.value = v.is_boolean() ? (v.boolean() ? 1 : 0) : finite_number(v, o.at("value"));
-      }
-    }
-  } else if (op == "copy") {
-    c.op = Op::copy;
-    c.src = ref("src");
-    c.dst = ref("dst");
-  } else if (op == "transpose") {
-    c.op = Op::transpose;
-    c.src = ref("src");
-    c.dst = ref("dst");
-    c.set_rare().perm = int_list(o.need("perm"), o.at("perm"));
-  } else if (op == "gemm") {
-    c.op = Op::gemm;
-    c.a = ref("a");
-    c.b = ref("b");
-    c.c = ref("c");
-    c.transpose_a = o.bool_or("transpose_a", false);
-    c.transpose_b = o.bool_or("transpose_b", false);
-    c.alpha = o.num_or("alpha", 1.0);
-    c.beta = o.num_or("beta", 0.0);
-  } else if (op == "map") {
-    c.op = Op::map;
-    map_body(o, c);
-  } else if (op == "reduce") {
-    c.op = Op::reduce;
-    c.out = ref("out");
-    c.src = ref("in");
-    // argmax and argmin: the index where max or min is first reached.
-    const std::string fn = o.str("fn");
-    if (fn == "argmax" || fn == "argmin") {
-      c.set_rare().reduce_fn = fn == "argmax" ? Reduction::max : Reduction::min;
-      c.set_rare().arg = true;
-    } else {
-      reduction("fn", true);
-    }
-    c.set_rare().axes_i = int_list(o.need("axes"), o.at("axes"));
-  } else if (op == "kernel") {
-    c.op = Op::kernel;
-    c.refs = ref_list("reads", false);
-    c.refs2 = ref_list("writes", false);
-    if (!c.cost) fail(ptr, "a kernel needs a 'cost' ({\"seconds\": s} or {\"flops\": f, \"bytes\": b})");
-  } else if (op == "ptx_kernel") {
-    c.op = Op::ptx_kernel;
-    Command::Rare& x = c.set_rare();
-    c.refs = ref_list("args", true);
-    Value w = o.need("written");
-    if (!w.is_array() || w.size() != c.refs.size())
-      fail(o.at("written"), "expected a list of " + std::to_string(c.refs.size()) + " booleans, one per arg");
-    w.each_element([&](size_t i, Value e) {
-      if (!e.is_boolean()) fail(child(o.at("written"), i), "expected true or false");
-      x.written.push_back(e.boolean());
-    });
-    PtxLaunch& l = *(x.launch = PtxLaunch{});
-    l.kernel_name = o.str("kernel_name");
-    l.ptx = o.str_or("ptx", "");
-    l.ptx_file = o.str_or("ptx_file", "");
-    if (l.ptx.empty() == l.ptx_file.empty()) fail(ptr, "a ptx_kernel needs exactly one of 'ptx' or 'ptx_file'");
-    auto dims = [&](std::string_view k, std::vector<int64_t>& d) {
-      if (std::optional<Value> v = o.get(k)) {
-        d = int_list(*v, o.at(k));
-        if (d.empty() || d.size() > 3) fail(o.at(k), "expected 1 to 3 dimensions");
-        for (auto x : d)
-          if (x < 1) fail(o.at(k), "dimensions must be positive");
-        d.resize(3, 1);
-      }
-    };
-    dims("grid", l.grid);
-    dims("block", l.block);
-    if (std::optional<Value> s = o.get("shmem_bytes")) l.shmem_bytes = as_int(*s, o.at("shmem_bytes"));
-    if (std::optional<Value> cpu = o.get("cpu")) {
-      Obj mo(*cpu, o.at("cpu"));
-      auto m = std::make_shared<Command>();
-      m->op = Op::map;
-      m->pointer = o.at("cpu");
-      map_body(mo, *m);
-      mo.done();
-      x.cpu = std::move(m);
-    }
-  } else if (op == "custom_call") {
-    c.op = Op::custom_call;
-    CustomCallSpec& cc = *(c.set_rare().custom = CustomCallSpec{});
-    cc.target = o.str("target");
-    c.refs = ref_list("operands", true);
-    c.refs2 = ref_list("results", true);
-    if (std::optional<Value> bc = o.get("backend_config")) {
-      if (!bc->is_object()) fail(o.at("backend_config"), "expected an object");
-      cc.backend_config = bc->to_nlohmann();
-    } else {
-      cc.backend_config = json::object();
-    }
-  } else {
-    fail(o.at("op"), "unknown op '" + std::string(op) + "'");
-  }
+  if (!parse_typed(op, reader, c)) fail(o.at("op"), "unknown op '" + std::string(op) + "'");
   if (!o.has("sim")) o.get("sim");
   o.done();
 }
@@ -671,12 +542,6 @@ Program parse_program_text(const std::string& text, const std::string& file) {
 Program parse_program(const json& doc, const std::string& file) { return parse_program_text(doc.dump(), file); }
 
 namespace {
-json ref_json(const OptRef& r) { return r ? json(r->syntax->text()) : json(); }
-json refs_json(const std::vector<Ref>& v) {
-  json a = json::array();
-  for (const auto& r : v) a.push_back(r.syntax->text());
-  return a;
-}
 json init_json(const Init& in) {
   static const char* kinds[] = {"", "zeros", "ones", "iota", "constant", "values", "uniform", "normal", "axis_index", "npy"};
   json j;
@@ -709,17 +574,14 @@ json buffer_json(const Buffer& b) {
   }
   return j;
 }
-json map_fields(const Command& c, json j) {
-  j["out"] = ref_json(c.out);
-  j["expr"] = c.expr_text;
-  json in = json::object();
-  for (const auto& [k, r] : c.in) in[k] = r.syntax->text();
-  j["in"] = in;
-  return j;
-}
 }  // namespace
 
 json ref_json(const Ref& r) { return r.syntax->text(); }
+json refs_json(const std::vector<Ref>& v) {
+  json a = json::array();
+  for (const auto& r : v) a.push_back(r.syntax->text());
+  return a;
+}
 json block_json(const Block& b) {
   json a = json::array();
   for (const auto& c : b) a.push_back(to_json(c));
@@ -735,10 +597,9 @@ json stream_json(const StreamId& s) {
 }
 
 json to_json(const Command& c) {
-  const Command::Rare& x = c.rare();
   json j;
   j["op"] = op_name(c.op);
-  if (!x.name.empty()) j["name"] = x.name;
+  if (!c.name.empty()) j["name"] = c.name;
   if (c.cost) {
     json cj = json::object();
     if (c.cost->seconds) cj["seconds"] = *c.cost->seconds;
@@ -746,62 +607,7 @@ json to_json(const Command& c) {
     if (c.cost->bytes) cj["bytes"] = *c.cost->bytes;
     j["cost"] = cj;
   }
-  switch (c.op) {
-    case Op::memzero: j["dst"] = ref_json(c.dst); break;
-    case Op::memset:
-      j["dst"] = ref_json(c.dst);
-      if (x.bits) {
-        char hex[16];
-        std::snprintf(hex, sizeof hex, "0x%08x", static_cast<unsigned>(*x.bits));
-        j["bits"] = hex;
-      } else if (std::isfinite(x.value)) {
-        j["value"] = x.value;
-      } else {
-        j["value"] = std::isnan(x.value) ? "nan" : x.value > 0 ? "inf" : "-inf";
-      }
-      break;
-    case Op::copy: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); break;
-    case Op::transpose: j["src"] = ref_json(c.src); j["dst"] = ref_json(c.dst); j["perm"] = x.perm; break;
-    case Op::gemm:
-      j["a"] = ref_json(c.a); j["b"] = ref_json(c.b); j["c"] = ref_json(c.c);
-      j["transpose_a"] = c.transpose_a; j["transpose_b"] = c.transpose_b;
-      j["alpha"] = c.alpha; j["beta"] = c.beta;
-      break;
-    case Op::map: j = map_fields(c, j); break;
-    case Op::reduce:
-      j["out"] = ref_json(c.out); j["in"] = ref_json(c.src); j["fn"] = (x.arg ? "arg" : "") + std::string(reduction_name(x.reduce_fn)); j["axes"] = x.axes_i;
-      break;
-    case Op::kernel: j["reads"] = refs_json(c.refs); j["writes"] = refs_json(c.refs2); break;
-    case Op::ptx_kernel:
-      j["args"] = refs_json(c.refs);
-      j["written"] = x.written;
-      j["kernel_name"] = x.launch->kernel_name;
-      if (!x.launch->ptx.empty()) j["ptx"] = x.launch->ptx;
-      if (!x.launch->ptx_file.empty()) j["ptx_file"] = x.launch->ptx_file;
-      j["grid"] = x.launch->grid; j["block"] = x.launch->block; j["shmem_bytes"] = x.launch->shmem_bytes;
-      if (x.cpu) j["cpu"] = map_fields(*x.cpu, json::object());
-      break;
-    case Op::custom_call:
-      j["target"] = x.custom->target; j["operands"] = refs_json(c.refs); j["results"] = refs_json(c.refs2);
-      j["backend_config"] = x.custom->backend_config;
-      break;
-    case Op::all_reduce:
-    case Op::all_gather:
-    case Op::reduce_scatter:
-    case Op::all_to_all:
-    case Op::collective_permute:
-    case Op::collective_group:
-    case Op::async_start:
-    case Op::async_done:
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_:
-    case Op::call:
-      std::visit([&](const auto& x) {
-        if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) x.write(j);
-      }, c.spec);
-      break;
-  }
+  std::visit([&](const auto& x) { x.write(j); }, c.spec);
   return j;
 }
 

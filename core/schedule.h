@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <variant>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "core/dtype.h"
 #include "core/ops/base.h"
 #include "core/ops/collective.h"
+#include "core/ops/compute.h"
 #include "core/ops/control.h"
 #include "core/ops/stream.h"
 #include "core/expr.h"
@@ -73,50 +75,24 @@ struct Cost {
   std::optional<double> bytes;
 };
 
-struct CustomCallSpec {
-  std::string target;
-  json backend_config;
-};
-
-struct PtxLaunch {
-  std::string kernel_name;
-  std::string ptx;       // inline source, or
-  std::string ptx_file;  // a file relative to the schedule
-  std::vector<int64_t> grid{1, 1, 1}, block{1, 1, 1};
-  int64_t shmem_bytes = 0;
-};
-
-
-// What a command is, one typed description per op (core/ops/): its fields,
-// its JSON, the refs it reads and writes and the blocks it holds. Being
-// moved there family by family: the ops not yet there hold std::monostate
-// and keep their fields in Command itself.
-using OpSpec = std::variant<std::monostate, AllReduce, AllGather, ReduceScatter, AllToAll, CollectivePermute, CollectiveGroup, AsyncStart, AsyncDone, Cond, Switch, While, Call>;
+// What a command is: one typed description per op (core/ops/), in the
+// order of Op. Each holds its fields, reads and writes its JSON, and lists
+// the refs it reads and writes (`uses`) and the blocks it holds (`blocks`).
+// Code that must handle every op visits this variant or switches over Op
+// without a default, so a new op does not compile until each consumer
+// handles it.
+using OpSpec = std::variant<Memzero, Memset, Copy, Gemm, Map, Reduce, Kernel, PtxKernel, CustomCall, Transpose,
+                            AllReduce, AllGather, ReduceScatter, AllToAll, CollectivePermute, CollectiveGroup,
+                            AsyncStart, AsyncDone, Cond, Switch, While, Call>;
 
 struct Command {
-  // What the validator and the simulator read for every command comes first
-  // (op, refs, sub-blocks, cost), so that a walk over a large program
-  // touches few cache lines per command; names and texts come last. The
-  // fields few commands have live apart, in Rare.
-  struct Rare;
-
+  // Which op the command is: always the alternative `spec` holds (set()
+  // sets both).
   Op op = Op::memzero;
-  bool transpose_a = false, transpose_b = false;
-  Box<Cost> cost;
-  double alpha = 1, beta = 0;  // gemm
-
-  // refs, by role
-  OptRef src, dst, a, b, c, out;
-
   OpSpec spec;
-
-  std::vector<std::pair<std::string, Ref>> in;  // map inputs, in declaration order
-  std::vector<Ref> refs;                        // kernel reads, ptx args, custom_call operands
-  std::vector<Ref> refs2;                       // kernel writes, custom_call results
-  ExprPtr expr;  // map
-
+  Box<Cost> cost;       // a price that overrides the machine model's
   std::string pointer;  // source JSON pointer (for messages)
-  std::string expr_text;
+  std::string name;     // the user's label, for reports
 
   // The op's description, where the command is that op (std::get: a
   // mismatch throws); get_if: null where it is not.
@@ -135,33 +111,26 @@ struct Command {
   const std::string& id() const { return id_.empty() ? pointer : id_; }
   void set_id(std::string id) { id_ = std::move(id); }
 
-  // The rare fields; a command without them reads their defaults.
-  const Rare& rare() const;
-  // The rare fields for writing (made on first use).
-  Rare& set_rare();
-  bool has_rare() const { return rare_.has_value(); }
-
  private:
   std::string id_;  // empty where it equals `pointer`
-  Box<Rare> rare_;
 };
 
-// The fields of a command that most commands leave at their defaults:
-// a name, and what only one op uses
-// (memset, reduce, ptx_kernel, custom_call).
-struct Command::Rare {
-  std::string name;
-  Reduction reduce_fn = Reduction::sum;  // reduce ("fn")
-  bool arg = false;  // reduce: argmax or argmin (reduction max or min): the index, along the one axis, where it is first reached
-  double value = 0;               // memset: a number, NaN or an infinity
-  std::optional<uint32_t> bits;   // memset: each 4-byte element set to this pattern instead
-  std::vector<int64_t> axes_i;    // reduce axes
-  std::vector<int64_t> perm;      // transpose: dst's dimension d is src's dimension perm[d]
-  std::vector<bool> written;      // ptx_kernel
-  std::shared_ptr<Command> cpu;   // ptx_kernel fallback, a map
-  Box<PtxLaunch> launch;          // ptx_kernel
-  Box<CustomCallSpec> custom;     // custom_call
-};
+// Each alternative of OpSpec sits at its op's place in Op.
+template <size_t... I>
+constexpr bool ops_in_order(std::index_sequence<I...>) {
+  return ((std::variant_alternative_t<I, OpSpec>::kind == static_cast<Op>(I)) && ...);
+}
+static_assert(ops_in_order(std::make_index_sequence<std::variant_size_v<OpSpec>>()), "OpSpec's alternatives follow the order of Op");
+static_assert(std::variant_size_v<OpSpec> == static_cast<size_t>(Op::call) + 1, "every op has its description in OpSpec");
+
+// Calls f(RefUse) for every ref the command reads or writes, reads before
+// writes, as its op's description lists them. Control flow reads its
+// predicate, index or cond_buf; async, group and call commands use no
+// refs of their own.
+template <typename F>
+void for_each_use(const Command& c, F&& f) {
+  std::visit([&](const auto& x) { x.uses(f); }, c.spec);
+}
 
 // The fields every collective has (is_collective(c.op)); a mismatch throws.
 inline const Collective& collective_of(const Command& c) {
@@ -178,7 +147,8 @@ inline const Collective& collective_of(const Command& c) {
 inline Reduction reduction_of(const Command& c) {
   if (const AllReduce* x = c.get_if<AllReduce>()) return x->reduction;
   if (const ReduceScatter* x = c.get_if<ReduceScatter>()) return x->reduction;
-  return c.rare().reduce_fn;
+  if (const Reduce* x = c.get_if<Reduce>()) return x->fn;
+  return Reduction::sum;
 }
 
 // The token of an async_start or async_done; empty for other ops.
@@ -190,29 +160,13 @@ inline const std::string& async_token(const Command& c) {
 }
 
 // Asks memory for what a front-to-back walk of a long block reads next:
-// the command 16 ahead (its first two lines), and the refs of the one 8
-// ahead, separate heap objects whose pointers are at hand by then.
+// the command 16 ahead (its first four lines).
 inline void prefetch_ahead(const Block& b, size_t pos) {
-  constexpr size_t kCommandAhead = 16, kRefsAhead = 8;
+  constexpr size_t kCommandAhead = 16;
   if (pos + kCommandAhead < b.size()) {
     const char* next = reinterpret_cast<const char*>(&b[pos + kCommandAhead]);
-    __builtin_prefetch(next);
-    __builtin_prefetch(next + 64);
+    for (int line = 0; line < 4; ++line) __builtin_prefetch(next + 64 * line);
   }
-  if (pos + kRefsAhead < b.size()) {
-    const Command& c = b[pos + kRefsAhead];
-    for (const OptRef* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out})
-      if (*r) __builtin_prefetch(&**r);
-  }
-}
-
-inline const Command::Rare& Command::rare() const {
-  static const Rare defaults;
-  return rare_ ? *rare_ : defaults;
-}
-inline Command::Rare& Command::set_rare() {
-  if (!rare_) rare_ = Rare{};
-  return *rare_;
 }
 
 struct Function {
@@ -294,20 +248,11 @@ json to_json(const Program& p);
 json to_json(const Command& c);
 
 // Whether `pred` holds for one of the command's own refs (not those of its
-// sub-blocks or its CPU fallback).
+// sub-blocks or a PTX kernel's CPU fallback).
 template <typename F>
 bool any_ref(const Command& c, F pred) {
-  for (const auto* r : {&c.src, &c.dst, &c.a, &c.b, &c.c, &c.out})
-    if (*r && pred(**r)) return true;
-  for (const auto& [k, r] : c.in)
-    if (pred(r)) return true;
-  for (const auto* v : {&c.refs, &c.refs2})
-    for (const auto& r : *v)
-      if (pred(r)) return true;
   bool found = false;
-  std::visit([&](const auto& x) {
-    if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) x.uses([&](RefUse u) { found = found || pred(*u.ref); });
-  }, c.spec);
+  for_each_use(c, [&](RefUse u) { found = found || pred(*u.ref); });
   return found;
 }
 
@@ -319,21 +264,19 @@ bool any_ref(const Command& c, F pred) {
 template <typename C, typename F>
 void for_each_sub_block(C& c, F f) {
   std::visit([&](auto& x) {
-    if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) {
-      x.blocks([&](auto& block, SubBlock which) {
-        if constexpr (std::is_invocable_v<F&, decltype(block), SubBlock>) f(block, which);
-        else f(block);
-      });
-    }
+    x.blocks([&](auto& block, SubBlock which) {
+      if constexpr (std::is_invocable_v<F&, decltype(block), SubBlock>) f(block, which);
+      else f(block);
+    });
   }, c.spec);
 }
 
 // Whether `pred` holds for a command of the block or of any block nested in
-// it (a PTX kernel's CPU fallback included).
+// it.
 template <typename F>
 bool any_command(const Block& b, F pred) {
   for (const auto& c : b) {
-    if (pred(c) || (c.rare().cpu && pred(*c.rare().cpu))) return true;
+    if (pred(c)) return true;
     bool found = false;
     for_each_sub_block(c, [&](const Block& sub) { found = found || any_command(sub, pred); });
     if (found) return true;

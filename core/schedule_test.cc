@@ -118,9 +118,9 @@ TEST(Schedule, ComposedViewsKnowWhetherTheRankSizesOrPlacesThem) {
                 {"op": "call", "fn": "f", "args": {"v": "a[0:x + 1]"}},
                 {"op": "call", "fn": "f", "args": {"v": "a[2:]"}},
                 {"op": "call", "fn": "g", "args": {"v": "a[2:]"}}]})");
-  const Ref& placed = *p.program[0].as<Call>().body[0].dst;
-  const Ref& sized = *p.program[1].as<Call>().body[0].dst;
-  const Ref& fixed = *p.program[2].as<Call>().body[0].dst;
+  const Ref& placed = p.program[0].as<Call>().body[0].as<Memset>().dst;
+  const Ref& sized = p.program[1].as<Call>().body[0].as<Memset>().dst;
+  const Ref& fixed = p.program[2].as<Call>().body[0].as<Memset>().dst;
   EXPECT_TRUE(ref_moves_with_rank(placed));
   EXPECT_FALSE(size_depends_on_rank(placed));
   EXPECT_TRUE(ref_moves_with_rank(sized));
@@ -128,7 +128,7 @@ TEST(Schedule, ComposedViewsKnowWhetherTheRankSizesOrPlacesThem) {
   EXPECT_FALSE(ref_moves_with_rank(fixed));
   EXPECT_FALSE(size_depends_on_rank(fixed));
   // g's own ref is sized by x, inside a fixed view.
-  EXPECT_TRUE(size_depends_on_rank(*p.program[3].as<Call>().body[0].dst));
+  EXPECT_TRUE(size_depends_on_rank(p.program[3].as<Call>().body[0].as<Memset>().dst));
 }
 
 TEST(Schedule, CallsInlineWithComposedViewsAndRenamedTokens) {
@@ -143,7 +143,7 @@ TEST(Schedule, CallsInlineWithComposedViewsAndRenamedTokens) {
   EXPECT_NE(first.as<AsyncStart>().token, p.program[1].as<Call>().body[0].as<AsyncStart>().token);  // per call instance
   const Command& memset = first.as<AsyncStart>().body[0];
   EXPECT_EQ(memset.pointer, "/functions/f/program/0/body/0");
-  View v = resolve(p, *memset.dst, rank_ctx(p.mesh, 0));
+  View v = resolve(p, memset.as<Memset>().dst, rank_ctx(p.mesh, 0));
   EXPECT_EQ(v.offset, 5);  // a[4:][1:]
   EXPECT_EQ(v.count(), 3);
 }

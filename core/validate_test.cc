@@ -105,7 +105,7 @@ TEST(Loading, LargeProgramsParseWholeAndInOrder) {
   ASSERT_EQ(p->program.size(), 24000u);
   int out_of_place = 0;
   for (int i = 0; i < 24000; ++i)
-    if (p->program[i].rare().value != i || p->program[i].pointer != "/program/" + std::to_string(i)) ++out_of_place;
+    if (p->program[i].as<Memset>().value != i || p->program[i].pointer != "/program/" + std::to_string(i)) ++out_of_place;
   EXPECT_EQ(out_of_place, 0);
   // The last command writes an input: found by validation, after parsing.
   auto errs = load_errors(sched(program(-1, -1) + R"(, {"op": "memzero", "dst": "in"}])"));
@@ -192,8 +192,8 @@ TEST(Loading, NestingDeeperThan256IsRefusedOutsideStrings) {
                                     R"({"op": "memzero", "dst": "b", "name": ")" + std::string(300, '[') + R"("}])"),
                               "t.json");
   ASSERT_TRUE(p) << p.errors().front().str();
-  EXPECT_EQ(p->program[0].rare().name, std::string(300, '{') + R"(" \ "\)");
-  EXPECT_EQ(p->program[1].rare().name, std::string(300, '['));
+  EXPECT_EQ(p->program[0].name, std::string(300, '{') + R"(" \ "\)");
+  EXPECT_EQ(p->program[1].name, std::string(300, '['));
 }
 
 // Loading is parse, lower, validate: in a long program each stage reports
@@ -356,8 +356,8 @@ TEST(Loading, EveryRefIsBoundAndEveryCommandCounted) {
                                     R"(, {"op": "copy", "src": "a", "dst": "b"}])", 2), "t.json");
   ASSERT_TRUE(p.ok()) << p.errors()[0].str();
   EXPECT_EQ(p.value().command_count, 4);
-  EXPECT_EQ(p.value().program[0].as<AsyncStart>().body[0].dst->buffer, 1);  // b, the second buffer
-  EXPECT_EQ(p.value().program[2].src->buffer, 0);          // a
+  EXPECT_EQ(p.value().program[0].as<AsyncStart>().body[0].as<Memzero>().dst.buffer, 1);  // b, the second buffer
+  EXPECT_EQ(p.value().program[2].as<Copy>().src.buffer, 0);          // a
   EXPECT_TRUE(p.value().rank_use.moves);
   // Refs are bound once the whole file is read: a malformed command is
   // reported before an earlier command's unknown buffer.

@@ -118,8 +118,8 @@ class WorkMemo {
   static bool key(const Command& c, Key& k) {
     if (c.cost || op_family(c.op) != OpFamily::compute) return false;
     k.op = c.op;
-    if (c.op == Op::gemm) k.flags = static_cast<uint8_t>(c.transpose_a + 2 * c.transpose_b + 4 * (c.beta != 0));
-    if (c.op == Op::map) k.expr = c.expr.get();
+    if (const Gemm* g = c.get_if<Gemm>()) k.flags = static_cast<uint8_t>(g->transpose_a + 2 * g->transpose_b + 4 * (g->beta != 0));
+    if (const Map* m = c.get_if<Map>()) k.expr = m->expr.get();
     bool fits = true;
     for_each_use(c, [&](RefUse u) { fits = fits && add(k, *u.ref); });
     return fits;

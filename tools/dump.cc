@@ -28,7 +28,7 @@ std::vector<std::string> inputs_of(const Program& p) {
     if (b.init.kind == Init::Kind::npy) in.push_back((base / b.init.path).string());
   std::function<void(const Block&)> walk = [&](const Block& block) {
     for (const auto& c : block) {
-      if (c.op == Op::ptx_kernel && !c.rare().launch->ptx_file.empty()) in.push_back((base / c.rare().launch->ptx_file).string());
+      if (const PtxKernel* k = c.get_if<PtxKernel>(); k && !k->launch->ptx_file.empty()) in.push_back((base / k->launch->ptx_file).string());
       for_each_sub_block(c, walk);
     }
   };

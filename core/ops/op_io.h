@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/expr.h"
 #include "core/ops/base.h"
 #include "core/reduction.h"
 
@@ -40,6 +42,13 @@ class OpReader {
   // arguments); absent is empty.
   std::vector<std::pair<std::string, Ref>> named_refs(std::string_view key);
   std::string str(std::string_view key);
+  // A memset's 32-bit pattern: an integer or a "0x..." string.
+  uint32_t bits(std::string_view key);
+  // A map expression, its text kept in `text`.
+  ExprPtr expr(std::string_view key, std::string& text);
+  // Reads the object at `key`, where present, with its own reader; its
+  // keys must all be read.
+  void nested(std::string_view key, const std::function<void(OpReader&)>& read);
   std::string str_or(std::string_view key, std::string fallback);
   bool has(std::string_view key) const;
   // An integer, where present.
@@ -69,6 +78,7 @@ class OpReader {
 };
 
 json ref_json(const Ref& r);
+json refs_json(const std::vector<Ref>& refs);
 json block_json(const Block& b);
 json named_refs_json(const std::vector<std::pair<std::string, Ref>>& refs);
 json stream_json(const StreamId& s);

@@ -388,7 +388,7 @@ class Run {
     std::lock_guard<std::mutex> l(s.mu);
     std::string id = c.id();
     if (in_loop) id += "#" + std::to_string(s.instances[c.id()]++);
-    s.ops.push_back({id, std::string(op_name(c.op)), c.rare().name, stream.str(), start, end, w.bytes, w.flops});
+    s.ops.push_back({id, std::string(op_name(c.op)), c.name, stream.str(), start, end, w.bytes, w.flops});
     ++finished_;
   }
 
@@ -460,51 +460,60 @@ class Run {
   void compute(RankState& s, const Command& c) {
     switch (c.op) {
       case Op::memzero: {
-        cpu::Tensor d = tensor(s, *c.dst);
+        cpu::Tensor d = tensor(s, c.as<Memzero>().dst);
         std::memset(d.data, 0, d.bytes());
         break;
       }
-      case Op::memset:
-        if (c.rare().bits) cpu::fill_bits(tensor(s, *c.dst), *c.rare().bits);
-        else cpu::fill(tensor(s, *c.dst), c.rare().value);
+      case Op::memset: {
+        const Memset& x = c.as<Memset>();
+        if (x.bits) cpu::fill_bits(tensor(s, x.dst), *x.bits);
+        else cpu::fill(tensor(s, x.dst), x.value);
         break;
+      }
       case Op::copy: {
-        cpu::Tensor a = tensor(s, *c.src), d = tensor(s, *c.dst);
+        cpu::Tensor a = tensor(s, c.as<Copy>().src), d = tensor(s, c.as<Copy>().dst);
         std::memmove(d.data, a.data, d.bytes());
         break;
       }
-      case Op::gemm:
-        cpu::gemm(tensor(s, *c.a), tensor(s, *c.b), tensor(s, *c.c), c.transpose_a, c.transpose_b, c.alpha, c.beta);
+      case Op::gemm: {
+        const Gemm& g = c.as<Gemm>();
+        cpu::gemm(tensor(s, g.a), tensor(s, g.b), tensor(s, g.c), g.transpose_a, g.transpose_b, g.alpha, g.beta);
         break;
-      case Op::map: run_map(s, c); break;
-      case Op::reduce:
-        if (c.rare().arg)
-          cpu::arg_reduce(tensor(s, *c.src), c.rare().axes_i.front(), c.rare().reduce_fn, tensor(s, *c.out));
-        else
-          cpu::reduce(tensor(s, *c.src), c.rare().axes_i, c.rare().reduce_fn, tensor(s, *c.out));
+      }
+      case Op::map: run_map(s, c.as<Map>()); break;
+      case Op::reduce: {
+        const Reduce& x = c.as<Reduce>();
+        if (x.arg) cpu::arg_reduce(tensor(s, x.in), x.axes.front(), x.fn, tensor(s, x.out));
+        else cpu::reduce(tensor(s, x.in), x.axes, x.fn, tensor(s, x.out));
         break;
+      }
       case Op::kernel: {
         // A stand-in: read every input byte and rewrite every output byte,
         // then hold the stream for the modelled time.
         volatile uint8_t sink = 0;
-        for (const auto& r : c.refs) {
+        for (const auto& r : c.as<Kernel>().reads) {
           cpu::Tensor t = tensor(s, r);
           for (size_t i = 0; i < t.bytes(); ++i) sink = sink ^ t.data[i];
         }
-        for (const auto& r : c.refs2) {
+        for (const auto& r : c.as<Kernel>().writes) {
           cpu::Tensor t = tensor(s, r);
           for (size_t i = 0; i < t.bytes(); ++i) t.data[i] = static_cast<volatile uint8_t*>(t.data)[i];
         }
         if (c.cost && c.cost->seconds) std::this_thread::sleep_for(std::chrono::duration<double>(*c.cost->seconds));  // at most kMaxKernelSeconds (plan)
         break;
       }
-      case Op::ptx_kernel: run_map(s, *c.rare().cpu); break;
+      case Op::ptx_kernel: run_map(s, *c.as<PtxKernel>().cpu); break;
       case Op::custom_call: {
-        bool lower = c.rare().custom->backend_config.at("lower").get<bool>();
-        cpu::cholesky(tensor(s, c.refs[0]), tensor(s, c.refs2[0]), tensor(s, c.refs2[1]), lower);
+        const CustomCall& x = c.as<CustomCall>();
+        bool lower = x.spec->backend_config.at("lower").get<bool>();
+        cpu::cholesky(tensor(s, x.operands[0]), tensor(s, x.results[0]), tensor(s, x.results[1]), lower);
         break;
       }
-      case Op::transpose: cpu::transpose(tensor(s, *c.src), c.rare().perm, tensor(s, *c.dst)); break;
+      case Op::transpose: {
+        const Transpose& x = c.as<Transpose>();
+        cpu::transpose(tensor(s, x.src), x.perm, tensor(s, x.dst));
+        break;
+      }
       case Op::all_reduce:  // not a compute command: run by run_command
       case Op::all_gather:
       case Op::reduce_scatter:
@@ -520,8 +529,8 @@ class Run {
     }
   }
 
-  void run_map(RankState& s, const Command& m) {
-    cpu::Tensor out = tensor(s, *m.out);
+  void run_map(RankState& s, const Map& m) {
+    cpu::Tensor out = tensor(s, m.out);
     std::vector<cpu::MapInput> inputs;
     std::vector<std::vector<uint8_t>> copies;
     copies.reserve(m.in.size());
@@ -753,9 +762,9 @@ class CpuBackend final : public Backend {
       if (c.op == Op::kernel && c.cost && c.cost->seconds && *c.cost->seconds > kMaxKernelSeconds)
         errors.push_back({ErrorKind::input, p.file, c.pointer + "/cost/seconds",
                           "a kernel stand-in of " + std::to_string(*c.cost->seconds) + " s: the cpu backend holds a stream at most " + std::to_string(static_cast<int>(kMaxKernelSeconds)) + " s for one"});
-      if (c.op == Op::ptx_kernel && !c.rare().cpu)
+      if (const PtxKernel* k = c.get_if<PtxKernel>(); k && !k->cpu)
         errors.push_back({ErrorKind::input, p.file, c.pointer,
-                          "ptx_kernel '" + c.rare().launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
+                          "ptx_kernel '" + k->launch->kernel_name + "' cannot run on the cpu backend: add a 'cpu' fallback (a map: {\"out\", \"expr\", \"in\"}) or use --backend cuda"});
       for_each_sub_block(c, [&](const Block& sub) { refuse_unrunnable(p, sub, errors); });
     }
   }

@@ -167,17 +167,16 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
   const Program& p = *p_;
   streams_.insert(StreamId{});
   for (const auto& c : b) {
-    const Command::Rare& x = c.rare();
     if (const AsyncStart* a = c.get_if<AsyncStart>()) streams_.insert(a->stream);
     if (c.op == Op::while_) ++captured_loops_;
-    if (c.op == Op::reduce) {
-      const size_t dims = resolve(p, *c.src, rank_ctx(p.mesh, 0)).shape.size();
+    if (const Reduce* x = c.get_if<Reduce>()) {
+      const size_t dims = resolve(p, x->in, rank_ctx(p.mesh, 0)).shape.size();
       if (dims > static_cast<size_t>(kMaxRank))
         errors.push_back({ErrorKind::input, p.file, c.pointer + "/in",
                           "a reduce over " + std::to_string(dims) + " dimensions: the cuda backend reduces views of at most " + std::to_string(kMaxRank)});
     }
     if (c.op == Op::ptx_kernel && !ptx_.count(&c)) {
-      const PtxLaunch& l = *x.launch;
+      const PtxLaunch& l = *c.as<PtxKernel>().launch;
       std::string text = l.ptx;
       if (!l.ptx_file.empty()) {
         namespace fs = std::filesystem;
@@ -227,32 +226,31 @@ void CudaBackend::allow_shared_memory(cudaKernel_t k, int64_t bytes, int device,
 
 void CudaBackend::compile_block(RankState& s, const Block& b) {
   for (const auto& c : b) {
-    const Command::Rare& x = c.rare();
-    if (c.op == Op::map) {
-      s.kernels[&c] = kernels_->get(map_source(s, c));
+    if (const Map* m = c.get_if<Map>()) {
+      s.kernels[&c] = kernels_->get(map_source(s, *m));
       // The gather that stages a broadcast input expanded (CudaBackend::map).
-      const int64_t out = resolve(*p_, *c.out, s.ctx).count();
-      for (const auto& [name, r] : c.in) {
+      const int64_t out = resolve(*p_, m->out, s.ctx).count();
+      for (const auto& [name, r] : m->in) {
         const View v = resolve(*p_, r, s.ctx);
         if (v.count() != out && v.count() != 1) kernels_->get(transpose_kernel(dtype_size(dtype_of(v))));
       }
     }
-    if (c.op == Op::reduce) {
-      const View in = resolve(*p_, *c.src, s.ctx), out = resolve(*p_, *c.out, s.ctx);
-      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x.reduce_fn, x.arg));
+    if (const Reduce* x = c.get_if<Reduce>()) {
+      const View in = resolve(*p_, x->in, s.ctx), out = resolve(*p_, x->out, s.ctx);
+      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x->fn, x->arg));
     }
-    if (c.op == Op::transpose) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(dtype_of(resolve(*p_, *c.src, s.ctx)))));
-    if (c.op == Op::ptx_kernel) {
-      cudaKernel_t k = s.kernels[&c] = kernels_->get_ptx(ptx_.at(&c), x.launch->kernel_name);
-      allow_shared_memory(k, x.launch->shmem_bytes, s.device, c);
+    if (const Transpose* x = c.get_if<Transpose>()) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(dtype_of(resolve(*p_, x->src, s.ctx)))));
+    if (const PtxKernel* x = c.get_if<PtxKernel>()) {
+      cudaKernel_t k = s.kernels[&c] = kernels_->get_ptx(ptx_.at(&c), x->launch->kernel_name);
+      allow_shared_memory(k, x->launch->shmem_bytes, s.device, c);
     }
     if (is_collective(c.op) && shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter))
       kernels_->get(combine_kernel(dtype_of(resolve(*p_, collective_of(c).src, s.ctx)), reduction_of(c)));
-    if (c.op == Op::gemm) {
-      const View a = resolve(*p_, *c.a, s.ctx), bv = resolve(*p_, *c.b, s.ctx), cv = resolve(*p_, *c.c, s.ctx);
+    if (const thunky::Gemm* g = c.get_if<thunky::Gemm>()) {
+      const View a = resolve(*p_, g->a, s.ctx), bv = resolve(*p_, g->b, s.ctx), cv = resolve(*p_, g->c, s.ctx);
       const DType acc = gemm_accumulator(dtype_of(a));
-      const int64_t k = a.shape[a.shape.size() - (c.transpose_a ? 2 : 1)];
-      if (k == 0 && c.beta != 0) kernels_->get(beta_source(dtype_of(cv), acc, c.beta));
+      const int64_t k = a.shape[a.shape.size() - (g->transpose_a ? 2 : 1)];
+      if (k == 0 && g->beta != 0) kernels_->get(beta_source(dtype_of(cv), acc, g->beta));
       if (!gemm_direct(a, bv, cv)) {
         // Through f32 (f64): widening and narrowing maps.
         for (DType t : {dtype_of(a), dtype_of(bv), dtype_of(cv)}) {
@@ -265,8 +263,8 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
   }
 }
 
-KernelSource CudaBackend::map_source(RankState& s, const Command& m) {
-  const View out = resolve(*p_, *m.out, s.ctx);
+KernelSource CudaBackend::map_source(RankState& s, const Map& m) {
+  const View out = resolve(*p_, m.out, s.ctx);
   std::vector<MapOperand> ops;
   for (const auto& [name, r] : m.in) {
     const View v = resolve(*p_, r, s.ctx);

@@ -194,7 +194,7 @@ class CudaBackend final : public Backend {
   void plan_block(const Block& b, std::vector<Diagnostic>& errors);
   void compile_block(RankState& s, const Block& b);
   void allow_shared_memory(cudaKernel_t k, int64_t bytes, int device, const Command& c);
-  KernelSource map_source(RankState& s, const Command& m);
+  KernelSource map_source(RankState& s, const Map& m);
   static KernelSource convert_source(DType from, DType to);
   static KernelSource beta_source(DType c, DType acc, double beta);
   void connect_nccl();
@@ -237,7 +237,7 @@ class CudaBackend final : public Backend {
   void compute(RankState& s, const Command& c, const StreamId& cur);
   // Sets every element of d to `pattern`, an element's bits (fill_pattern).
   void fill(RankState& s, const View& d, uint64_t pattern, cudaStream_t st);
-  void map(RankState& s, const Command& c, const Command& m, StreamState& ss);
+  void map(RankState& s, const Command& c, const Map& m, StreamState& ss);
   // cuBLASLt multiplies a and b of one dtype into c of the same, or bf16
   // and f16 operands into an f32 c (the tensor-core path); other dtypes
   // are widened first.

@@ -302,7 +302,7 @@ Report CudaBackend::read_timeline() {
     for (const auto& t : s->timed) {
       const Work w = command_work(*p_, *t.cmd, s->ctx);
       const std::string id = t.instance < 0 ? t.cmd->id() : t.cmd->id() + "#" + std::to_string(t.instance);
-      rr.ops.push_back({id, std::string(op_name(t.cmd->op)), t.cmd->rare().name, t.stream.str(), at(t.start), at(t.end), w.bytes, w.flops});
+      rr.ops.push_back({id, std::string(op_name(t.cmd->op)), t.cmd->name, t.stream.str(), at(t.start), at(t.end), w.bytes, w.flops});
     }
     std::stable_sort(rr.ops.begin(), rr.ops.end(), [](const OpRecord& a, const OpRecord& b) { return a.start_s < b.start_s; });
     for (const auto& f : s->flows) rr.flows.push_back({f.from, f.to, at(f.from_event), at(f.to_event), f.token, f.join});

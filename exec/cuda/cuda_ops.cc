@@ -14,17 +14,18 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
   auto R = [&](const Ref& r) { return resolve(*p_, r, s.ctx); };
   switch (c.op) {
     case Op::memzero: {
-      const View d = R(*c.dst);
+      const View d = R(c.as<Memzero>().dst);
       if (bytes(d)) THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, d), 0, bytes(d), st));
       break;
     }
     case Op::memset: {
-      const View d = R(*c.dst);
-      fill(s, d, c.rare().bits ? *c.rare().bits : fill_pattern(dtype_of(d), c.rare().value), st);
+      const Memset& x = c.as<Memset>();
+      const View d = R(x.dst);
+      fill(s, d, x.bits ? *x.bits : fill_pattern(dtype_of(d), x.value), st);
       break;
     }
     case Op::copy: {
-      const View a = R(*c.src), d = R(*c.dst);
+      const View a = R(c.as<Copy>().src), d = R(c.as<Copy>().dst);
       const size_t n = bytes(d);
       if (!n) break;
       if (overlap(ptr(s, a), n, ptr(s, d), n) && ptr(s, a) != ptr(s, d)) {  // as memmove
@@ -37,12 +38,13 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
       break;
     }
     case Op::gemm: gemm(s, c, ss); break;
-    case Op::map: map(s, c, c, ss); break;
+    case Op::map: map(s, c, c.as<Map>(), ss); break;
     case Op::reduce: {
-      const View in = R(*c.src), out = R(*c.out);
+      const Reduce& x = c.as<Reduce>();
+      const View in = R(x.in), out = R(x.out);
       if (!out.count()) break;
       std::vector<bool> reduced(in.shape.size(), false);
-      for (auto a : c.rare().axes_i) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(in.shape.size()) : a)] = true;
+      for (auto a : x.axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(in.shape.size()) : a)] = true;
       const uint8_t* src = ptr(s, in);
       if (overlap(src, bytes(in), ptr(s, out), bytes(out))) {
         uint8_t* tmp = ss.temp.get(bytes(in), "a staged reduce input", s.device);
@@ -54,9 +56,9 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
     }
     case Op::kernel: stand_in(s, c, st); break;
     case Op::ptx_kernel: {
-      const PtxLaunch& l = *c.rare().launch;
+      const PtxLaunch& l = *c.as<PtxKernel>().launch;
       std::vector<void*> values;
-      for (const auto& r : c.refs) values.push_back(ptr(s, R(r)));
+      for (const auto& r : c.as<PtxKernel>().args) values.push_back(ptr(s, R(r)));
       std::vector<void*> args;
       for (auto& v : values) args.push_back(&v);
       auto dim = [](const std::vector<int64_t>& d) {
@@ -67,9 +69,10 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
     }
     case Op::custom_call: cholesky(s, c, ss); break;
     case Op::transpose: {
-      const View in = R(*c.src), out = R(*c.dst);
+      const Transpose& x = c.as<Transpose>();
+      const View in = R(x.src), out = R(x.dst);
       if (!out.count()) break;
-      launch(s.kernels.at(&c), out.count(), transpose_params(ptr(s, in), ptr(s, out), in.shape, c.rare().perm), st, sms(s));
+      launch(s.kernels.at(&c), out.count(), transpose_params(ptr(s, in), ptr(s, out), in.shape, x.perm), st, sms(s));
       break;
     }
     case Op::all_reduce:  // not a compute command: issued by issue_block
@@ -100,8 +103,8 @@ void CudaBackend::fill(RankState& s, const View& d, uint64_t pattern, cudaStream
   launch(kernels_->get(support_, "thunky_fill"), d.count(), pack_params({ptr_bits(ptr(s, d)), static_cast<uint64_t>(d.count()), es, pattern}), st, sms(s));
 }
 
-void CudaBackend::map(RankState& s, const Command& c, const Command& m, StreamState& ss) {
-  const View out = resolve(*p_, *m.out, s.ctx);
+void CudaBackend::map(RankState& s, const Command& c, const Map& m, StreamState& ss) {
+  const View out = resolve(*p_, m.out, s.ctx);
   if (!out.count()) return;
   uint8_t* o = ptr(s, out);
   const size_t ob = bytes(out);
@@ -151,12 +154,13 @@ void CudaBackend::map(RankState& s, const Command& c, const Command& m, StreamSt
 }
 
 void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
-  const View av = resolve(*p_, *c.a, s.ctx), bv = resolve(*p_, *c.b, s.ctx), cv = resolve(*p_, *c.c, s.ctx);
+  const thunky::Gemm& x = c.as<thunky::Gemm>();
+  const View av = resolve(*p_, x.a, s.ctx), bv = resolve(*p_, x.b, s.ctx), cv = resolve(*p_, x.c, s.ctx);
   auto rc = [](const View& v) { return std::pair{v.shape[v.shape.size() - 2], v.shape[v.shape.size() - 1]}; };
   auto [ar, ac] = rc(av);
   auto [br, bc] = rc(bv);
   auto [cr, cc] = rc(cv);
-  GemmShape g{dtype_of(cv), dtype_of(av), cv.shape.size() == 3 ? cv.shape[0] : 1, cr, cc, c.transpose_a ? ar : ac, c.transpose_a, c.transpose_b,
+  GemmShape g{dtype_of(cv), dtype_of(av), cv.shape.size() == 3 ? cv.shape[0] : 1, cr, cc, x.transpose_a ? ar : ac, x.transpose_a, x.transpose_b,
               ar, ac, br, bc, av.shape.size() == 3, bv.shape.size() == 3};
   if (!cv.count()) return;
   if (g.k == 0) {  // no products: beta · c, as the cpu backend
@@ -189,7 +193,7 @@ void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
     pa = tmp + a_at;
     pb = tmp + b_at;
   }
-  if (c_temp && c.beta != 0) {
+  if (c_temp && x.beta != 0) {
     if (direct) THUNKY_CUDA_CHECK(cudaMemcpyAsync(pc, ptr(s, cv), bytes(cv), cudaMemcpyDeviceToDevice, ss.stream));
     else convert(s, ptr(s, cv), dtype_of(cv), pc, acc, cv.count(), ss.stream);
   }
@@ -201,10 +205,10 @@ void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
     one.batch = 1;
     one.align = g.align;
     for (int64_t i = 0; i < g.batch; ++i)
-      gemms_.at(s.device)->run(one, pa + (g.a_batched ? i * ar * ac * ie : 0), pb + (g.b_batched ? i * br * bc * ie : 0), pc + i * cr * cc * oe, c.alpha,
-                               c.beta, work, Gemm::kWorkspace, ss.stream);
+      gemms_.at(s.device)->run(one, pa + (g.a_batched ? i * ar * ac * ie : 0), pb + (g.b_batched ? i * br * bc * ie : 0), pc + i * cr * cc * oe, x.alpha,
+                               x.beta, work, Gemm::kWorkspace, ss.stream);
   } else {
-    gemms_.at(s.device)->run(g, pa, pb, pc, c.alpha, c.beta, work, Gemm::kWorkspace, ss.stream);
+    gemms_.at(s.device)->run(g, pa, pb, pc, x.alpha, x.beta, work, Gemm::kWorkspace, ss.stream);
   }
   if (c_temp) {
     if (direct) THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, cv), pc, bytes(cv), cudaMemcpyDeviceToDevice, ss.stream));
@@ -215,12 +219,13 @@ void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
 // A GEMM with K = 0 adds no products: c = beta · c (0 when beta is 0), in
 // the accumulation type and rounded once, as the cpu backend computes it.
 void CudaBackend::scale_by_beta(RankState& s, const Command& c, const View& cv, cudaStream_t st) {
-  if (c.beta == 0) {
+  const thunky::Gemm& x = c.as<thunky::Gemm>();
+  if (x.beta == 0) {
     THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, cv), 0, bytes(cv), st));
     return;
   }
-  const DType acc = gemm_accumulator(dtype_of(resolve(*p_, *c.a, s.ctx)));
-  launch(kernels_->get(beta_source(dtype_of(cv), acc, c.beta)), cv.count(), map_params({ptr(s, cv)}, ptr(s, cv), cv.count(), {}), st, sms(s));
+  const DType acc = gemm_accumulator(dtype_of(resolve(*p_, x.a, s.ctx)));
+  launch(kernels_->get(beta_source(dtype_of(cv), acc, x.beta)), cv.count(), map_params({ptr(s, cv)}, ptr(s, cv), cv.count(), {}), st, sms(s));
 }
 
 void CudaBackend::convert(RankState& s, const void* from, DType ft, void* to, DType tt, int64_t n, cudaStream_t st) {
@@ -235,8 +240,9 @@ void CudaBackend::convert(RankState& s, const void* from, DType ft, void* to, DT
 // (the operand copied there first); `lower` in cuSOLVER's column-major
 // sense, as the format defines it. info gets cuSOLVER's devInfo.
 void CudaBackend::cholesky(RankState& s, const Command& c, StreamState& ss) {
-  const bool lower = c.rare().custom->backend_config.at("lower").get<bool>();
-  const View a = resolve(*p_, c.refs[0], s.ctx), r = resolve(*p_, c.refs2[0], s.ctx), info = resolve(*p_, c.refs2[1], s.ctx);
+  const CustomCall& x = c.as<CustomCall>();
+  const bool lower = x.spec->backend_config.at("lower").get<bool>();
+  const View a = resolve(*p_, x.operands[0], s.ctx), r = resolve(*p_, x.results[0], s.ctx), info = resolve(*p_, x.results[1], s.ctx);
   const int n = static_cast<int>(a.shape.back());
   if (n == 0) return;
   const int64_t batch = a.count() / (int64_t{n} * n);
@@ -265,11 +271,11 @@ void CudaBackend::stand_in(RankState& s, const Command& c, cudaStream_t st) {
     return pack_params({ptr_bits(src), static_cast<uint64_t>(sb), ptr_bits(dst), static_cast<uint64_t>(db)});
   };
   cudaKernel_t touch = kernels_->get(support_, "thunky_touch");
-  for (const auto& r : c.refs) {
+  for (const auto& r : c.as<Kernel>().reads) {
     const View v = resolve(*p_, r, s.ctx);
     if (bytes(v)) launch(touch, static_cast<int64_t>(bytes(v)), params(ptr(s, v), static_cast<int64_t>(bytes(v)), nullptr, 0), st, sms(s));
   }
-  for (const auto& r : c.refs2) {
+  for (const auto& r : c.as<Kernel>().writes) {
     const View v = resolve(*p_, r, s.ctx);
     if (bytes(v)) launch(touch, static_cast<int64_t>(bytes(v)), params(nullptr, 0, ptr(s, v), static_cast<int64_t>(bytes(v))), st, sms(s));
   }

@@ -23,9 +23,9 @@ void expect_compiles(const KernelSource& src, const std::string& entry = "") {
   EXPECT_NE(ptx.find(".entry " + (entry.empty() ? src.entry : entry)), std::string::npos) << ptx.substr(0, 400);
 }
 
-void maps_of(const Program& p, const Block& b, std::vector<const Command*>& out) {
+void maps_of(const Program& p, const Block& b, std::vector<const Map*>& out) {
   for (const auto& c : b) {
-    if (c.op == Op::map) out.push_back(&c);
+    if (const Map* m = c.get_if<Map>()) out.push_back(m);
     for_each_sub_block(c, [&](const Block& sub) { maps_of(p, sub, out); });
   }
 }
@@ -36,12 +36,12 @@ TEST(Nvrtc, EveryMapOfTheExamplesCompiles) {
     if (entry.path().extension() != ".json") continue;
     auto p = load_schedule_file(entry.path().string());
     if (!p) continue;  // an example kept for its diagnostic (a race)
-    std::vector<const Command*> maps;
+    std::vector<const Map*> maps;
     maps_of(*p, p->program, maps);
     const RankCtx ctx = rank_ctx(p->mesh, 0);
-    for (const Command* m : maps) {
+    for (const Map* m : maps) {
       std::vector<MapOperand> ops;
-      const View out = resolve(*p, *m->out, ctx);
+      const View out = resolve(*p, m->out, ctx);
       for (const auto& [name, r] : m->in) {
         const View v = resolve(*p, r, ctx);
         ops.push_back({name, p->buffers[v.buffer].dtype, v.count() == 1 && out.count() != 1});
