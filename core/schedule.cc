@@ -6,6 +6,7 @@
 #include "core/recent_table.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -341,7 +342,7 @@ template <size_t I = 0>
 bool parse_typed(std::string_view name, OpReader& r, Command& c) {
   if constexpr (I < std::variant_size_v<OpSpec>) {
     using T = std::variant_alternative_t<I, OpSpec>;
-    if (name == op_name(T::kind)) {
+    if (name == T::json_name) {
       c.set(T::read(r));
       return true;
     }
@@ -392,10 +393,10 @@ std::string_view role_name(Role r) {
 }
 
 std::string_view op_name(Op op) {
-  static constexpr std::string_view names[] = {
-      "memzero", "memset", "copy", "gemm", "map", "reduce", "kernel", "ptx_kernel", "custom_call", "transpose",
-      "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_group",
-      "async_start", "async_done", "cond", "switch", "while", "call"};
+  // Each op's JSON name, from its description, in the order of Op.
+  static constexpr auto names = []<size_t... I>(std::index_sequence<I...>) {
+    return std::array<std::string_view, sizeof...(I)>{std::variant_alternative_t<I, OpSpec>::json_name...};
+  }(std::make_index_sequence<std::variant_size_v<OpSpec>>());
   return names[static_cast<size_t>(op)];
 }
 

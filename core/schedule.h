@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -122,6 +123,16 @@ constexpr bool ops_in_order(std::index_sequence<I...>) {
 }
 static_assert(ops_in_order(std::make_index_sequence<std::variant_size_v<OpSpec>>()), "OpSpec's alternatives follow the order of Op");
 static_assert(std::variant_size_v<OpSpec> == static_cast<size_t>(Op::call) + 1, "every op has its description in OpSpec");
+
+// What kind of command an op is, from its description.
+constexpr OpFamily op_family(Op op) {
+  constexpr auto families = []<size_t... I>(std::index_sequence<I...>) {
+    return std::array<OpFamily, sizeof...(I)>{std::variant_alternative_t<I, OpSpec>::family...};
+  }(std::make_index_sequence<std::variant_size_v<OpSpec>>());
+  return families[static_cast<size_t>(op)];
+}
+// The five NCCL-style collectives (not the group).
+constexpr bool is_collective(Op op) { return op_family(op) == OpFamily::collective; }
 
 // Calls f(RefUse) for every ref the command reads or writes, reads before
 // writes, as its op's description lists them. Control flow reads its

@@ -22,40 +22,10 @@ enum class Op {
   async_start, async_done, cond, switch_, while_, call
 };
 std::string_view op_name(Op op);
-// The five NCCL-style collectives (not the group).
-constexpr bool is_collective(Op op) { return op >= Op::all_reduce && op <= Op::collective_permute; }
 
-// What kind of command an op is. A new op does not compile until it has
-// its family here; switches over Op have no `default:` and are built with
-// -Werror=switch, so each names every op.
+// What kind of command an op is; each op's description gives its own
+// (op_family in core/schedule.h).
 enum class OpFamily { compute, collective, group, stream, control, call };
-constexpr OpFamily op_family(Op op) {
-  switch (op) {
-    case Op::memzero:
-    case Op::memset:
-    case Op::copy:
-    case Op::gemm:
-    case Op::map:
-    case Op::reduce:
-    case Op::kernel:
-    case Op::ptx_kernel:
-    case Op::custom_call:
-    case Op::transpose: return OpFamily::compute;
-    case Op::all_reduce:
-    case Op::all_gather:
-    case Op::reduce_scatter:
-    case Op::all_to_all:
-    case Op::collective_permute: return OpFamily::collective;
-    case Op::collective_group: return OpFamily::group;
-    case Op::async_start:
-    case Op::async_done: return OpFamily::stream;
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_: return OpFamily::control;
-    case Op::call: return OpFamily::call;
-  }
-  return OpFamily::compute;  // unreachable: every op is listed above
-}
 
 struct Ref {
   std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs

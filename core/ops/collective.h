@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,7 @@ class OpReader;
 // with `groups`, the group of them (by position along the axis) this rank
 // is in.
 struct Collective {
+  static constexpr OpFamily family = OpFamily::collective;
   Ref src, dst;
   std::vector<std::string> axis;  // one or more mesh axes
   Box<std::vector<std::vector<int64_t>>> groups;
@@ -38,6 +40,7 @@ struct Collective {
 
 struct AllReduce : Collective {
   static constexpr Op kind = Op::all_reduce;
+  static constexpr std::string_view json_name = "all_reduce";
   Reduction reduction = Reduction::sum;
   static AllReduce read(OpReader& r);
   void write(json& j) const;
@@ -45,12 +48,14 @@ struct AllReduce : Collective {
 
 struct AllGather : Collective {
   static constexpr Op kind = Op::all_gather;
+  static constexpr std::string_view json_name = "all_gather";
   static AllGather read(OpReader& r);
   void write(json& j) const;
 };
 
 struct ReduceScatter : Collective {
   static constexpr Op kind = Op::reduce_scatter;
+  static constexpr std::string_view json_name = "reduce_scatter";
   Reduction reduction = Reduction::sum;
   static ReduceScatter read(OpReader& r);
   void write(json& j) const;
@@ -58,6 +63,7 @@ struct ReduceScatter : Collective {
 
 struct AllToAll : Collective {
   static constexpr Op kind = Op::all_to_all;
+  static constexpr std::string_view json_name = "all_to_all";
   static AllToAll read(OpReader& r);
   void write(json& j) const;
 };
@@ -66,6 +72,7 @@ struct AllToAll : Collective {
 // target) positions, or every position i to (i + shift) mod n.
 struct CollectivePermute : Collective {
   static constexpr Op kind = Op::collective_permute;
+  static constexpr std::string_view json_name = "collective_permute";
   std::optional<int64_t> shift;
   Box<std::vector<std::pair<int64_t, int64_t>>> pairs;
   static CollectivePermute read(OpReader& r);
@@ -75,7 +82,9 @@ struct CollectivePermute : Collective {
 // Collectives issued together, as ncclGroupStart/End: none waits for the
 // others' peers before the rest are issued.
 struct CollectiveGroup {
+  static constexpr OpFamily family = OpFamily::group;
   static constexpr Op kind = Op::collective_group;
+  static constexpr std::string_view json_name = "collective_group";
   Block body;
 
   static CollectiveGroup read(OpReader& r);

@@ -12,7 +12,11 @@ namespace thunky {
 
 using json_reader::Value;
 
-Memzero Memzero::read(OpReader& r) { return Memzero{.dst = r.ref("dst")}; }
+Memzero Memzero::read(OpReader& r) {
+  Memzero m;
+  m.dst = r.ref("dst");
+  return m;
+}
 void Memzero::write(json& j) const { j["dst"] = ref_json(dst); }
 
 Memset Memset::read(OpReader& r) {
@@ -126,7 +130,9 @@ Reduce Reduce::read(OpReader& r) {
 void Reduce::write(json& j) const {
   j["out"] = ref_json(out);
   j["in"] = ref_json(in);
-  j["fn"] = (arg ? "arg" : "") + std::string(reduction_name(fn));
+  std::string name = arg ? "arg" : "";
+  name += reduction_name(fn);
+  j["fn"] = name;
   j["axes"] = axes;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,12 +23,14 @@ class OpReader;
 
 // What every compute op shares: no blocks.
 struct ComputeOp {
+  static constexpr OpFamily family = OpFamily::compute;
   template <typename F> void blocks(F&&) const {}
   template <typename F> void blocks(F&&) {}
 };
 
 struct Memzero : ComputeOp {
   static constexpr Op kind = Op::memzero;
+  static constexpr std::string_view json_name = "memzero";
   Ref dst;
   static Memzero read(OpReader& r);
   void write(json& j) const;
@@ -38,6 +41,7 @@ struct Memzero : ComputeOp {
 // or every 4-byte element to a 32-bit pattern.
 struct Memset : ComputeOp {
   static constexpr Op kind = Op::memset;
+  static constexpr std::string_view json_name = "memset";
   Ref dst;
   double value = 0;
   std::optional<uint32_t> bits;
@@ -48,6 +52,7 @@ struct Memset : ComputeOp {
 
 struct Copy : ComputeOp {
   static constexpr Op kind = Op::copy;
+  static constexpr std::string_view json_name = "copy";
   Ref src, dst;
   static Copy read(OpReader& r);
   void write(json& j) const;
@@ -57,6 +62,7 @@ struct Copy : ComputeOp {
 // dst's dimension d is src's dimension perm[d].
 struct Transpose : ComputeOp {
   static constexpr Op kind = Op::transpose;
+  static constexpr std::string_view json_name = "transpose";
   Ref src, dst;
   std::vector<int64_t> perm;
   static Transpose read(OpReader& r);
@@ -67,6 +73,7 @@ struct Transpose : ComputeOp {
 // c = alpha * op(a) op(b) + beta * c, batched over leading dimensions.
 struct Gemm : ComputeOp {
   static constexpr Op kind = Op::gemm;
+  static constexpr std::string_view json_name = "gemm";
   Ref a, b, c;
   bool transpose_a = false, transpose_b = false;
   double alpha = 1, beta = 0;
@@ -83,6 +90,7 @@ struct Gemm : ComputeOp {
 // numpy's rules.
 struct Map : ComputeOp {
   static constexpr Op kind = Op::map;
+  static constexpr std::string_view json_name = "map";
   std::vector<std::pair<std::string, Ref>> in;  // in declaration order
   Ref out;
   ExprPtr expr;
@@ -99,6 +107,7 @@ struct Map : ComputeOp {
 // max or min): the index along the one axis where it is first reached.
 struct Reduce : ComputeOp {
   static constexpr Op kind = Op::reduce;
+  static constexpr std::string_view json_name = "reduce";
   Ref in, out;
   Reduction fn = Reduction::sum;
   bool arg = false;
@@ -112,6 +121,7 @@ struct Reduce : ComputeOp {
 // writes `writes`.
 struct Kernel : ComputeOp {
   static constexpr Op kind = Op::kernel;
+  static constexpr std::string_view json_name = "kernel";
   std::vector<Ref> reads, writes;
   static Kernel read(OpReader& r);
   void write(json& j) const;
@@ -133,6 +143,7 @@ struct PtxLaunch {
 // `written`, written; `cpu` is the map the cpu backend runs instead.
 struct PtxKernel : ComputeOp {
   static constexpr Op kind = Op::ptx_kernel;
+  static constexpr std::string_view json_name = "ptx_kernel";
   std::vector<Ref> args;
   std::vector<bool> written;
   Box<PtxLaunch> launch;
@@ -155,6 +166,7 @@ struct CustomCallSpec {
 // A library call by name (XLA's custom_call): cuSOLVER's Cholesky.
 struct CustomCall : ComputeOp {
   static constexpr Op kind = Op::custom_call;
+  static constexpr std::string_view json_name = "custom_call";
   std::vector<Ref> operands, results;
   Box<CustomCallSpec> spec;
   static CustomCall read(OpReader& r);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,7 +20,9 @@ class OpReader;
 
 // Runs `then` where the boolean scalar `pred` is non-zero, else `else`.
 struct Cond {
+  static constexpr OpFamily family = OpFamily::control;
   static constexpr Op kind = Op::cond;
+  static constexpr std::string_view json_name = "cond";
   Ref pred;
   Block then_, else_;
   std::optional<bool> taken;  // the simulator's hint: which branch runs
@@ -33,7 +36,9 @@ struct Cond {
 
 // Runs branches[index], the s32 scalar `index` clamped into range.
 struct Switch {
+  static constexpr OpFamily family = OpFamily::control;
   static constexpr Op kind = Op::switch_;
+  static constexpr std::string_view json_name = "switch";
   Ref index;
   std::vector<Block> branches;
   std::optional<int64_t> branch;  // the simulator's hint
@@ -47,7 +52,9 @@ struct Switch {
 
 // Runs `cond`, then `body` while the boolean scalar `cond_buf` is non-zero.
 struct While {
+  static constexpr OpFamily family = OpFamily::control;
   static constexpr Op kind = Op::while_;
+  static constexpr std::string_view json_name = "while";
   Ref cond_buf;
   Block body, cond;
   std::optional<int64_t> trip_count;  // the simulator's hint
@@ -62,7 +69,9 @@ struct While {
 // Calls a function of the schedule with refs bound to its parameters;
 // lower() inlines the function's program into `body`.
 struct Call {
+  static constexpr OpFamily family = OpFamily::call;
   static constexpr Op kind = Op::call;
+  static constexpr std::string_view json_name = "call";
   std::string fn;
   std::vector<std::pair<std::string, Ref>> args;
   Block body;  // empty until lowered

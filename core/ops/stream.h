@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "core/ops/base.h"
 
@@ -13,7 +14,9 @@ namespace thunky {
 class OpReader;
 
 struct AsyncStart {
+  static constexpr OpFamily family = OpFamily::stream;
   static constexpr Op kind = Op::async_start;
+  static constexpr std::string_view json_name = "async_start";
   std::string token;
   StreamId stream;
   Block body;
@@ -26,7 +29,9 @@ struct AsyncStart {
 };
 
 struct AsyncDone {
+  static constexpr OpFamily family = OpFamily::stream;
   static constexpr Op kind = Op::async_done;
+  static constexpr std::string_view json_name = "async_done";
   std::string token;
 
   static AsyncDone read(OpReader& r);
