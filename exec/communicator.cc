@@ -225,7 +225,8 @@ class InProcess final : public RendezvousCommunicator {
 
 }  // namespace
 
-void RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) {
+std::chrono::steady_clock::time_point RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members,
+                                                                  const std::string& waiter) {
   const std::vector<int>& key = members;
   size_t here = 0;
   for (int m : key) here += is_local(m);
@@ -260,7 +261,9 @@ void RendezvousCommunicator::run(int rank, std::vector<CollectiveCall>& group, c
       throw;
     }
   }
+  const auto moved = rv.moved;
   if (--rv.left == 0) pending_.erase({key, seq});
+  return moved;
 }
 
 void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, int64_t seq, bool remote, Rendezvous& rv) {
@@ -309,6 +312,7 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
       lock.unlock();
       try {
         cores_->run([&] {
+          rv.moved = std::chrono::steady_clock::now();
           if (!remote)
             for (auto& [r, calls] : rv.calls) stage(r, *calls);  // every source read before any dst changes
           move(rv.calls);
@@ -319,6 +323,7 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
       }
       lock.lock();
     } else {
+      rv.moved = std::chrono::steady_clock::now();
       move(rv.calls);
     }
   } catch (const std::exception& e) {

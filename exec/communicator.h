@@ -5,6 +5,8 @@
 // device copies and kernels for the cuda backend's shared-device placement.
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -48,9 +50,12 @@ class Communicator {
   virtual ~Communicator() = default;
   // Runs the collectives `rank` issues as one launch (a collective_group or
   // a single collective) with the ranks `members` (launch_members); blocks
-  // until every member has joined and the data has moved. Throws Aborted
+  // until every member has joined and the data has moved. Returns when the
+  // data began to move: every member had arrived (and, with cores, one was
+  // free); the caller's wait is from its call until then. Throws Aborted
   // when the run is aborted (deadlock, mismatch) while waiting.
-  virtual void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) = 0;
+  virtual std::chrono::steady_clock::time_point run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members,
+                                                    const std::string& waiter) = 0;
   // Why a run across processes stopped, where it did: 3 when another
   // process was not heard from within the timeout, the exit code another
   // process failed with, else 0.
@@ -81,7 +86,8 @@ struct CrossProcess {
 class RendezvousCommunicator : public Communicator {
  public:
   explicit RendezvousCommunicator(Monitor& m, CorePool* cores = nullptr) : monitor_(m), cores_(cores) {}
-  void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) final;
+  std::chrono::steady_clock::time_point run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members,
+                                            const std::string& waiter) final;
   int stop_exit_code() const final { return stop_exit_code_; }
 
  protected:
@@ -110,6 +116,7 @@ class RendezvousCommunicator : public Communicator {
     Launch calls;
     bool done = false;
     size_t left = 0;
+    std::chrono::steady_clock::time_point moved;  // when the data began to move
   };
   void complete(std::unique_lock<std::mutex>& lock, const std::vector<int>& key, int64_t seq, bool remote, Rendezvous& rv);
   Monitor& monitor_;

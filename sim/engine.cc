@@ -562,9 +562,9 @@ void Engine::finish_comm(int a, bool fresh) {
     const CmdInfo& g = infos_[t.info];
     if (g.cmd->op == Op::collective_group) {
       for (int m = members_begin(t.info); m < members_end(t.info); ++m)
-        record(st.rank, {act.since[k], now_, m, t.instance, si});
+        record(st.rank, {act.since[k], now_, m, t.instance, si, act.start});
     } else {
-      record(st.rank, {act.since[k], now_, t.info, t.instance, si});
+      record(st.rank, {act.since[k], now_, t.info, t.instance, si, act.start});
     }
   }
   for (int s : act.stats)
@@ -592,7 +592,9 @@ void Engine::record(int64_t rank, const Rec& r) {
     throw ThunkyError("", "the simulation passed " + std::to_string(limit) + " commands (loop trips times commands, on every rank simulated), the most thunky-sim " + limit_verb());
   switch (keep_) {
     case Keep::records: ops_[rank].push_back(r); return;
-    case Keep::stats: tallies_[rank].add(r.start, r.end, is_collective(infos_[r.info].cmd->op)); return;
+    case Keep::stats:
+      tallies_[rank].add(r.start, r.end, is_collective(infos_[r.info].cmd->op), r.transfer >= 0 ? std::optional<double>(r.transfer) : std::nullopt);
+      return;
     case Keep::count: break;
   }
   ++finished_;

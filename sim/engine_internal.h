@@ -160,6 +160,7 @@ struct Rec {
   int32_t info = -1;
   int32_t instance = -1;
   int32_t stream = -1;
+  double transfer = -1;  // a collective: when its data began to move (start: when this rank arrived); else -1
 };
 
 struct Edge {

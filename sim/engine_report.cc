@@ -82,6 +82,7 @@ SimResult Engine::result() {
       const Name id = rec.instance >= 0 ? Name(op_id(rec.info, rec.instance)) : names.id;
       rr.ops.push_back({id, names.op, names.name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
       rr.ops.back().algorithm = names.algorithm;
+      if (rec.transfer >= 0) rr.ops.back().transfer_start_s = rec.transfer;
     }
     for (const Edge& e : edges_[from])
       rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, names_of(e.info).token, e.join});

@@ -57,6 +57,41 @@ TEST(SimLinks, NeighbourShiftTakesBytesOverOneDirection) {
   EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_permute", "src": "a", "dst": "b", "axis": "x", "shift": 1}])"), ring_machine()), 1e-3, 1e-9);
 }
 
+TEST(SimWait, ACollectiveRecordsItsArrivalApartFromItsTransfer) {
+  // Rank r first sets r * 83333 + 1 elements of b (4 bytes each at 1e12
+  // B/s): rank 3 is done at 250000 * 4 / 1e12 = 1 us, rank 0 at 4 ps. The
+  // all_reduce's data moves once rank 3 arrives, at 1 us: rank r waits
+  // 1 us - (r * 83333 + 1) * 4 ps, rank 3 not at all; its transfer is the
+  // same on every rank.
+  Program p = load_ok(mesh4(R"([{"op": "memset", "dst": "b[0:x * 83333 + 1]", "value": 1},
+                                {"op": "all_reduce", "src": "o1", "dst": "o2", "axis": "x"}])"));
+  auto r = simulate(p, ring_machine(), nullptr, folding(false));
+  ASSERT_TRUE(r) << r.errors()[0].str();
+  ASSERT_EQ(r->report.ranks.size(), 4u);
+  double transfer = -1;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    const RankReport& line = r->report.timeline(r->report.ranks[static_cast<size_t>(rank)]);
+    const OpRecord& reduce = line.ops[1];
+    ASSERT_EQ(reduce.op, "all_reduce");
+    ASSERT_TRUE(reduce.transfer_start_s.has_value());
+    const double arrived = static_cast<double>(rank * 83333 + 1) * 4 / 1e12;
+    EXPECT_NEAR(reduce.start_s, arrived, 1e-15);
+    EXPECT_NEAR(*reduce.transfer_start_s, 1e-6, 1e-15);
+    EXPECT_NEAR(r->report.ranks[static_cast<size_t>(rank)].stats.wait_s, 1e-6 - arrived, 1e-15);
+    if (transfer < 0) transfer = reduce.end_s - *reduce.transfer_start_s;
+    EXPECT_NEAR(r->report.ranks[static_cast<size_t>(rank)].stats.transfer_s, transfer, 1e-15);
+  }
+  EXPECT_GT(transfer, 0);
+  // thunky-sim's table (statistics gathered as commands finish) agrees.
+  SimOptions stats_only = folding(false);
+  stats_only.timelines = false;
+  auto t = simulate(p, ring_machine(), nullptr, stats_only);
+  ASSERT_TRUE(t) << t.errors()[0].str();
+  EXPECT_NEAR(t->report.ranks[0].stats.wait_s, 1e-6 - 4e-12, 1e-15);
+  EXPECT_NEAR(t->report.ranks[3].stats.wait_s, 0, 1e-15);
+  EXPECT_NEAR(t->report.ranks[0].stats.exposed_wait_s, 1e-6 - 4e-12, 1e-15);
+}
+
 TEST(SimLinks, TwoClockwiseShiftsShareAndOppositeShiftsDoNot) {
   // Two clockwise shifts grouped cross the same directed links: half rate each, 2 ms.
   EXPECT_NEAR(makespan(mesh4(R"([{"op": "collective_group", "body": [

@@ -649,8 +649,11 @@ TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
   EXPECT_EQ(report["ranks"][0]["ops"].size(), 7u);
   EXPECT_EQ(report["ranks"][2]["same_as"], 0);
   // The SVG has one bar (a rectangle with a tooltip) per op of every rank:
-  // 4 x 7, a legend of the six kinds of command, and a time axis in us
-  // (the makespan is some hundreds of microseconds).
+  // 4 x 7, a legend of the six kinds of command and of waiting for peers
+  // (a collective's colour under the hatching: two rects), the hatching's
+  // own rect in its pattern, and a time axis in us (the makespan is some
+  // hundreds of microseconds). No collective here waits (the ring is
+  // folded: every rank arrives at once), so no bar is hatched.
   std::stringstream svg;
   svg << std::ifstream(dir / "t.svg").rdbuf();
   const std::string text = svg.str();
@@ -660,7 +663,7 @@ TEST(SimCli, PredictsWritesTheSameReportFormatAndFollowsExitCodes) {
     bars += text.compare(text.find('>', pos) + 1, 7, "<title>") == 0;
   }
   EXPECT_EQ(bars, 28u);
-  EXPECT_EQ(rects, 28u + 6u);
+  EXPECT_EQ(rects, 28u + 6u + 2u + 1u);
   EXPECT_NE(text.find(">time (us)<"), std::string::npos);
   EXPECT_NE(text.find(">collective<"), std::string::npos);
   EXPECT_EQ(text.rfind("<svg", 0), 0u);

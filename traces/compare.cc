@@ -72,13 +72,16 @@ void print_comparison(const Report& predicted, const Report& measured, const Com
   }
   os << "makespan error " << percent(c.makespan_error) << "; " << c.commands.size() << " commands matched, mean |error| per command "
      << percent(c.mean_command_error).substr(1) << "; " << c.only_predicted << " only predicted, " << c.only_measured << " only measured\n";
-  std::snprintf(line, sizeof line, "%-8s %14s %14s %14s %14s %10s %10s\n", "rank", "comm_us pred", "comm_us meas", "exposed pred", "exposed meas",
-                "overlap p", "overlap m");
+  // Communication splits into waiting for the other members and transfer
+  // (comm = wait + transfer), predicted and measured.
+  std::snprintf(line, sizeof line, "%-8s %14s %14s %14s %14s %10s %10s %14s %14s %14s %14s\n", "rank", "comm_us pred", "comm_us meas", "exposed pred",
+                "exposed meas", "overlap p", "overlap m", "wait pred", "wait meas", "transfer pred", "transfer meas");
   os << line;
   for (const auto& r : c.ranks) {
-    std::snprintf(line, sizeof line, "%-8lld %14s %14s %14s %14s %9.1f%% %9.1f%%\n", static_cast<long long>(r.rank), us(r.predicted.comm_s).c_str(),
-                  us(r.measured.comm_s).c_str(), us(r.predicted.exposed_comm_s).c_str(), us(r.measured.exposed_comm_s).c_str(),
-                  100 * r.predicted.overlap_fraction, 100 * r.measured.overlap_fraction);
+    std::snprintf(line, sizeof line, "%-8lld %14s %14s %14s %14s %9.1f%% %9.1f%% %14s %14s %14s %14s\n", static_cast<long long>(r.rank),
+                  us(r.predicted.comm_s).c_str(), us(r.measured.comm_s).c_str(), us(r.predicted.exposed_comm_s).c_str(),
+                  us(r.measured.exposed_comm_s).c_str(), 100 * r.predicted.overlap_fraction, 100 * r.measured.overlap_fraction,
+                  us(r.predicted.wait_s).c_str(), us(r.measured.wait_s).c_str(), us(r.predicted.transfer_s).c_str(), us(r.measured.transfer_s).c_str());
     os << line;
   }
   std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", "command (rank 0)", "op", "predicted_us", "measured_us", "error");

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "traces/test_reports.h"
 
@@ -11,6 +14,31 @@ namespace {
 
 using testing::op;
 using testing::report;
+
+TEST(Compare, WaitingAndTransferAreComparedApart) {
+  // A 10 us shift: predicted to wait 4 us and move data for 6, measured to
+  // wait 1 us and move data for 9. The rank's row gives wait 4 | 1 and
+  // transfer 6 | 9, predicted then measured.
+  OpRecord pred = op("/program/0", "collective_permute", 0, 10e-6), meas = pred;
+  pred.transfer_start_s = 4e-6;
+  meas.transfer_start_s = 1e-6;
+  Report p = report("sim", {{pred}}), m = report("exec", {{meas}});
+  const Comparison c = compare_reports(p, m);
+  EXPECT_DOUBLE_EQ(c.ranks[0].predicted.wait_s, 4e-6);
+  EXPECT_DOUBLE_EQ(c.ranks[0].measured.transfer_s, 9e-6);
+  std::ostringstream os;
+  print_comparison(p, m, c, os);
+  EXPECT_NE(os.str().find("wait pred"), std::string::npos) << os.str();
+  std::istringstream lines(os.str());
+  bool found = false;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    const std::vector<std::string> row{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    const std::vector<std::string> want{"4.000", "1.000", "6.000", "9.000"};
+    found = found || std::search(row.begin(), row.end(), want.begin(), want.end()) != row.end();
+  }
+  EXPECT_TRUE(found) << os.str();
+}
 
 TEST(Compare, MatchesCommandsByRankAndIdAndMeasuresTheError) {
   // Predicted: a 2 us GEMM beside a 1 us shift (hidden), makespan 2 us.

@@ -68,8 +68,9 @@ double minus_length(const std::vector<Interval>& a, const std::vector<Interval>&
 
 }  // namespace
 
-void TimelineTally::add(double start_s, double end_s, bool collective) {
+void TimelineTally::add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s) {
   merge_into(collective ? comm_ : compute_, start_s, end_s);
+  if (collective) merge_into(transfer_, transfer_start_s.value_or(start_s), end_s);
   ++ops_;
   last_end_s_ = std::max(last_end_s_, end_s);
 }
@@ -80,6 +81,10 @@ RankStats TimelineTally::stats() const {
   s.comm_s = length(comm_);
   s.exposed_comm_s = minus_length(comm_, compute_);
   s.overlap_fraction = s.comm_s > 0 ? 1.0 - s.exposed_comm_s / s.comm_s : 0.0;
+  s.transfer_s = length(transfer_);
+  s.wait_s = std::max(0.0, s.comm_s - s.transfer_s);
+  s.exposed_transfer_s = minus_length(transfer_, compute_);
+  s.exposed_wait_s = std::max(0.0, s.exposed_comm_s - s.exposed_transfer_s);
   s.ops = ops_;
   return s;
 }
@@ -100,12 +105,20 @@ void summarize_stats(Report& r) {
     total.compute_s += rank.stats.compute_s;
     total.comm_s += rank.stats.comm_s;
     total.exposed_comm_s += rank.stats.exposed_comm_s;
+    total.wait_s += rank.stats.wait_s;
+    total.transfer_s += rank.stats.transfer_s;
+    total.exposed_wait_s += rank.stats.exposed_wait_s;
+    total.exposed_transfer_s += rank.stats.exposed_transfer_s;
     total.ops += rank.stats.ops;
   }
   const double n = r.ranks.empty() ? 1.0 : static_cast<double>(r.ranks.size());
   r.summary.compute_s = total.compute_s / n;
   r.summary.comm_s = total.comm_s / n;
   r.summary.exposed_comm_s = total.exposed_comm_s / n;
+  r.summary.wait_s = total.wait_s / n;
+  r.summary.transfer_s = total.transfer_s / n;
+  r.summary.exposed_wait_s = total.exposed_wait_s / n;
+  r.summary.exposed_transfer_s = total.exposed_transfer_s / n;
   r.summary.overlap_fraction = r.summary.comm_s > 0 ? 1.0 - r.summary.exposed_comm_s / r.summary.comm_s : 0.0;
   r.summary.ops = total.ops / std::max<int64_t>(1, static_cast<int64_t>(r.ranks.size()));
 }
@@ -125,7 +138,7 @@ void summarize(Report& r) {
     TimelineTally tally;
     for (OpRecord* op : ops) {
       op->collective = is_collective_op(op->op);
-      tally.add(op->start_s, op->end_s, op->collective);
+      tally.add(op->start_s, op->end_s, op->collective, op->transfer_start_s);
     }
     rank.stats = tally.stats();
     r.makespan_s = std::max(r.makespan_s, tally.last_end_s());
@@ -174,7 +187,10 @@ void summarize(Report& r) {
 
 namespace {
 ojson stats_json(const RankStats& s) {
-  return ojson{{"compute_s", s.compute_s}, {"comm_s", s.comm_s}, {"exposed_comm_s", s.exposed_comm_s}, {"overlap_fraction", s.overlap_fraction}};
+  return ojson{{"compute_s", s.compute_s},           {"comm_s", s.comm_s},
+               {"wait_s", s.wait_s},                 {"transfer_s", s.transfer_s},
+               {"exposed_comm_s", s.exposed_comm_s}, {"exposed_wait_s", s.exposed_wait_s},
+               {"exposed_transfer_s", s.exposed_transfer_s}, {"overlap_fraction", s.overlap_fraction}};
 }
 }  // namespace
 
@@ -223,7 +239,7 @@ namespace {
 bool same_timeline(const RankReport& a, const RankReport& b) {
   auto same_op = [](const OpRecord& x, const OpRecord& y) {
     return x.start_s == y.start_s && x.end_s == y.end_s && x.id == y.id && x.op == y.op && x.name == y.name && x.stream == y.stream &&
-           x.bytes == y.bytes && x.flops == y.flops && x.algorithm == y.algorithm;
+           x.bytes == y.bytes && x.flops == y.flops && x.algorithm == y.algorithm && x.transfer_start_s == y.transfer_start_s;
   };
   auto same_flow = [](const FlowEdge& x, const FlowEdge& y) {
     return x.from_s == y.from_s && x.to_s == y.to_s && x.join == y.join && x.token == y.token && x.from_stream == y.from_stream &&
@@ -262,6 +278,7 @@ void write_report(const Report& r, std::ostream& os) {
       ojson o = {{"id", op.id}, {"op", op.op}, {"name", op.name}, {"stream", op.stream}, {"start_s", op.start_s},
                  {"end_s", op.end_s}, {"bytes", op.bytes}, {"flops", op.flops}};
       if (!op.algorithm.empty()) o["algorithm"] = op.algorithm;
+      if (op.transfer_start_s) o["transfer_start_s"] = *op.transfer_start_s;
       w.value(o);
     }
     w.close(']');
@@ -333,7 +350,8 @@ std::optional<std::string> string_or_null(Obj& o, std::string_view k) {
 void skip_stats(Obj& o, std::string_view k) {
   if (auto v = o.get(k)) {
     Obj stats(*v, o.at(k));
-    for (const char* f : {"compute_s", "comm_s", "exposed_comm_s", "overlap_fraction"}) stats.num_or(f, 0);
+    for (const char* f : {"compute_s", "comm_s", "wait_s", "transfer_s", "exposed_comm_s", "exposed_wait_s", "exposed_transfer_s", "overlap_fraction"})
+      stats.num_or(f, 0);
     stats.get("critical_path");
     stats.done();
   }
@@ -353,6 +371,11 @@ OpRecord read_op(Value v, const std::string& ptr) {
   if (rec.bytes < 0) json_reader::fail(o.at("bytes"), "expected a non-negative number");
   if (o.has("flops")) rec.flops = number(o, "flops");
   rec.algorithm = o.str_or("algorithm", "");
+  if (o.has("transfer_start_s")) {
+    rec.transfer_start_s = number(o, "transfer_start_s");
+    if (*rec.transfer_start_s < rec.start_s || *rec.transfer_start_s > rec.end_s)
+      json_reader::fail(o.at("transfer_start_s"), "lies outside the op's [start_s, end_s]");
+  }
   o.done();
   return rec;
 }
@@ -492,6 +515,11 @@ void write_chrome_trace(const Report& r, std::ostream& os) {
       w.value({{"ph", "X"}, {"name", op.name.empty() ? op.op : op.name}, {"cat", op.op}, {"pid", pid}, {"tid", t},
                {"ts", op.start_s * 1e6}, {"dur", std::max(0.0, op.end_s - op.start_s) * 1e6},
                {"args", {{"id", op.id}, {"op", op.op}, {"bytes", op.bytes}, {"flops", op.flops}}}});
+      // A collective's wait for the other members: a slice of its own,
+      // nested at the start of the collective's.
+      if (op.transfer_start() > op.start_s)
+        w.value({{"ph", "X"}, {"name", "wait"}, {"cat", "wait"}, {"pid", pid}, {"tid", t}, {"ts", op.start_s * 1e6},
+                 {"dur", (op.transfer_start() - op.start_s) * 1e6}, {"args", {{"id", op.id}, {"waits_for", "the other members of the collective"}}}});
     }
     for (const auto& f : line.flows) {
       ++flow_id;
@@ -552,11 +580,16 @@ void print_table(const Report& r, std::ostream& os) {
     if (r.graph_launch_s) os << "; graph launch " << us(*r.graph_launch_s) << " us";
     os << "\n";
   }
-  std::snprintf(line, sizeof line, "%-26s %8s %14s %14s %14s %9s\n", "rank", "ops", "compute_us", "comm_us", "exposed_us", "overlap");
+  // Communication (comm_us) is waiting for the other members (wait_us)
+  // and moving data (transfer_us); exposed_us, the part under no compute,
+  // splits alike (exp_wait_us is its waiting).
+  std::snprintf(line, sizeof line, "%-26s %8s %14s %14s %14s %9s %14s %14s %14s\n", "rank", "ops", "compute_us", "comm_us", "exposed_us", "overlap",
+                "wait_us", "transfer_us", "exp_wait_us");
   os << line;
   auto figures = [&](const RankStats& s) {
-    std::snprintf(line, sizeof line, "%8lld %14s %14s %14s %8.1f%%", static_cast<long long>(s.ops), us(s.compute_s).c_str(), us(s.comm_s).c_str(),
-                  us(s.exposed_comm_s).c_str(), 100 * s.overlap_fraction);
+    std::snprintf(line, sizeof line, "%8lld %14s %14s %14s %8.1f%% %14s %14s %14s", static_cast<long long>(s.ops), us(s.compute_s).c_str(),
+                  us(s.comm_s).c_str(), us(s.exposed_comm_s).c_str(), 100 * s.overlap_fraction, us(s.wait_s).c_str(), us(s.transfer_s).c_str(),
+                  us(s.exposed_wait_s).c_str());
     return std::string(line);
   };
   auto row = [&](const std::string& label, const std::string& figs) {

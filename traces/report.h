@@ -26,6 +26,12 @@ struct OpRecord {
   double flops = 0;
   bool collective = false;  // derived from op, not serialised
   Name algorithm = {};  // sim, NCCL model: the algorithm and protocol a collective got ("nvls/Simple")
+  // A collective: when its data began to move, once every member had
+  // arrived. start_s is when this rank arrived; [start_s, transfer_start_s)
+  // is waiting for the others, [transfer_start_s, end_s] the transfer.
+  // Absent where the backend cannot tell them apart (all transfer).
+  std::optional<double> transfer_start_s = std::nullopt;
+  double transfer_start() const { return transfer_start_s.value_or(start_s); }
 };
 
 // A fork or join edge between two streams of one rank (async_start / async_done).
@@ -36,8 +42,12 @@ struct FlowEdge {
   bool join = false;
 };
 
+// Communication is waiting (arrived, the others not yet) and transfer;
+// comm_s = wait_s + transfer_s, and of the exposed part (not under
+// compute) exposed_comm_s = exposed_wait_s + exposed_transfer_s.
 struct RankStats {
   double compute_s = 0, comm_s = 0, exposed_comm_s = 0, overlap_fraction = 0;
+  double wait_s = 0, transfer_s = 0, exposed_wait_s = 0, exposed_transfer_s = 0;
   int64_t ops = 0;  // ops in the rank's timeline (not written: the ops are)
 };
 
@@ -48,12 +58,13 @@ struct RankStats {
 // more slowly.
 class TimelineTally {
  public:
-  void add(double start_s, double end_s, bool collective);
+  // A collective's transfer starts at `transfer_start_s` (its wait before).
+  void add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s = std::nullopt);
   RankStats stats() const;
   double last_end_s() const { return last_end_s_; }
 
  private:
-  std::vector<std::pair<double, double>> compute_, comm_;  // disjoint, in order
+  std::vector<std::pair<double, double>> compute_, comm_, transfer_;  // disjoint, in order
   int64_t ops_ = 0;
   double last_end_s_ = 0;
 };

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "traces/test_reports.h"
 
@@ -64,6 +67,79 @@ TEST(Summary, CommunicationPastTheComputeIsExposed) {
   EXPECT_DOUBLE_EQ(r.summary.exposed_comm_s, 2.0);
   EXPECT_DOUBLE_EQ(r.summary.overlap_fraction, 1.0 - 2.0 / 2.5);
   EXPECT_EQ(r.critical_path, (Path{"R"}));
+}
+
+// A collective's wait (arrived, the other members not yet) and its
+// transfer are told apart, in all and where exposed.
+TEST(Summary, WaitingIsToldApartFromTransfer) {
+  // all_reduce [0, 10], its data moving from 4; a GEMM [2, 6] beside it.
+  // comm 10 = wait [0, 4) 4 + transfer [4, 10] 6. Exposed: [0, 2] and
+  // [6, 10] = 6, of which waiting [0, 2] = 2 and transfer [6, 10] = 4.
+  OpRecord r = op("R", "all_reduce", 0, 10);
+  r.transfer_start_s = 4;
+  Report rep = report("exec", {{r, op("G", "gemm", 2, 6)}});
+  EXPECT_DOUBLE_EQ(rep.summary.comm_s, 10.0);
+  EXPECT_DOUBLE_EQ(rep.summary.wait_s, 4.0);
+  EXPECT_DOUBLE_EQ(rep.summary.transfer_s, 6.0);
+  EXPECT_DOUBLE_EQ(rep.summary.exposed_comm_s, 6.0);
+  EXPECT_DOUBLE_EQ(rep.summary.exposed_wait_s, 2.0);
+  EXPECT_DOUBLE_EQ(rep.summary.exposed_transfer_s, 4.0);
+  // A collective without a transfer start (a backend that cannot tell) is
+  // all transfer.
+  Report plain = report("exec", {{op("R", "all_reduce", 0, 10)}});
+  EXPECT_DOUBLE_EQ(plain.summary.wait_s, 0.0);
+  EXPECT_DOUBLE_EQ(plain.summary.transfer_s, 10.0);
+  // The split survives the file, its figures in the stats; a transfer
+  // start outside the op is refused with its pointer.
+  std::ostringstream text;
+  write_report(rep, text);
+  const Report back = parse_report(text.str());
+  ASSERT_EQ(back.ranks[0].ops.size(), 2u);
+  const OpRecord& reduce = back.ranks[0].ops[0].op == "all_reduce" ? back.ranks[0].ops[0] : back.ranks[0].ops[1];
+  EXPECT_EQ(reduce.transfer_start_s, 4.0);
+  EXPECT_DOUBLE_EQ(back.summary.exposed_wait_s, 2.0);
+  EXPECT_NE(text.str().find("\"exposed_wait_s\""), std::string::npos);
+  std::string bad = text.str();
+  const size_t at = bad.find("\"transfer_start_s\"");
+  ASSERT_NE(at, std::string::npos) << bad;
+  bad.insert(bad.find(':', at) + 1, "11");  // 114.0 or so: past the end, 10
+  try {
+    parse_report(bad);
+    ADD_FAILURE() << "a transfer start after the op's end was accepted";
+  } catch (const ThunkyError& e) {
+    EXPECT_EQ(e.pointer(), "/ranks/0/ops/0/transfer_start_s") << e.what();
+  }
+}
+
+// The trace shows the wait as a slice of its own; the table has its columns.
+TEST(Summary, TheTraceAndTableShowTheWait) {
+  OpRecord r = op("R", "all_reduce", 0, 10e-6);
+  r.transfer_start_s = 4e-6;
+  Report rep = report("exec", {{r}});
+  std::ostringstream trace;
+  write_chrome_trace(rep, trace);
+  const auto j = nlohmann::json::parse(trace.str());
+  int waits = 0;
+  for (const auto& e : j["traceEvents"])
+    if (e.value("cat", "") == "wait") {
+      ++waits;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 0.0);
+      EXPECT_NEAR(e["dur"].get<double>(), 4.0, 1e-9);  // us
+    }
+  EXPECT_EQ(waits, 1);
+  std::ostringstream table;
+  print_table(rep, table);
+  // wait 4 us, transfer 6 us, all of the wait exposed.
+  EXPECT_NE(table.str().find("wait_us"), std::string::npos);
+  bool found = false;
+  std::istringstream lines(table.str());
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    const std::vector<std::string> row{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    const std::vector<std::string> want{"4.000", "6.000", "4.000"};
+    found = found || std::search(row.begin(), row.end(), want.begin(), want.end()) != row.end();
+  }
+  EXPECT_TRUE(found) << table.str();
 }
 
 // A tally kept op by op (without the ops) gives the statistics in every

@@ -76,7 +76,11 @@ void open_svg(std::ostringstream& o, double width, double height, const std::str
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\"" << num(height)
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   o << "<defs><marker id=\"arrow\" markerWidth=\"6\" markerHeight=\"6\" refX=\"5\" refY=\"3\" orient=\"auto\">"
-       "<path d=\"M0,0 L6,3 L0,6 z\" fill=\"#333\"/></marker></defs>\n";
+       "<path d=\"M0,0 L6,3 L0,6 z\" fill=\"#333\"/></marker>"
+       // A collective's wait for its other members: hatched over its bar.
+       "<pattern id=\"wait\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+       "<rect width=\"6\" height=\"6\" fill=\"#fff\" fill-opacity=\"0.55\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#333\" stroke-width=\"2\"/>"
+       "</pattern></defs>\n";
   o << "<text x=\"10\" y=\"20\" font-size=\"14\">" << escape(title) << "</text>\n";
 }
 
@@ -88,6 +92,10 @@ double draw_legend(std::ostringstream& o, double lx, double y) {
       << "<text x=\"" << num(lx + 16) << "\" y=\"" << num(y + 10) << "\">" << k.label << "</text>\n";
     lx += 30 + 6.5 * static_cast<double>(std::string(k.label).size());
   }
+  o << "<rect x=\"" << num(lx) << "\" y=\"" << num(y) << "\" width=\"12\" height=\"12\" fill=\"" << colour("all_reduce") << "\"/>"
+    << "<rect x=\"" << num(lx) << "\" y=\"" << num(y) << "\" width=\"12\" height=\"12\" fill=\"url(#wait)\"/>"
+    << "<text x=\"" << num(lx + 16) << "\" y=\"" << num(y + 10) << "\">waiting for peers</text>\n";
+  lx += 30 + 6.5 * 17;
   return lx;
 }
 
@@ -136,6 +144,14 @@ void draw_bar(std::ostringstream& o, const OpRecord& op, double x0, double x1, d
   const double w = std::max(0.5, x1 - x0);
   o << "<rect x=\"" << num(x0) << "\" y=\"" << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(h) << "\" fill=\"" << colour(op.op)
     << "\"" << extra << "><title>" << escape(tooltip) << "</title></rect>\n";
+  // The wait before the transfer, hatched, as a share of the bar.
+  if (op.transfer_start() > op.start_s && op.end_s > op.start_s) {
+    const double ww = w * (op.transfer_start() - op.start_s) / (op.end_s - op.start_s);
+    char wait_us[32];
+    std::snprintf(wait_us, sizeof wait_us, "%.3f", (op.transfer_start() - op.start_s) * 1e6);
+    o << "<rect x=\"" << num(x0) << "\" y=\"" << num(y) << "\" width=\"" << num(std::max(0.5, ww)) << "\" height=\"" << num(h)
+      << "\" fill=\"url(#wait)\"><title>" << escape("waiting " + std::string(wait_us) + " us for the other members of " + op.id.str()) << "</title></rect>\n";
+  }
   const std::string label = op.name.str().empty() ? op.op.str() : op.name.str();
   if (w >= 6.0 * static_cast<double>(label.size()) + 6)
     o << "<text x=\"" << num(x0 + 3) << "\" y=\"" << num(y + h - 3) << "\" fill=\"" << text_colour << "\" font-size=\"10\" pointer-events=\"none\">" << escape(label)

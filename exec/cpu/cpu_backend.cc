@@ -383,12 +383,15 @@ class Run {
     return load_as_double(t.data, t.dtype, 0);
   }
 
-  void record(RankState& s, const Command& c, const StreamId& stream, bool in_loop, double start, double end) {
+  // A finished command; a collective's transfer began at `transfer_start`.
+  void record(RankState& s, const Command& c, const StreamId& stream, bool in_loop, double start, double end,
+              std::optional<double> transfer_start = std::nullopt) {
     Work w = command_work(p_, c, s.ctx);
     std::lock_guard<std::mutex> l(s.mu);
     std::string id = c.id();
     if (in_loop) id += "#" + std::to_string(s.instances[c.id()]++);
     s.ops.push_back({id, std::string(op_name(c.op)), c.name, stream.str(), start, end, w.bytes, w.flops});
+    s.ops.back().transfer_start_s = transfer_start;
     ++finished_;
   }
 
@@ -424,13 +427,16 @@ class Run {
             return (*s.memory)[v.buffer].data() + v.offset * dtype_size(p_.buffers[v.buffer].dtype);
           }));
         const std::vector<int> launch = launch_members(p_.mesh, s.rank, members);
-        double start = now();
-        comm_->run(static_cast<int>(s.rank), calls, launch, who(s, stream));
-        double end = now();
+        // From the arrival here until every member has arrived is waiting;
+        // then the transfer (measured at the rendezvous).
+        const double start = now();
+        const Clock::time_point moving = comm_->run(static_cast<int>(s.rank), calls, launch, who(s, stream));
+        const double end = now();
+        const double moved = std::clamp(since_start(moving), start, end);
         if (c.op == Op::collective_group)
-          for (const auto& m : c.as<CollectiveGroup>().body) record(s, m, stream, in_loop, start, end);
+          for (const auto& m : c.as<CollectiveGroup>().body) record(s, m, stream, in_loop, start, end, moved);
         else
-          record(s, c, stream, in_loop, start, end);
+          record(s, c, stream, in_loop, start, end, moved);
         return;
       }
       case Op::memzero:  // compute: on a core, below

@@ -50,6 +50,35 @@ TEST(CpuBackend, StreamsOfARankRunConcurrently) {
   EXPECT_EQ(r->report.host_cores.value_or(0), 2);
 }
 
+TEST(CpuBackend, ACollectiveIsMeasuredAsWaitingThenTransfer) {
+  // Rank 1 runs a 50 ms kernel before the all_reduce; rank 0 arrives at
+  // once and waits for it: at the rendezvous, rank 0's record shows about
+  // 50 ms of waiting before the transfer, rank 1's next to none. (The
+  // margins are tens of milliseconds: thread start and a loaded machine.)
+  Program p = load_ok(mesh_sched(R"({"axis_names": ["x"], "shape": [2]})",
+                                 R"("late": {"shape": [], "dtype": "bool", "role": "input", "init": {"kind": "axis_index", "axis": "x"}},
+                                    "a": {"shape": [4], "dtype": "f32"}, "b": {"shape": [4], "dtype": "f32"})",
+                                 R"([{"op": "cond", "pred": "late", "then": [{"op": "kernel", "writes": ["a"], "cost": {"seconds": 0.05}}]},
+                                     {"op": "all_reduce", "src": "a", "dst": "b", "axis": "x"}])"));
+  ExecOptions o;
+  o.host_cores = 2;
+  auto r = make_cpu_backend()->run(p, o);
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  auto reduce_of = [&](size_t rank) {
+    for (const auto& op : r->report.ranks[rank].ops)
+      if (op.op == "all_reduce") return op;
+    ADD_FAILURE() << "no all_reduce on rank " << rank;
+    return OpRecord{};
+  };
+  const OpRecord early = reduce_of(0), late = reduce_of(1);
+  ASSERT_TRUE(early.transfer_start_s && late.transfer_start_s);
+  EXPECT_GE(*early.transfer_start_s - early.start_s, 0.04);
+  EXPECT_LE(*early.transfer_start_s, early.end_s);
+  EXPECT_LT(*late.transfer_start_s - late.start_s, 0.02);
+  EXPECT_GE(r->report.ranks[0].stats.wait_s, 0.04);
+  EXPECT_NEAR(r->report.ranks[0].stats.wait_s + r->report.ranks[0].stats.transfer_s, r->report.ranks[0].stats.comm_s, 1e-12);
+}
+
 TEST(CpuBackend, OnOneCoreCommandsOfEveryRankAndStreamTakeTurns) {
   // --host-cores 1: two ranks, each with two 30 ms kernels on two streams.
   // The four run one after another, whole (none time-sliced with another):

@@ -301,7 +301,11 @@ class Nccl final : public NcclTransport {
     }
   }
 
-  void run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members, const std::string& waiter) override {
+  // Issues the group on the device and returns at once: NCCL's kernels wait
+  // for their peers on the device, where the host cannot see when they
+  // arrive (the returned time is the issue's).
+  std::chrono::steady_clock::time_point run(int rank, std::vector<CollectiveCall>& group, const std::vector<int>& members,
+                                            const std::string& waiter) override {
     // Staging is sized before the group: no cudaFree inside one.
     for (auto& c : group)
       if (c.op == Op::collective_permute && c.src == c.dst) scratch(rank, stream_of(c), bytes_of(c, c.src_count));
@@ -314,6 +318,7 @@ class Nccl final : public NcclTransport {
       THUNKY_NCCL_CHECK(ncclGroupEnd());
     }
     settle(used, waiter + " issuing its collective");
+    return std::chrono::steady_clock::now();
   }
 
   void wait(int rank, cudaStream_t stream, const std::string& what) override {
