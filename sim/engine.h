@@ -24,6 +24,7 @@ namespace thunky::sim {
 using Decisions = std::vector<std::map<std::string, std::vector<int64_t>>>;
 
 struct CollectiveStat {
+  int64_t rank = 0;  // the rank whose instance this is
   std::string id;
   std::string op;
   int64_t ranks = 0;

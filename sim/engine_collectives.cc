@@ -261,7 +261,7 @@ void Engine::add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes
   const Command& c = *infos_[info].cmd;
   auto [it, fresh] = stats_seen_.try_emplace(std::pair{info, inst}, static_cast<int>(stats_.size()));
   if (!fresh) return;
-  stats_.push_back({op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0, algorithm_at(info)});
+  stats_.push_back({0, op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0, algorithm_at(info)});
   act.stats.push_back(it->second);
 }
 

@@ -104,6 +104,30 @@ TEST(SimCli, RunawayLoopReadsAsOnExec) {
   EXPECT_EQ(s.err, e.err);
 }
 
+TEST(ExecCli, TheCollectiveTableShowsAnyRankAsNcclTestsWould) {
+  // The 2-stage pipeline: 4 sends of 512 KiB (131072 f32) between 2 ranks.
+  // By default rank 0's collectives, grouped: one row, count 4; --ranks all
+  // adds rank 1's table; --per-instance keeps the bytes column.
+  const std::string sched = kSrc + "/examples/pipeline_parallel_n2.json";
+  Result r = run(sched);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_row(r.out, {"collectives", "(rank", "0),", "first"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"collective_permute", "2", "524288", "4"})) << r.out;
+  EXPECT_EQ(r.out.find("(rank 1)"), std::string::npos);
+  r = run(sched + " --ranks all --per-instance");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_row(r.out, {"collective", "(rank", "1)"})) << r.out;
+  size_t rows = 0;
+  for (size_t pos = r.out.find(" collective_permute "); pos != std::string::npos; pos = r.out.find(" collective_permute ", pos + 1)) ++rows;
+  EXPECT_EQ(rows, 8u);  // 4 sends, on each of 2 ranks
+  EXPECT_TRUE(has_row(r.out, {"collective_permute", "2", "524288"})) << r.out;
+  // A rank the mesh lacks: exit 2 and one line, before anything runs.
+  r = run(sched + " --ranks 2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--ranks: '2' is not 'all' or a list of ranks below 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 TEST(ExecCli, UsageErrorsExitWith2) {
   EXPECT_EQ(run("").code, 2);
   EXPECT_EQ(run(kSrc + "/examples/init_and_copy.json --iters 0").code, 2);

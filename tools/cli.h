@@ -102,6 +102,15 @@ inline std::optional<std::vector<int64_t>> traced_ranks(const std::string& tool,
   return parse_rank_list("all", shown);
 }
 
+// The ranks whose collectives the table lists (--ranks): rank 0 unless
+// given; none (after one line) when the option is malformed.
+inline std::optional<std::vector<int64_t>> table_ranks(const std::string& tool, const std::string& option, int64_t ranks) {
+  if (option.empty()) return std::vector<int64_t>{0};
+  auto list = parse_rank_list(option, ranks);
+  if (!list) std::cerr << tool << ": --ranks: '" << option << "' is not 'all' or a list of ranks below " << ranks << " such as 0-3,12\n";
+  return list;
+}
+
 // Exit 2 (with one line) when an output would overwrite an input: each
 // output is (option, path), empty paths skipped.
 inline std::optional<int> refuse_overwrite(const std::string& tool, const std::vector<std::pair<std::string, std::string>>& outputs,

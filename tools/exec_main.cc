@@ -15,6 +15,7 @@
 #include "core/validate.h"
 #include "exec/backend.h"
 #include "exec/processes.h"
+#include "sim/collective_table.h"
 #include "traces/report.h"
 #include "traces/svg.h"
 #include "tools/dump.h"
@@ -49,7 +50,8 @@ struct Options {
   std::string backend = "cpu";
   int warmup = 0;
   int iters = 1;
-  std::string report, trace, trace_ranks, dump, dump_inputs, svg;
+  std::string report, trace, trace_ranks, dump, dump_inputs, svg, table_ranks;
+  bool per_instance = false;
   int64_t max_trip_count = 1'000'000;
   bool graph = false, check = false;
   std::string devices;
@@ -143,6 +145,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto, chrome://tracing)");
   app.add_option("--trace-ranks", o.trace_ranks, "ranks in the trace and SVG: all, or a list such as 0-7,12 (default: all up to 32 ranks, else 0-15)");
   app.add_option("--svg", o.svg, "write an SVG timeline of the measured run (one lane per stream, rank rows)");
+  app.add_flag("--per-instance", o.per_instance, "one collective row per instance instead of one per kind");
+  app.add_option("--ranks", o.table_ranks, "ranks whose collectives the table lists, a table each: all, or a list such as 0-3,12 (default 0)");
   app.add_option("--max-trip-count", o.max_trip_count, "stop a while loop that runs more iterations than this (default 1000000)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--dump", o.dump, "write every output and inout buffer as .npy into this directory");
@@ -192,6 +196,8 @@ int run_main(int argc, char** argv) {
   };
   auto prog = thunky::load_schedule_file(o.schedule);
   if (!prog) return stop(fail(prog.errors(), prog.exit_code()));
+  const auto shown_collectives = thunky::cli::table_ranks("thunky-exec", o.table_ranks, prog->mesh.size());
+  if (!shown_collectives) return stop(2);
   if (procs) {
     const int64_t ranks = prog->mesh.size();
     const int count = procs->place().count;
@@ -265,6 +271,12 @@ int run_main(int argc, char** argv) {
     if (procs->place().index != 0) return 0;  // process 0 writes the run's outputs
   }
   thunky::print_table(result->report, std::cout);
+  // Each shown rank's collectives as nccl-tests reports them: count, mean,
+  // spread, algBw and busBw of the transfer (its wait left out).
+  std::vector<thunky::sim::CollectiveStat> collectives;
+  for (int64_t rank : *shown_collectives)
+    for (auto& s : thunky::sim::collective_stats(*prog, result->report, rank)) collectives.push_back(std::move(s));
+  thunky::sim::print_collective_table(collectives, o.per_instance, std::cout);
   if (!o.report.empty()) {
     auto err = thunky::write_output_file(o.report, [&](std::ostream& os) { thunky::write_report(result->report, os); });
     if (!err.empty()) return std::cerr << o.report << ": " << err << "\n", 2;

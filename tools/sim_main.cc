@@ -34,6 +34,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--trace-ranks", trace_ranks, "ranks in the trace and SVG: all, or a list such as 0-7,12 (default: all up to 32 ranks, else 0-15)");
   bool per_instance = false;
   app.add_flag("--per-instance", per_instance, "one collective row per instance instead of one per kind");
+  std::string table_ranks;
+  app.add_option("--ranks", table_ranks, "ranks whose collectives the table lists, a table each: all, or a list such as 0-3,12 (default 0)");
   bool every_rank = false;
   app.add_flag("--every-rank", every_rank, "simulate every rank even when all ranks provably have the same timeline");
   int64_t max_trip_count = 1'000'000;
@@ -63,7 +65,10 @@ int run_main(int argc, char** argv) {
     return *code;
   // Without output files only the table is printed: each rank's statistics
   // are gathered as the simulation runs instead of its every op.
-  const bool timelines = !report.empty() || !trace.empty() || !svg.empty();
+  const auto shown_collectives = thunky::cli::table_ranks("thunky-sim", table_ranks, prog->mesh.size());
+  if (!shown_collectives) return 2;
+  // Other ranks' collectives are read from their timelines.
+  const bool timelines = !report.empty() || !trace.empty() || !svg.empty() || !table_ranks.empty();
   thunky::sim::SimOptions options;
   options.fold_symmetric_ranks = !every_rank;
   options.timelines = timelines;
@@ -74,7 +79,14 @@ int run_main(int argc, char** argv) {
   if (!r) return fail(r.errors(), r.exit_code());
   for (const auto& note : r->notes) std::cerr << note.str() + "\n";
   thunky::print_table(r->report, std::cout);
-  thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);
+  if (table_ranks.empty()) {
+    thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);
+  } else {
+    std::vector<thunky::sim::CollectiveStat> stats;
+    for (int64_t rank : *shown_collectives)
+      for (auto& s : thunky::sim::collective_stats(*prog, r->report, rank)) stats.push_back(std::move(s));
+    thunky::sim::print_collective_table(stats, per_instance, std::cout);
+  }
   if (!report.empty()) {
     auto err = thunky::write_output_file(report, [&](std::ostream& os) { thunky::write_report(r->report, os); });
     if (!err.empty()) return std::cerr << report << ": " << err << "\n", 2;

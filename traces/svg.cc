@@ -147,10 +147,12 @@ void draw_bar(std::ostringstream& o, const OpRecord& op, double x0, double x1, d
   // The wait before the transfer, hatched, as a share of the bar.
   if (op.transfer_start() > op.start_s && op.end_s > op.start_s) {
     const double ww = w * (op.transfer_start() - op.start_s) / (op.end_s - op.start_s);
-    char wait_us[32];
-    std::snprintf(wait_us, sizeof wait_us, "%.3f", (op.transfer_start() - op.start_s) * 1e6);
+    char wait[64];
+    std::snprintf(wait, sizeof wait, "waiting %.3f us for the other members of ", (op.transfer_start() - op.start_s) * 1e6);
+    std::string title = wait;
+    title += op.id.str();
     o << "<rect x=\"" << num(x0) << "\" y=\"" << num(y) << "\" width=\"" << num(std::max(0.5, ww)) << "\" height=\"" << num(h)
-      << "\" fill=\"url(#wait)\"><title>" << escape("waiting " + std::string(wait_us) + " us for the other members of " + op.id.str()) << "</title></rect>\n";
+      << "\" fill=\"url(#wait)\"><title>" << escape(title) << "</title></rect>\n";
   }
   const std::string label = op.name.str().empty() ? op.op.str() : op.name.str();
   if (w >= 6.0 * static_cast<double>(label.size()) + 6)
