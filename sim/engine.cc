@@ -175,6 +175,8 @@ std::vector<Diagnostic> Engine::simulate_all() {
       handle(e->payload);
       advance();
     }
+  } catch (const MachineError& e) {
+    return std::vector<Diagnostic>{machine_error(m_, e)};
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{e.kind(), p_.file, e.pointer(), e.what()}};
   }
@@ -277,7 +279,7 @@ double Engine::seconds(int info, int64_t rank) {
     if (v < 0) v = m_.peak(t);
     return v;
   };
-  const double s = seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak);
+  const double s = needing(*in.cmd, [&] { return seconds_with(p_, m_, *in.cmd, work(info, rank, scratch), peak); });
   if (in.per_rank == 0) {
     in.seconds = s;
     in.have_seconds = true;
@@ -729,6 +731,8 @@ auto run_engine(const Program& p, const Machine& m, const Decisions* decisions, 
     if (r || !e.folded()) return r;
     Engine full(p, m, decisions, false, options);
     return what(full);
+  } catch (const MachineError& e) {
+    return std::vector<Diagnostic>{internal::machine_error(m, e)};
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{ErrorKind::input, p.file, e.pointer(), e.what()}};
   }

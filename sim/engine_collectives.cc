@@ -100,7 +100,9 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
   const double bytes = static_cast<double>(work(mi, rank, scratch).bytes);
   std::vector<AxisSpan>& spans = scratch_spans_;
   spans.clear();
-  for (const auto& ax : k.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
+  needing(c, [&] {
+    for (const auto& ax : k.axis) spans.push_back({&axis_links(ax), p_.mesh.shape[*p_.mesh.axis(ax)]});
+  });
   if (k.groups) {  // one axis of the group's size
     spans.resize(1);
     spans.front().ranks = n;

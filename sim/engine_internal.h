@@ -36,6 +36,12 @@
 
 namespace thunky::sim::internal {
 
+// A machine model's error as a diagnostic of its file (or, built in
+// memory, of its name).
+inline Diagnostic machine_error(const Machine& m, const MachineError& e) {
+  return {ErrorKind::input, m.file.empty() ? "machine '" + m.name + "'" : m.file, e.pointer(), e.what()};
+}
+
 // Facts about one lowered command that hold on every rank, computed once.
 // Commands are numbered in preorder; `blocks` gives where each child block's
 // commands start (body, then, else, branches..., while cond).
@@ -346,6 +352,20 @@ class Engine {
   void start_issuing();
 
   int new_event();
+
+  // Runs `f`, which reads the machine model for command `c`: a field the
+  // model lacks is its error, said with the command that needs it.
+  template <typename F>
+  auto needing(const Command& c, F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const MachineError& e) {
+      std::string what = e.what();
+      what += ": needed by ";
+      what += p_.file + ":" + c.pointer + " (" + std::string(op_name(c.op)) + ")";
+      throw MachineError(e.pointer(), what);
+    }
+  }
 
   // ---- links ----
   int link(uint64_t key, double capacity);

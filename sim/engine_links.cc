@@ -19,7 +19,7 @@ int Engine::link(uint64_t key, double capacity) {
 const AxisLinks& Engine::axis_links(const std::string& axis) const {
   const auto dim = p_.mesh.axis(axis);
   const AxisLinks* a = dim ? links_by_dim_[*dim] : m_.axis(axis);
-  if (!a) throw ThunkyError("", "machine '" + m_.name + "' models no axis '" + axis + "' (and has no \"*\" entry)");
+  if (!a) throw MachineError("/axes", "machine '" + m_.name + "' models no axis '" + axis + "' (and has no \"*\" entry)");
   return *a;
 }
 

@@ -170,8 +170,8 @@ double Machine::peak(DType t) const {
   // No silent stand-in: a GEMM of a dtype the model does not rate is an error.
   std::string have;
   for (const auto& [k, v] : peak_flops) have += (have.empty() ? "" : ", ") + k;
-  throw ThunkyError("/chip/peak_flops", "machine model '" + name + "' gives no peak_flops for " + std::string(dtype_name(t)) + " (it rates " + have +
-                                            "): add it to price this command");
+  throw MachineError("/chip/peak_flops", "machine model '" + name + "' gives no peak_flops for " + std::string(dtype_name(t)) + " (it rates " + have +
+                                            ")");
 }
 
 namespace {
@@ -279,7 +279,9 @@ Expected<Machine> load_machine(const std::string& name_or_path, const std::strin
   const std::string text = read_input_file(path.string(), error);
   if (!error.empty()) return std::vector<Diagnostic>{{ErrorKind::input, path.string(), "", "the machine model " + error}};
   try {
-    return parse_machine_text(text);
+    Machine m = parse_machine_text(text);
+    m.file = path.string();
+    return m;
   } catch (const ThunkyError& e) {
     return std::vector<Diagnostic>{{ErrorKind::input, path.string(), e.pointer(), e.what()}};
   }

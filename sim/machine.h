@@ -86,9 +86,17 @@ struct AxisLinks {
   NcclParams nccl_params;
 };
 
+// An error in a machine model, its pointer into the model's file (a field
+// a command needs and the model lacks).
+class MachineError : public ThunkyError {
+ public:
+  using ThunkyError::ThunkyError;
+};
+
 struct Machine {
   std::string name;
   std::string source;
+  std::string file;  // the file it was read from (empty: built in memory)
   std::map<std::string, double, std::less<>> peak_flops;  // by dtype name
   double hbm_bandwidth = 0;
   double launch_overhead_s = 0;

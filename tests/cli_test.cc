@@ -229,6 +229,36 @@ struct TempDir {
   }
 };
 
+TEST(SimCli, AFieldTheMachineLacksIsTheMachineFilesErrorNamingTheCommand) {
+  // A model that rates f32 only, and models axis y only: a bf16 GEMM and a
+  // shift over x each name the machine file's pointer, then the command
+  // that needs the field, exit 2.
+  TempDir d("machine_error");
+  const std::string machine = (d.path / "m.json").string(), sched = (d.path / "g.json").string();
+  std::ofstream(machine) << R"({"format": "thunky.machine/1", "name": "tiny",
+    "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "test"},
+    "axes": {"y": {"topology": "ring", "wraparound": true, "link_bandwidth": 1e9}}})";
+  std::ofstream(sched) << R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["x"], "shape": [2]},
+    "buffers": {"a": {"shape": [64, 64], "dtype": "bf16", "role": "input", "init": {"kind": "ones"}}, "c": {"shape": [64, 64], "dtype": "bf16"}},
+    "program": [{"op": "gemm", "a": "a", "b": "a", "c": "c"}, {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "shift": 1}]})";
+  Result r = sim(sched + " --machine " + machine);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind(machine + ":/chip/peak_flops: machine model 'tiny' gives no peak_flops for bf16 (it rates f32): needed by " + sched + ":/program/0 (gemm)", 0), 0u)
+      << r.err;
+  // Rated, the GEMM prices; the shift's axis is next.
+  std::string text;
+  {
+    std::ifstream in(machine);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  text.replace(text.find("\"f32\": 1e12"), 11, "\"f32\": 1e12, \"bf16\": 1e12");
+  std::ofstream(machine) << text;
+  r = sim(sched + " --machine " + machine);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind(machine + ":/axes: machine 'tiny' models no axis 'x' (and has no \"*\" entry): needed by " + sched + ":/program/1 (collective_permute)", 0), 0u)
+      << r.err;
+}
+
 TEST(SimCli, AHintThatTheFunctionalRunContradictsIsNoted) {
   // The second loop has no hint, so thunky-sim runs the schedule on the
   // cpu backend first; there the first loop runs 7 trips (n from 0 while
