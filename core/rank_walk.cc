@@ -386,17 +386,25 @@ std::string race_message(const Program& p, const RankWalker& w, const RaceReport
   uint64_t lo = std::max(rr.first.lo, rr.second.lo), hi = std::min(rr.first.hi, rr.second.hi);
   const std::string& ta = *w.command_token[rr.first.command];
   const std::string& tb = *w.command_token[rr.second.command];
+  // The fix first, in one clause; then what races.
   std::ostringstream msg;
-  msg << "race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): " << a.id() << " (" << op_name(a.op)
-      << (a.name.empty() ? "" : " '" + a.name + "'") << ", " << (rr.first.write ? "writes" : "reads") << ", on "
-      << w.slot_names_[rr.first.slot] << ") and " << b.id() << " (" << op_name(b.op)
-      << (b.name.empty() ? "" : " '" + b.name + "'") << ", " << (rr.second.write ? "writes" : "reads") << ", on "
-      << w.slot_names_[rr.second.slot] << ") are not ordered by stream order or any token; missing join: ";
+  msg << "missing join: ";
   if (!ta.empty())
-    msg << "an async_done of token '" << display_token(ta) << "' on " << w.slot_names_[rr.second.slot] << " before " << b.id();
+    msg << "add an async_done of token '" << display_token(ta) << "' on " << w.slot_names_[rr.second.slot] << " before " << b.id();
   else
     msg << "the async_start of token '" << display_token(tb) << "' must come after " << a.id()
         << " on its stream, or after an async_done that joins it";
+  // "/program/4 (gemm 'its name', reads, on computation:0)"
+  auto access = [&](const Command& c, const Access& x) {
+    msg << c.id() << " (" << op_name(c.op);
+    if (!c.name.empty()) msg << " '" << c.name << "'";
+    msg << ", " << (x.write ? "writes" : "reads") << ", on " << w.slot_names_[x.slot] << ")";
+  };
+  msg << "; race on buffer '" << buf.name << "' bytes [" << lo << ", " << hi << "): ";
+  access(a, rr.first);
+  msg << " and ";
+  access(b, rr.second);
+  msg << " are not ordered by stream order or any token";
   return msg.str();
 }
 

@@ -335,7 +335,10 @@ TEST(CheckCli, ValidRacyAndBadSchedulesGiveExitCodes0To2AndTheirDiagnostics) {
   EXPECT_EQ(r.out, valid + ": valid on every one of its 4 ranks: no race, no deadlock\n");
   r = check(racy);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find(racy + ":/program/4/body/0: race on buffer 'pair0'"), std::string::npos) << r.err;
+  // The fix leads, the race follows.
+  EXPECT_NE(r.err.find(racy + ":/program/4/body/0: missing join: add an async_done of token 'step2' on computation:0 before /program/4/body/0; race on buffer 'pair0'"),
+            std::string::npos)
+      << r.err;
   // The worst of the files: bad input (2) over a race (1).
   r = check(valid + " " + racy + " " + oob + " --json");
   EXPECT_EQ(r.code, 2);

@@ -92,7 +92,15 @@ struct SubBlock {
   std::string_view key;
   int index = -1;
   // The block's pointer below its command's: "/then", "/branches/2".
-  std::string suffix() const { return "/" + std::string(key) + (index >= 0 ? "/" + std::to_string(index) : std::string()); }
+  std::string suffix() const {
+    std::string s(1, '/');  // appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) of "/" + std::string
+    s += key;
+    if (index >= 0) {
+      s += '/';
+      s += std::to_string(index);
+    }
+    return s;
+  }
 };
 
 struct Command;
