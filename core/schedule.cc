@@ -309,29 +309,32 @@ std::vector<Block> OpReader::blocks(std::string_view key) {
   br.each_element([&](size_t i, Value e) { v.push_back(parse_block(e, child(o_.at(key), i), depth_ + 1)); });
   return v;
 }
-std::optional<int64_t> OpReader::sim_count(std::string_view key) {
-  std::optional<Value> s = o_.get("sim");
+namespace {
+// The simulator's hint "sim": {key: ...}, read by `read` where present;
+// the object's other keys are refused.
+template <typename T, typename Read>
+std::optional<T> sim_hint(Obj& o, std::string_view key, Read read) {
+  std::optional<Value> s = o.get("sim");
   if (!s) return std::nullopt;
-  Obj so(*s, o_.at("sim"));
-  std::optional<int64_t> n;
-  if (std::optional<Value> v = so.get(key)) {
-    n = as_int(*v, so.at(key));
-    if (*n < 0) json_reader::fail(so.at(key), "expected a non-negative integer");
-  }
+  Obj so(*s, o.at("sim"));
+  std::optional<T> v;
+  if (std::optional<Value> x = so.get(key)) v = read(*x, so.at(key));
   so.done();
-  return n;
+  return v;
+}
+}  // namespace
+std::optional<int64_t> OpReader::sim_count(std::string_view key) {
+  return sim_hint<int64_t>(o_, key, [](Value v, const std::string& ptr) {
+    const int64_t n = as_int(v, ptr);
+    if (n < 0) json_reader::fail(ptr, "expected a non-negative integer");
+    return n;
+  });
 }
 std::optional<bool> OpReader::sim_flag(std::string_view key) {
-  std::optional<Value> s = o_.get("sim");
-  if (!s) return std::nullopt;
-  Obj so(*s, o_.at("sim"));
-  std::optional<bool> b;
-  if (std::optional<Value> v = so.get(key)) {
-    if (!v->is_boolean()) json_reader::fail(so.at(key), "expected true or false");
-    b = v->boolean();
-  }
-  so.done();
-  return b;
+  return sim_hint<bool>(o_, key, [](Value v, const std::string& ptr) {
+    if (!v.is_boolean()) json_reader::fail(ptr, "expected true or false");
+    return v.boolean();
+  });
 }
 
 namespace {

@@ -22,41 +22,29 @@ void Collective::write_common(json& j) const {
   if (groups) j["groups"] = *groups;
 }
 
-AllReduce AllReduce::read(OpReader& r) {
-  AllReduce c;
-  c.read_common(r);
-  c.reduction = r.reduction("reduction", false, kReductions);
-  return c;
+void ReducingCollective::read_common(OpReader& r) {
+  Collective::read_common(r);
+  reduction = r.reduction("reduction", false, kReductions);
 }
-void AllReduce::write(json& j) const {
-  write_common(j);
+void ReducingCollective::write_common(json& j) const {
+  Collective::write_common(j);
   j["reduction"] = reduction_name(reduction);
 }
 
-AllGather AllGather::read(OpReader& r) {
-  AllGather c;
+namespace {
+// A collective with no fields of its own beyond its part's.
+template <typename T>
+T read_collective(OpReader& r) {
+  T c;
   c.read_common(r);
   return c;
 }
-void AllGather::write(json& j) const { write_common(j); }
+}  // namespace
 
-ReduceScatter ReduceScatter::read(OpReader& r) {
-  ReduceScatter c;
-  c.read_common(r);
-  c.reduction = r.reduction("reduction", false, kReductions);
-  return c;
-}
-void ReduceScatter::write(json& j) const {
-  write_common(j);
-  j["reduction"] = reduction_name(reduction);
-}
-
-AllToAll AllToAll::read(OpReader& r) {
-  AllToAll c;
-  c.read_common(r);
-  return c;
-}
-void AllToAll::write(json& j) const { write_common(j); }
+AllReduce AllReduce::read(OpReader& r) { return read_collective<AllReduce>(r); }
+AllGather AllGather::read(OpReader& r) { return read_collective<AllGather>(r); }
+ReduceScatter ReduceScatter::read(OpReader& r) { return read_collective<ReduceScatter>(r); }
+AllToAll AllToAll::read(OpReader& r) { return read_collective<AllToAll>(r); }
 
 CollectivePermute CollectivePermute::read(OpReader& r) {
   CollectivePermute c;

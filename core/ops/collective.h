@@ -33,39 +33,46 @@ struct Collective {
   template <typename F> void blocks(F&&) const {}
   template <typename F> void blocks(F&&) {}
 
- protected:
+  // The fields above, from and to JSON (each collective's read and write
+  // start here).
   void read_common(OpReader& r);
   void write_common(json& j) const;
 };
 
-struct AllReduce : Collective {
+// A collective that combines its members' values: all_reduce and
+// reduce_scatter, by `reduction` (sum unless given).
+struct ReducingCollective : Collective {
+  Reduction reduction = Reduction::sum;
+  void read_common(OpReader& r);
+  void write_common(json& j) const;
+};
+
+struct AllReduce : ReducingCollective {
   static constexpr Op kind = Op::all_reduce;
   static constexpr std::string_view json_name = "all_reduce";
-  Reduction reduction = Reduction::sum;
   static AllReduce read(OpReader& r);
-  void write(json& j) const;
+  void write(json& j) const { write_common(j); }
 };
 
 struct AllGather : Collective {
   static constexpr Op kind = Op::all_gather;
   static constexpr std::string_view json_name = "all_gather";
   static AllGather read(OpReader& r);
-  void write(json& j) const;
+  void write(json& j) const { write_common(j); }
 };
 
-struct ReduceScatter : Collective {
+struct ReduceScatter : ReducingCollective {
   static constexpr Op kind = Op::reduce_scatter;
   static constexpr std::string_view json_name = "reduce_scatter";
-  Reduction reduction = Reduction::sum;
   static ReduceScatter read(OpReader& r);
-  void write(json& j) const;
+  void write(json& j) const { write_common(j); }
 };
 
 struct AllToAll : Collective {
   static constexpr Op kind = Op::all_to_all;
   static constexpr std::string_view json_name = "all_to_all";
   static AllToAll read(OpReader& r);
-  void write(json& j) const;
+  void write(json& j) const { write_common(j); }
 };
 
 // Each member sends its src to one other's dst: by `pairs` of (source,
