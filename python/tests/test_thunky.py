@@ -224,6 +224,9 @@ def test_rank_dependent_views_and_predicted_against_measured(tmp_path):
         svg = report._repr_svg_()
         assert svg.startswith("<svg") and svg.count("computation:0</text>") == 4
     assert len(measured.ops) == 8 and {o["op"] for o in measured.ops} == {"memzero", "copy"}
+    # No collective here: no wait, no transfer, and no op has a transfer start.
+    assert all(r["wait_s"] == 0 and r["transfer_s"] == 0 for r in predicted.ranks)
+    assert all(o["transfer_start_s"] is None for o in measured.ops)
     trace = json.loads(open(measured.trace(str(tmp_path / "t.json"))).read())
     assert any(e.get("name") == "copy" or "copy" in str(e.get("args", "")) for e in trace["traceEvents"])
 
@@ -359,3 +362,18 @@ def test_memset_writes_any_32_bit_pattern_nan_payloads_included():
     fill.execute(f, i)
     assert f[...].view(np.uint32).tolist() == [0x7FC00001, 0x7FC00001, 0xFF800000, 0xFF800000]
     assert i[...].tolist() == [0x3F800000] * 2
+
+
+def test_a_reports_collectives_split_waiting_from_transfer():
+    # An all_reduce its rank reached at 0 whose data moved from 4 us to
+    # 10 us: 4 us waiting, 6 us transfer; the collectives' times are the
+    # transfers, as the tools' tables give them.
+    doc = {"makespan_s": 10e-6, "source": "sim",
+           "ranks": [{"rank": 0, "ops": [{"id": "/program/0", "op": "all_reduce", "stream": "computation:0", "start_s": 0.0,
+                                          "end_s": 10e-6, "bytes": 16, "transfer_start_s": 4e-6}],
+                      "stats": {"comm_s": 10e-6, "wait_s": 4e-6, "transfer_s": 6e-6, "exposed_comm_s": 10e-6,
+                                "exposed_wait_s": 4e-6, "exposed_transfer_s": 6e-6}}]}
+    r = thunky.Report(doc)
+    assert r.ranks[0]["wait_s"] == 4e-6 and r.ranks[0]["transfer_s"] == 6e-6 and r.ranks[0]["exposed_wait_s"] == 4e-6
+    assert r.ops[0]["transfer_start_s"] == 4e-6
+    assert r.collectives[0]["mean_s"] == pytest.approx(6e-6)

@@ -89,22 +89,26 @@ class Report:
 
     @property
     def ranks(self):
-        """Per rank: compute, communication and exposed seconds, and the overlap."""
+        """Per rank: compute, communication and exposed seconds, and the
+        overlap; communication split into waiting for the other members and
+        transfer (comm_s = wait_s + transfer_s), and the exposed part alike."""
+        keys = ("compute_s", "comm_s", "exposed_comm_s", "wait_s", "transfer_s", "exposed_wait_s", "exposed_transfer_s")
         out = []
         for r in self._doc["ranks"]:
             s = r.get("stats", {})
-            out.append({"rank": r["rank"], "compute_s": s.get("compute_s", 0.0), "comm_s": s.get("comm_s", 0.0),
-                        "exposed_comm_s": s.get("exposed_comm_s", 0.0), "overlap": s.get("overlap_fraction", 0.0)})
+            out.append({"rank": r["rank"], **{k: s.get(k, 0.0) for k in keys}, "overlap": s.get("overlap_fraction", 0.0)})
         return out
 
     @property
     def ops(self):
-        """Every command of every rank: rank, id, op, name, stream, start_s, end_s."""
+        """Every command of every rank: rank, id, op, name, stream, start_s,
+        end_s, and for a collective transfer_start_s (when its data began to
+        move; before it, the rank waited for the others), else None."""
         out = []
         for r in self._doc["ranks"]:
             for o in r.get("ops", []):
                 out.append({"rank": r["rank"], "id": o["id"], "op": o["op"], "name": o.get("name", ""), "stream": o["stream"],
-                            "start_s": o["start_s"], "end_s": o["end_s"]})
+                            "start_s": o["start_s"], "end_s": o["end_s"], "transfer_start_s": o.get("transfer_start_s")})
         return out
 
     _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
@@ -112,14 +116,16 @@ class Report:
     @property
     def collectives(self):
         """Rank 0's collectives, one entry a command (a loop's instances
-        together): id, op, count, bytes, and the mean, least and most seconds."""
+        together): id, op, count, bytes, and the mean, least and most seconds
+        of their transfers (the wait for the other members left out, as the
+        tools' tables)."""
         rows = {}
         rank0 = self._doc["ranks"][0] if self._doc["ranks"] else {"ops": []}
         for o in rank0.get("ops", []):
             if o["op"] not in self._COLLECTIVES:
                 continue
             key = o["id"].split("#")[0]
-            rows.setdefault(key, {"id": key, "op": o["op"], "bytes": o.get("bytes", 0), "times": []})["times"].append(o["end_s"] - o["start_s"])
+            rows.setdefault(key, {"id": key, "op": o["op"], "bytes": o.get("bytes", 0), "times": []})["times"].append(o["end_s"] - o.get("transfer_start_s", o["start_s"]))
         out = []
         for r in rows.values():
             t = r.pop("times")
