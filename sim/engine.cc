@@ -199,8 +199,8 @@ std::vector<Diagnostic> Engine::simulate_all() {
 int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
   const int first = static_cast<int>(infos_.size());
   for (const auto& c : b) {
-    // A long block's commands are far apart (a Command is most of a
-    // kilobyte): their first lines are asked for some commands ahead.
+    // A long block's commands are far apart (a Command is four cache
+    // lines): their first lines are asked for some commands ahead.
     if (&c + kNumberAhead < b.data() + b.size()) __builtin_prefetch(&c + kNumberAhead);
     const int i = static_cast<int>(infos_.size());
     infos_.emplace_back();
