@@ -172,7 +172,7 @@ std::vector<Diagnostic> Engine::simulate_all() {
       if (!(now_ <= kMaxSimulatedSeconds))
         throw ThunkyError("", "the simulated time passed " + std::to_string(static_cast<int64_t>(kMaxSimulatedSeconds)) +
                                   " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
-      handle(e->payload);
+      handle(SimEvent::unpack(e->payload));
       advance();
     }
   } catch (const MachineError& e) {
@@ -492,12 +492,8 @@ void Engine::set_rate(int i, double r) {
   a.last = now_;
   if (r != a.rate) {
     a.rate = r;
-    queue_.push({now_ + a.remaining / a.rate}, encode(kCompute, i, ++a.version));
+    queue_.push({now_ + a.remaining / a.rate}, SimEvent{SimEvent::Kind::compute, i, ++a.version}.pack());
   }
-}
-
-uint64_t Engine::encode(uint64_t kind, int activity, uint32_t version) {
-  return (kind << 61) | (static_cast<uint64_t>(activity) << 32) | version;
 }
 
 bool Engine::flows_done(const Comm& act) const {
@@ -506,31 +502,29 @@ bool Engine::flows_done(const Comm& act) const {
   return true;
 }
 
-void Engine::handle(uint64_t payload) {
-  const uint64_t kind = payload >> 61;
-  const int a = static_cast<int>((payload >> 32) & 0x1fffffff);
-  const uint32_t version = static_cast<uint32_t>(payload & 0xffffffffu);
-  if (kind == kCompute) {
-    if (compute_[a].version == version && compute_[a].stream >= 0) finish_compute(a);
-    return;
-  }
-  if (kind == kWake) {
-    streams_[version].state = Stream::State::ready;
-    ready_.push_back(static_cast<int>(version));
-    return;
+void Engine::handle(SimEvent e) {
+  const int a = e.id;
+  switch (e.kind) {
+    case SimEvent::Kind::compute:
+      if (compute_[a].version == e.version && compute_[a].stream >= 0) finish_compute(a);
+      return;
+    case SimEvent::Kind::wake:
+      streams_[a].state = Stream::State::ready;
+      ready_.push_back(a);
+      return;
+    case SimEvent::Kind::flow_start:
+      if (comms_[a].finished) return;
+      if (flows_done(comms_[a])) finish_comm(a);
+      else activate(a);
+      return;
+    case SimEvent::Kind::latency:
+      if (!comms_[a].finished && flows_done(comms_[a])) finish_comm(a);
+      return;
+    case SimEvent::Kind::comm: break;
   }
   Comm& act = comms_[a];
   if (act.finished) return;
-  if (kind == kFlowStart) {
-    if (flows_done(act)) finish_comm(a);
-    else activate(a);
-    return;
-  }
-  if (kind == kLatency) {
-    if (flows_done(act)) finish_comm(a);
-    return;
-  }
-  if (act.version != version) return;  // a stale prediction
+  if (act.version != e.version) return;  // a stale prediction
   // Flows with nothing left are done.
   retired_.clear();
   for (int f : act.flows) {
@@ -670,7 +664,7 @@ void Engine::step(int si) {
       if (e.ready > now_) {
         // The hand-off's latency: the stream goes on when it has passed.
         s.state = Stream::State::waiting_event;
-        queue_.push({e.ready}, encode(kWake, 0, static_cast<uint32_t>(si)));
+        queue_.push({e.ready}, SimEvent{SimEvent::Kind::wake, si}.pack());
         return;
       }
       if (keep_ == Keep::records) edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});

@@ -248,10 +248,10 @@ void Engine::start_collective(Comm act) {
   comms_.push_back(std::move(act));
   Comm& ref = comms_[a];
   if (m_.additive_latency && latency > 0) {
-    queue_.push({ref.latency_end}, encode(kFlowStart, a));
+    queue_.push({ref.latency_end}, SimEvent{SimEvent::Kind::flow_start, a}.pack());
     return;
   }
-  if (latency > 0) queue_.push({ref.latency_end}, encode(kLatency, a));
+  if (latency > 0) queue_.push({ref.latency_end}, SimEvent{SimEvent::Kind::latency, a}.pack());
   if (latency <= 0 && ref.flows.empty()) {
     finish_comm(a);
     return;

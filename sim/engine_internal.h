@@ -238,6 +238,26 @@ struct LinkKey {
   }
 };
 
+// What an event of the queue is about, packed into the queue's 64-bit
+// payload: its kind, what it concerns (`id`), and the version of the
+// prediction it was made from (a newer prediction makes it stale).
+struct SimEvent {
+  enum class Kind : uint8_t {
+    compute,     // a kernel's predicted end: id a Compute
+    comm,        // a collective's next flow end: id a Comm
+    latency,     // a collective's additive latency has passed: id a Comm
+    flow_start,  // its flows start moving bytes: id a Comm
+    wake,        // a stream goes on after an event's latency: id a Stream
+  };
+  Kind kind = Kind::compute;
+  int32_t id = 0;  // below 2^29
+  uint32_t version = 0;
+  uint64_t pack() const { return static_cast<uint64_t>(kind) << 61 | static_cast<uint64_t>(id) << 32 | version; }
+  static SimEvent unpack(uint64_t p) {
+    return {static_cast<Kind>(p >> 61), static_cast<int32_t>((p >> 32) & 0x1fffffff), static_cast<uint32_t>(p & 0xffffffffu)};
+  }
+};
+
 class Engine {
   // The arena's first chunk: what a small schedule's engine needs in all.
   static constexpr size_t kArenaChunk = 16 * 1024;
@@ -446,14 +466,9 @@ class Engine {
   // Brings compute activity `i` up to now and gives it rate `r`.
   void set_rate(int i, double r);
 
-  // kWake carries a stream (in the version bits) that goes on after an
-  // event's latency.
-  static constexpr uint64_t kCompute = 0, kComm = 1, kLatency = 2, kFlowStart = 3, kWake = 4;
-  static uint64_t encode(uint64_t kind, int activity, uint32_t version = 0);
-
   bool flows_done(const Comm& act) const;
 
-  void handle(uint64_t payload);
+  void handle(SimEvent e);
 
   void release(int stream);
 

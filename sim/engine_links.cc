@@ -176,7 +176,7 @@ void Engine::reschedule_comm(int a) {
     // still ends past the simulated-time limit, which names the cause.
     end = std::min(end, std::min(fl.last + fl.remaining / fl.rate, 2 * kMaxSimulatedSeconds));
   }
-  if (end < INFINITY) queue_.push({end}, encode(kComm, a, act.version));
+  if (end < INFINITY) queue_.push({end}, SimEvent{SimEvent::Kind::comm, a, act.version}.pack());
 }
 
 }  // namespace thunky::sim::internal
