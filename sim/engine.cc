@@ -217,13 +217,11 @@ int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
     // Compute commands and collectives hold no blocks: testing the op
     // first spares a leaf the cache misses of visiting its description.
     const OpFamily family = op_family(c.op);
-    size_t blocks = 0;
+    int k = 0, filled = 0;
     if (family != OpFamily::compute && family != OpFamily::collective)
-      for_each_sub_block(c, [&](const Block& sub) { blocks += sub.empty() ? 0 : 1; });
-    if (blocks > 0) {
+      for_each_sub_block(c, [&](const Block& sub) { ++k, filled += sub.empty() ? 0 : 1; });
+    if (filled > 0) {
       const int at = static_cast<int>(block_starts_.size());
-      int k = 0;
-      for_each_sub_block(c, [&](const Block&) { ++k; });
       block_starts_.resize(block_starts_.size() + static_cast<size_t>(k));
       infos_[i].blocks = at;
       k = 0;

@@ -29,15 +29,7 @@ TEST(Compare, WaitingAndTransferAreComparedApart) {
   std::ostringstream os;
   print_comparison(p, m, c, os);
   EXPECT_NE(os.str().find("wait pred"), std::string::npos) << os.str();
-  std::istringstream lines(os.str());
-  bool found = false;
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream words(line);
-    const std::vector<std::string> row{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
-    const std::vector<std::string> want{"4.000", "1.000", "6.000", "9.000"};
-    found = found || std::search(row.begin(), row.end(), want.begin(), want.end()) != row.end();
-  }
-  EXPECT_TRUE(found) << os.str();
+  EXPECT_TRUE(testing::has_row(os.str(), {"4.000", "1.000", "6.000", "9.000"})) << os.str();
 }
 
 TEST(Compare, MatchesCommandsByRankAndIdAndMeasuresTheError) {

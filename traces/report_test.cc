@@ -131,15 +131,7 @@ TEST(Summary, TheTraceAndTableShowTheWait) {
   print_table(rep, table);
   // wait 4 us, transfer 6 us, all of the wait exposed.
   EXPECT_NE(table.str().find("wait_us"), std::string::npos);
-  bool found = false;
-  std::istringstream lines(table.str());
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream words(line);
-    const std::vector<std::string> row{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
-    const std::vector<std::string> want{"4.000", "6.000", "4.000"};
-    found = found || std::search(row.begin(), row.end(), want.begin(), want.end()) != row.end();
-  }
-  EXPECT_TRUE(found) << table.str();
+  EXPECT_TRUE(testing::has_row(table.str(), {"4.000", "6.000", "4.000"})) << table.str();
 }
 
 // A tally kept op by op (without the ops) gives the statistics in every

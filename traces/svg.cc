@@ -144,9 +144,11 @@ void draw_bar(std::ostringstream& o, const OpRecord& op, double x0, double x1, d
   const double w = std::max(0.5, x1 - x0);
   o << "<rect x=\"" << num(x0) << "\" y=\"" << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(h) << "\" fill=\"" << colour(op.op)
     << "\"" << extra << "><title>" << escape(tooltip) << "</title></rect>\n";
-  // The wait before the transfer, hatched, as a share of the bar.
+  // The wait before the transfer, hatched, as a share of the bar; the
+  // label goes on the transfer's part, where it reads.
+  double ww = 0;
   if (op.transfer_start() > op.start_s && op.end_s > op.start_s) {
-    const double ww = w * (op.transfer_start() - op.start_s) / (op.end_s - op.start_s);
+    ww = w * (op.transfer_start() - op.start_s) / (op.end_s - op.start_s);
     char wait[64];
     std::snprintf(wait, sizeof wait, "waiting %.3f us for the other members of ", (op.transfer_start() - op.start_s) * 1e6);
     std::string title = wait;
@@ -155,8 +157,8 @@ void draw_bar(std::ostringstream& o, const OpRecord& op, double x0, double x1, d
       << "\" fill=\"url(#wait)\"><title>" << escape(title) << "</title></rect>\n";
   }
   const std::string label = op.name.str().empty() ? op.op.str() : op.name.str();
-  if (w >= 6.0 * static_cast<double>(label.size()) + 6)
-    o << "<text x=\"" << num(x0 + 3) << "\" y=\"" << num(y + h - 3) << "\" fill=\"" << text_colour << "\" font-size=\"10\" pointer-events=\"none\">" << escape(label)
+  if (w - ww >= 6.0 * static_cast<double>(label.size()) + 6)
+    o << "<text x=\"" << num(x0 + ww + 3) << "\" y=\"" << num(y + h - 3) << "\" fill=\"" << text_colour << "\" font-size=\"10\" pointer-events=\"none\">" << escape(label)
       << "</text>\n";
 }
 

@@ -1,6 +1,9 @@
 // Hand-built reports for the traces tests.
 #pragma once
 
+#include <algorithm>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,18 @@ inline OpRecord op(const std::string& id, const std::string& kind, double start,
   o.start_s = start;
   o.end_s = end;
   return o;
+}
+
+// Whether a line of `text` (a printed table) holds `fields` one after
+// another, however its columns are spaced.
+inline bool has_row(const std::string& text, const std::vector<std::string>& fields) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    const std::vector<std::string> row{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    if (std::search(row.begin(), row.end(), fields.begin(), fields.end()) != row.end()) return true;
+  }
+  return false;
 }
 
 }  // namespace thunky::testing
