@@ -38,7 +38,7 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
     resolved = resolve(p, r, ctx).shape;
     return std::span<const int64_t>(resolved.begin(), resolved.end());
   };
-  auto elem = [&](const Ref& r) { return static_cast<int64_t>(dtype_size(p.buffers[r.buffer].dtype)); };
+  auto elem = [&](const Ref& r) { return static_cast<int64_t>(dtype_size(ref_dtype(p, r))); };
   auto B = [&](const Ref& r) { return count(S(r)) * elem(r); };
   switch (c.op) {
     case Op::memzero: w.bytes = B(c.as<Memzero>().dst); break;

@@ -14,7 +14,7 @@ std::vector<std::pair<int64_t, int64_t>> permute_pairs(const Command& c, int64_t
 }
 
 std::string collective_signature(const Program& p, const Command& c, const View& src, const View& dst, int64_t n) {
-  auto view = [&](const View& v) { return std::string(dtype_name(p.buffers[v.buffer].dtype)) + shape_str(v.shape); };
+  auto view = [&](const View& v) { return std::string(dtype_name(v.dtype)) + shape_str(v.shape); };
   std::string s(op_name(c.op));
   // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) of " " + std::string.
   s += ' ';

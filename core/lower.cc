@@ -62,7 +62,8 @@ class Lowerer {
     }
     try {
       auto no_names = [](std::string_view) { return std::optional<int64_t>(); };
-      p_.fixed_views.push_back(resolve_view(r.buffer, p_.buffers[static_cast<size_t>(r.buffer)].shape, *r.syntax, no_names));
+      const Buffer& b = p_.buffers[static_cast<size_t>(r.buffer)];
+      p_.fixed_views.push_back(resolve_view(r.buffer, b.shape, b.dtype, *r.syntax, no_names));
       r.fixed = fixed_[key] = static_cast<int>(p_.fixed_views.size()) - 1;
     } catch (const ThunkyError&) {
       r.fixed = -1;

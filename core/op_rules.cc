@@ -36,7 +36,7 @@ void check_map_names(const Program& p, const Map& m, const std::string& pointer,
 }  // namespace
 
 std::string view_str(const Program& p, const View& v) {
-  return std::string(dtype_name(p.buffers[v.buffer].dtype)) + shape_str(v.shape);
+  return std::string(dtype_name(v.dtype)) + shape_str(v.shape);
 }
 
 View writable_view(const Program& p, const Ref& r, const RankCtx& ctx) {
@@ -48,14 +48,13 @@ View writable_view(const Program& p, const Ref& r, const RankCtx& ctx) {
 
 View scalar_view(const Program& p, const Ref& r, const RankCtx& ctx, DType want, const char* what) {
   View v = resolve(p, r, ctx);
-  const Buffer& b = p.buffers[v.buffer];
-  if (v.count() != 1 || b.dtype != want)
+  if (v.count() != 1 || v.dtype != want)
     throw ThunkyError(std::string(r.pointer), std::string(what) + " must be a " + std::string(dtype_name(want)) + " scalar, got " + view_str(p, v));
   return v;
 }
 
 void check_memset(const Program& p, const Command& c, const View& d) {
-  const DType t = p.buffers[d.buffer].dtype;
+  const DType t = d.dtype;
   const Memset& x = c.as<Memset>();
   if (x.bits && dtype_size(t) != 4)
     throw ThunkyError(c.pointer + "/bits", "a 32-bit pattern sets 4-byte elements, but dst " + view_str(p, d) + " has " + std::to_string(dtype_size(t)) + "-byte ones");
@@ -64,7 +63,7 @@ void check_memset(const Program& p, const Command& c, const View& d) {
 }
 
 void check_copy(const Program& p, const Command& c, const View& s, const View& d) {
-  size_t sb = s.count() * dtype_size(p.buffers[s.buffer].dtype), db = d.count() * dtype_size(p.buffers[d.buffer].dtype);
+  const int64_t sb = s.bytes(), db = d.bytes();
   if (sb != db)
     throw ThunkyError(c.pointer + "/dst", "copy needs equal byte sizes: src " + view_str(p, s) + " is " + std::to_string(sb) + " bytes, dst " + view_str(p, d) + " is " + std::to_string(db) + " bytes");
 }
@@ -82,7 +81,7 @@ void check_transpose(const Program& p, const Command& c, const View& s, const Vi
     seen[static_cast<size_t>(perm[i])] = true;
     shape[i] = s.shape[static_cast<size_t>(perm[i])];
   }
-  if (p.buffers[s.buffer].dtype != p.buffers[d.buffer].dtype)
+  if (s.dtype != d.dtype)
     throw ThunkyError(c.pointer + "/dst", "transpose keeps the dtype: src is " + view_str(p, s) + ", dst " + view_str(p, d));
   if (shape != d.shape)
     throw ThunkyError(c.pointer + "/dst", "transpose of " + view_str(p, s) + " by perm gives shape " + shape_str(shape) + ", dst is " + view_str(p, d));
@@ -96,7 +95,7 @@ void check_gemm(const Program& p, const Command& c, const View& a, const View& b
   auto fail = [&](const std::string& why) {
     throw ThunkyError(c.pointer, "gemm " + why + ": a is " + view_str(p, a) + (g.transpose_a ? " (transposed)" : "") + ", b is " + view_str(p, b) + (g.transpose_b ? " (transposed)" : "") + ", c is " + view_str(p, cv));
   };
-  const DType ta = p.buffers[a.buffer].dtype, tb = p.buffers[b.buffer].dtype, tc = p.buffers[cv.buffer].dtype;
+  const DType ta = a.dtype, tb = b.dtype, tc = cv.dtype;
   if (ta != tb) fail("needs a and b of one dtype");
   if (ta == DType::s8) {  // as cuBLASLt's 32-bit integer compute: s8 x s8 into s32
     if (tc != DType::s32) fail("of s8 operands writes an s32 c (32-bit integer accumulation)");
@@ -134,12 +133,12 @@ void check_reduce(const Program& p, const Command& c, const View& in, const View
       throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis " + std::to_string(x.axes[i]) + " is out of range for input " + view_str(p, in));
     if (!axes.insert(ax).second) throw ThunkyError(c.pointer + "/axes/" + std::to_string(i), "axis listed twice");
   }
-  if (!reduction_takes_integers(x.fn) && (!is_float(p.buffers[in.buffer].dtype) || !is_float(p.buffers[out.buffer].dtype)))
+  if (!reduction_takes_integers(x.fn) && (!is_float(in.dtype) || !is_float(out.dtype)))
     throw ThunkyError(c.pointer + "/fn", "reduce with mean needs float in and out: in is " + view_str(p, in) + ", out " + view_str(p, out) + " (use sum, and divide)");
   if (x.arg) {
     const char* fn = x.fn == Reduction::max ? "argmax" : "argmin";
     if (axes.size() != 1) throw ThunkyError(c.pointer + "/axes", std::string(fn) + " reduces exactly one axis, not " + std::to_string(axes.size()));
-    const DType t = p.buffers[out.buffer].dtype;
+    const DType t = out.dtype;
     if (t != DType::s32 && t != DType::s64)
       throw ThunkyError(c.pointer + "/out", std::string(fn) + " writes indices: out must be s32 or s64, not " + view_str(p, out));
     if (in.shape[static_cast<size_t>(*axes.begin())] == 0)
@@ -169,15 +168,13 @@ void check_map(const Program& p, const Map& m, const std::string& pointer, const
 
 void check_collective(const Program& p, const Command& c, const View& src, const View& dst, const Participants& part) {
   const int64_t n = part.size;
-  const Buffer& sb = p.buffers[src.buffer];
-  const Buffer& db = p.buffers[dst.buffer];
-  if (sb.dtype != db.dtype)
+  if (src.dtype != dst.dtype)
     throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " needs src and dst of one dtype: src is " + view_str(p, src) + ", dst is " + view_str(p, dst));
   const int64_t sc = src.count(), dc = dst.count();
   auto mismatch = [&](const std::string& rule) {
     throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(p, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(p, dst) + " (" + std::to_string(dc) + " elements)");
   };
-  if ((c.op == Op::all_reduce || c.op == Op::reduce_scatter) && !reduction_takes_integers(reduction_of(c)) && !is_float(sb.dtype))
+  if ((c.op == Op::all_reduce || c.op == Op::reduce_scatter) && !reduction_takes_integers(reduction_of(c)) && !is_float(src.dtype))
     throw ThunkyError(c.pointer + "/reduction", std::string(op_name(c.op)) + " with mean needs a float dtype: src is " + view_str(p, src) + " (use sum, and divide)");
   if (c.op == Op::all_gather && dc != n * sc) mismatch("dst to hold n x src elements");
   if (c.op == Op::reduce_scatter && sc != n * dc) mismatch("src to hold n x dst elements");
@@ -195,7 +192,7 @@ void check_collective(const Program& p, const Command& c, const View& src, const
     if (c.op == Op::all_gather && s0 == d0 + part.position * sc && s1 == s0 + sc) ok = true;
     if (c.op == Op::reduce_scatter && d0 == s0 + part.position * dc && d1 == d0 + dc) ok = true;
     if (!ok)
-      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + ": src and dst overlap in buffer '" + sb.name + "' (elements [" + std::to_string(s0) + ", " + std::to_string(s1) + ") and [" + std::to_string(d0) + ", " + std::to_string(d1) + ")); they must be disjoint or in place as the op allows");
+      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + ": src and dst overlap in buffer '" + p.buffers[src.buffer].name + "' (elements [" + std::to_string(s0) + ", " + std::to_string(s1) + ") and [" + std::to_string(d0) + ", " + std::to_string(d1) + ")); they must be disjoint or in place as the op allows");
   }
   if (const CollectivePermute* permute = c.get_if<CollectivePermute>(); permute && permute->pairs) {
     std::set<int64_t> sources, targets;
@@ -233,13 +230,13 @@ void check_custom_call(const Program& p, const Command& c, const RankCtx& ctx) {
   if (x.operands.size() != 1) throw ThunkyError(c.pointer + "/operands", "cholesky takes one operand [a]");
   if (x.results.size() != 2) throw ThunkyError(c.pointer + "/results", "cholesky has two results [a, info]");
   View a = resolve(p, x.operands[0], ctx), r = resolve(p, x.results[0], ctx), info = resolve(p, x.results[1], ctx);
-  DType t = p.buffers[a.buffer].dtype;
+  DType t = a.dtype;
   if (a.shape.size() < 2 || a.shape[a.shape.size() - 1] != a.shape[a.shape.size() - 2] || (t != DType::f32 && t != DType::f64))
     throw ThunkyError(std::string(x.operands[0].pointer), "cholesky needs a square f32 or f64 matrix (or a batch of them), got " + view_str(p, a));
-  if (r.shape != a.shape || p.buffers[r.buffer].dtype != t)
+  if (r.shape != a.shape || r.dtype != t)
     throw ThunkyError(std::string(x.results[0].pointer), "result 0 must have the operand's shape and dtype " + view_str(p, a) + ", got " + view_str(p, r));
   int64_t batch = a.count() / (a.shape.back() * a.shape.back());
-  if (p.buffers[info.buffer].dtype != DType::s32 || info.count() != batch)
+  if (info.dtype != DType::s32 || info.count() != batch)
     throw ThunkyError(std::string(x.results[1].pointer), "info must be s32 with one element per matrix (" + std::to_string(batch) + "), got " + view_str(p, info));
 }
 

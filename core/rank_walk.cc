@@ -78,11 +78,10 @@ class RankWalker {
   void add_access(const Command& c, int slot, uint32_t seq, int branch, const Use& u) {
     const View& v = u.view;
     if (!races_ || (race_buffers_ && !(*race_buffers_)[static_cast<size_t>(v.buffer)])) return;
-    size_t es = dtype_size(p_->buffers[v.buffer].dtype);
     Access a;
     a.buffer = v.buffer;
-    a.lo = static_cast<uint64_t>(v.offset) * es;
-    a.hi = a.lo + static_cast<uint64_t>(v.count()) * es;
+    a.lo = static_cast<uint64_t>(v.byte_offset());
+    a.hi = a.lo + static_cast<uint64_t>(v.bytes());
     a.write = u.write;
     a.slot = slot;
     a.seq = seq;

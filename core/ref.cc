@@ -92,6 +92,26 @@ IndexItem parse_reshape(std::string_view text, size_t& p) {
   return it;
 }
 
+// `.bitcast(dtype)` at p: one dtype name.
+IndexItem parse_bitcast(std::string_view text, size_t& p) {
+  p += 8;
+  skip_ws(text, p);
+  if (p >= text.size() || text[p] != '(') fail(text, "expected '(' after .bitcast");
+  ++p;
+  skip_ws(text, p);
+  const size_t start = p;
+  while (p < text.size() && is_ident(text[p]) && text[p] != '.') ++p;
+  const std::optional<DType> to = parse_dtype(text.substr(start, p - start));
+  if (!to) fail(text, "expected a dtype (f32, bf16, u32, ...) in .bitcast(...)");
+  skip_ws(text, p);
+  if (p >= text.size() || text[p] != ')') fail(text, "expected ')' after the dtype of .bitcast(...)");
+  ++p;
+  IndexItem it;
+  it.kind = IndexItem::Kind::bitcast;
+  it.to = *to;
+  return it;
+}
+
 RefSyntax parse_ref(std::string_view text) {
   RefSyntax r;
   size_t p = 0;
@@ -99,7 +119,8 @@ RefSyntax parse_ref(std::string_view text) {
   size_t start = p;
   while (p < text.size() && is_ident(text[p])) ++p;
   // Names may hold dots: `w.q.reshape(2, 2)` is buffer `w.q` reshaped.
-  if (text.substr(start, p - start).ends_with(".reshape") && p < text.size() && text[p] == '(') p -= 8;
+  const std::string_view name = text.substr(start, p - start);
+  if ((name.ends_with(".reshape") || name.ends_with(".bitcast")) && p < text.size() && text[p] == '(') p -= 8;
   if (p == start) fail(text, "expected a buffer name");
   r.buffer = std::string(text.substr(start, p - start));
   for (;;) {
@@ -109,7 +130,11 @@ RefSyntax parse_ref(std::string_view text) {
       r.groups.push_back({parse_reshape(text, p)});
       continue;
     }
-    if (text[p] != '[') fail(text, "expected '[', '.reshape(' or the end");
+    if (text.substr(p, 8) == ".bitcast") {
+      r.groups.push_back({parse_bitcast(text, p)});
+      continue;
+    }
+    if (text[p] != '[') fail(text, "expected '[', '.reshape(', '.bitcast(' or the end");
     ++p;
     IndexGroup g;
     skip_ws(text, p);
@@ -221,6 +246,12 @@ std::string RefSyntax::text() const {
       s += ')';
       continue;
     }
+    if (!g.empty() && g[0].kind == IndexItem::Kind::bitcast) {
+      s += ".bitcast(";
+      s += dtype_name(g[0].to);
+      s += ')';
+      continue;
+    }
     s += "[";
     for (size_t i = 0; i < g.size(); ++i) {
       if (i) s += ", ";
@@ -281,12 +312,53 @@ void reshape_view(View& v, const std::vector<int64_t>& dims) {
   v.shape = shape;
 }
 
+// The view's bytes read as elements of `to`, as NumPy's `view(dtype)`: the
+// last axis scales by the ratio of the sizes; a wider type needs a last
+// axis, and a first element, that divide into whole new elements.
+void bitcast_view(View& v, DType to) {
+  const int64_t from_size = static_cast<int64_t>(dtype_size(v.dtype)), to_size = static_cast<int64_t>(dtype_size(to));
+  auto refuse = [&](const std::string& why) {
+    std::string m = ".bitcast(";
+    m += dtype_name(to);
+    m += ") of a ";
+    m += dtype_name(v.dtype);
+    m += " view of shape ";
+    m += shape_str(v.shape);
+    m += ": ";
+    m += why;
+    throw ThunkyError("", m);
+  };
+  if (from_size != to_size) {
+    if (v.shape.empty()) refuse("a scalar view changes its element size only with a last axis to scale (reshape it first)");
+    if (to_size < from_size) {
+      const int64_t ratio = from_size / to_size;
+      v.shape[v.shape.size() - 1] *= ratio;
+      v.offset *= ratio;
+    } else {
+      const int64_t ratio = to_size / from_size;
+      if (v.shape.back() % ratio != 0)
+        refuse("its last axis of " + std::to_string(v.shape.back()) + " does not divide into elements of " + std::to_string(to_size) + " bytes");
+      if (v.offset % ratio != 0) refuse("it starts " + std::to_string(v.byte_offset()) + " bytes into its buffer, not on a whole " + std::to_string(to_size) + "-byte element");
+      v.shape[v.shape.size() - 1] /= ratio;
+      v.offset /= ratio;
+    }
+  }
+  v.dtype = to;
+}
+
 }  // namespace
 
-View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax& ref, const NameLookup& lookup) {
+DType ref_dtype(const RefSyntax& ref, DType buffer) {
+  for (auto g = ref.groups.rbegin(); g != ref.groups.rend(); ++g)
+    if (!g->empty() && (*g)[0].kind == IndexItem::Kind::bitcast) return (*g)[0].to;
+  return buffer;
+}
+
+View resolve_view(int buffer, const std::vector<int64_t>& shape, DType dtype, const RefSyntax& ref, const NameLookup& lookup) {
   View v;
   v.buffer = buffer;
   v.shape = shape;
+  v.dtype = dtype;
   const std::vector<IndexGroup>& groups = ref.groups;
   // The compiled code where there is one; the tree says what went wrong.
   auto eval_at = [&](int32_t code, const ExprPtr& e) {
@@ -298,6 +370,10 @@ View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax
   for (const auto& g : groups) {
     if (!g.empty() && g[0].kind == IndexItem::Kind::reshape) {
       reshape_view(v, g[0].dims);
+      continue;
+    }
+    if (!g.empty() && g[0].kind == IndexItem::Kind::bitcast) {
+      bitcast_view(v, g[0].to);
       continue;
     }
     if (g.size() > v.shape.size())

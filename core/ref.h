@@ -1,7 +1,8 @@
 // Refs: a buffer name followed by NumPy-style indexing of leading dimensions,
 // `a`, `a[3]`, `a[2:6]`, `a[1, 0:4]`, `a[1][0:4]`, `a[ds(start, size)]`, and
-// reshapes of the (contiguous) view, `a[2:6].reshape(2, 2)`, as upstream's
-// `ref.reshape(...)`.
+// reshapes of the (contiguous) view, `a[2:6].reshape(2, 2)`, and bitcasts
+// of it to another element type, `a.bitcast(u32)`, as upstream's
+// `ref.reshape(...)` and `ref.bitcast(dtype)`.
 #pragma once
 
 #include <climits>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/expr.h"
 
 namespace thunky {
@@ -74,9 +76,10 @@ bool run_index_code(const IndexStep* at, const Name& name, int64_t& out) {
 }
 
 struct IndexItem {
-  // reshape: the view takes the shape `dims` (`.reshape(2, -1)`), alone in
-  // its group; the others index one dimension each.
-  enum class Kind { index, slice, ds, reshape };
+  // reshape: the view takes the shape `dims` (`.reshape(2, -1)`); bitcast:
+  // its bytes are read as elements of `to` (`.bitcast(u32)`). Each is alone
+  // in its group; the others index one dimension each.
+  enum class Kind { index, slice, ds, reshape, bitcast };
   Kind kind = Kind::index;
   ExprPtr a;     // index, slice start, ds start
   ExprPtr b;     // slice stop, ds size
@@ -87,9 +90,10 @@ struct IndexItem {
   int32_t code_a = -1, code_b = -1, code_step = -1;
   bool a_negated = false, b_negated = false;
   std::vector<int64_t> dims;  // reshape: the new shape; one -1 is inferred
+  DType to = DType::f32;       // bitcast: the new element type
 };
 
-// One `[...]` group, or a `.reshape(...)`; a ref is a chain of them
+// One `[...]` group, a `.reshape(...)` or a `.bitcast(...)`; a ref is a chain of them
 // applied one after another.
 using IndexGroup = std::vector<IndexItem>;
 
@@ -186,8 +190,11 @@ class Shape {
 // A contiguous element range of one buffer with its view shape.
 struct View {
   int buffer = -1;
-  int64_t offset = 0;  // in elements
+  int64_t offset = 0;  // in elements of `dtype`
   Shape shape;
+  DType dtype = DType::f32;  // the buffer's, or the last .bitcast's
+  int64_t byte_offset() const { return offset * static_cast<int64_t>(dtype_size(dtype)); }
+  int64_t bytes() const { return count() * static_cast<int64_t>(dtype_size(dtype)); }
   int64_t count() const {
     int64_t n = 1;
     for (auto d : shape) n *= d;
@@ -195,9 +202,12 @@ struct View {
   }
 };
 
-// Resolves `ref`'s indexing on a buffer of `shape`; `lookup` gives axis
-// indices. Throws ThunkyError for out-of-bounds or non-contiguous views.
-View resolve_view(int buffer, const std::vector<int64_t>& shape, const RefSyntax& ref, const NameLookup& lookup);
+// Resolves `ref`'s indexing on a buffer of `shape` and `dtype`; `lookup`
+// gives axis indices. Throws ThunkyError for out-of-bounds or
+// non-contiguous views and for bitcasts that do not divide.
+View resolve_view(int buffer, const std::vector<int64_t>& shape, DType dtype, const RefSyntax& ref, const NameLookup& lookup);
+// The element type `ref` reads as: its last .bitcast's, else `buffer`'s.
+DType ref_dtype(const RefSyntax& ref, DType buffer);
 
 std::string shape_str(const std::vector<int64_t>& shape);
 

@@ -13,9 +13,9 @@
 namespace thunky {
 namespace {
 
-View view(const std::string& ref, std::vector<int64_t> shape, int64_t x = 0) {
+View view(const std::string& ref, std::vector<int64_t> shape, int64_t x = 0, DType dtype = DType::f32) {
   RefSyntax r = parse_ref(ref);
-  return resolve_view(0, shape, r, [&](std::string_view n) -> std::optional<int64_t> {
+  return resolve_view(0, shape, dtype, r, [&](std::string_view n) -> std::optional<int64_t> {
     if (n == "x") return x;
     return std::nullopt;
   });
@@ -161,6 +161,45 @@ TEST(Ref, ReshapeGivesTheContiguousViewAnotherShape) {
   EXPECT_EQ(parse_ref("a[2:6].reshape( 2,-1 )[1]").text(), "a[2:6].reshape(2, -1)[1]");
   EXPECT_EQ(parse_ref("a.reshape()").text(), "a.reshape()");
   EXPECT_EQ(parse_ref("w.q.reshape(4, 8)").buffer, "w.q");  // names may hold dots
+}
+
+TEST(Ref, BitcastReadsTheViewsBytesAsAnotherType) {
+  // The same size keeps the shape: a[1] of an f32 [4, 6] buffer as u32 is
+  // [6] at offset 6.
+  View v = view("a[1].bitcast(u32)", {4, 6});
+  EXPECT_EQ(v.dtype, DType::u32);
+  EXPECT_EQ(std::vector<int64_t>(v.shape), (std::vector<int64_t>{6}));
+  EXPECT_EQ(v.offset, 6);
+  // A narrower type scales the last axis, as NumPy's view(dtype): f32 [4, 6]
+  // as bf16 is [4, 12]; a[1] then starts at element 6 * 2 = 12, byte 24.
+  v = view("a[1].bitcast(bf16)", {4, 6});
+  EXPECT_EQ(v.dtype, DType::bf16);
+  EXPECT_EQ(std::vector<int64_t>(v.shape), (std::vector<int64_t>{12}));
+  EXPECT_EQ(v.offset, 12);
+  EXPECT_EQ(v.byte_offset(), 24);
+  EXPECT_EQ(v.bytes(), 24);  // 6 f32 = 12 bf16 = 24 bytes
+  // A wider one divides it: u8 [2, 8] as f64 is [2, 1]; a[1] as s32 is [2]
+  // at s32 element 8 / 4 = 2; indexing goes on in the new type.
+  v = view("a.bitcast(f64)", {2, 8}, 0, DType::u8);
+  EXPECT_EQ(std::vector<int64_t>(v.shape), (std::vector<int64_t>{2, 1}));
+  v = view("a[1].bitcast(s32)[1]", {2, 8}, 0, DType::u8);
+  EXPECT_EQ(v.dtype, DType::s32);
+  EXPECT_EQ(v.shape.size(), 0u);
+  EXPECT_EQ(v.offset, 3);  // element 2 of the row, then the second
+  // Refused: a last axis of 6 bytes as 4-byte elements; a row that starts
+  // at byte 10, not on a whole s32; a scalar that would change its size.
+  EXPECT_THROW(view("a.bitcast(f32)", {2, 6}, 0, DType::u8), ThunkyError);
+  EXPECT_THROW(view("a.reshape(3, 8)[1, 2:6].bitcast(s32)", {24}, 0, DType::u8), ThunkyError);  // starts at byte 10
+  EXPECT_THROW(view("a[0, 0].bitcast(bf16)", {4, 6}), ThunkyError);
+  EXPECT_EQ(view("a[0, 0].bitcast(s32)", {4, 6}).dtype, DType::s32);  // same size: fine
+  EXPECT_THROW(parse_ref("a.bitcast(f33)"), ThunkyError);
+  EXPECT_THROW(parse_ref("a.bitcast(f32"), ThunkyError);
+  EXPECT_THROW(parse_ref("a.bitcast()"), ThunkyError);
+  // The type a ref reads as is known before any rank resolves it.
+  EXPECT_EQ(ref_dtype(parse_ref("a.bitcast(u8)[2].bitcast(s32)"), DType::f32), DType::s32);
+  EXPECT_EQ(ref_dtype(parse_ref("a[2]"), DType::bf16), DType::bf16);
+  EXPECT_EQ(parse_ref("w.q.bitcast( u32 )[0]").text(), "w.q.bitcast(u32)[0]");
+  EXPECT_EQ(parse_ref("w.q.bitcast(u32)").buffer, "w.q");
 }
 
 TEST(Ref, TextIsCanonical) {

@@ -23,12 +23,14 @@ View resolve(const Program& p, const Ref& r, const RankCtx& ctx) {
     return ctx.coords[*ax];
   };
   try {
-    return resolve_view(r.buffer, b.shape, *r.syntax, lookup);
+    return resolve_view(r.buffer, b.shape, b.dtype, *r.syntax, lookup);
   } catch (const ThunkyError& e) {
     std::string where = p.mesh.size() > 1 ? " (on " + rank_label(p.mesh, ctx.rank) + ")" : "";
     throw ThunkyError(std::string(r.pointer), "ref '" + r.syntax->text() + "' of buffer '" + b.name + "' " + shape_str(b.shape) + ": " + e.what() + where);
   }
 }
+
+DType ref_dtype(const Program& p, const Ref& r) { return ref_dtype(*r.syntax, p.buffers[r.buffer].dtype); }
 
 namespace {
 

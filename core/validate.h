@@ -24,6 +24,9 @@ RankCtx rank_ctx(const Mesh& m, int64_t rank);
 
 // Resolves a bound ref on one rank. Throws ThunkyError at the ref's pointer.
 View resolve(const Program& p, const Ref& r, const RankCtx& ctx);
+// The element type `r` reads as on every rank: its buffer's, or its last
+// .bitcast's.
+DType ref_dtype(const Program& p, const Ref& r);
 
 struct ValidateOptions {
   bool races = true;

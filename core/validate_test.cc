@@ -417,6 +417,20 @@ TEST(CollectiveOrder, RankDependentSizesAreADeadlock) {
   EXPECT_NE(p.errors()[0].message.find("deadlock: ranks 0 and 1"), std::string::npos);
 }
 
+TEST(Races, BitcastViewsRaceByTheirBytes) {
+  // b is f32 [8] (32 bytes). b.bitcast(u8)[4:8] is bytes [4, 8): element 1.
+  // A write of it on communication:0 races with a read of b[1:2] (bytes
+  // [4, 8)) before the join, not with one of b[2:4] (bytes [8, 16)).
+  auto racy = [](const std::string& read) {
+    auto p = load_schedule_text(sched("[" + start("t", R"([{"op": "memset", "dst": "b.bitcast(u8)[4:8]", "value": 1}])") +
+                                      R"(, {"op": "copy", "src": ")" + read + R"(", "dst": "a[:2]"}, )" + done("t") + "]"),
+                                "t.json");
+    return p.ok() ? std::string() : p.errors()[0].message;
+  };
+  EXPECT_NE(racy("b[0:2]").find("race on buffer 'b' bytes [4, 8)"), std::string::npos) << racy("b[0:2]");
+  EXPECT_EQ(racy("b[2:4]"), "");
+}
+
 TEST(Races, UnjoinedStreamsRaceAndTheReportNamesBoth) {
   // b is written on communication:0 and read on computation:0 before the join.
   auto p = load_schedule_text(sched("[" + start("t", R"([{"op": "memset", "dst": "b", "value": 1}])") +

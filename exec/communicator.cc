@@ -343,7 +343,7 @@ CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx
   call.reduction = reduction_of(c);
   const Collective& k = collective_of(c);
   const View sv = resolve(p, k.src, ctx), dv = resolve(p, k.dst, ctx);
-  call.dtype = p.buffers[sv.buffer].dtype;
+  call.dtype = sv.dtype;
   call.src = address(sv);
   call.dst = address(dv);
   call.src_count = sv.count();

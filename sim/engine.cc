@@ -8,7 +8,7 @@ namespace {
 // The dtype whose peak rate bounds a command's flops: a GEMM's operands', f32 otherwise.
 DType flop_dtype(const Program& p, const Command& c) {
   const Gemm* g = c.get_if<Gemm>();
-  return g ? p.buffers[g->a.buffer].dtype : DType::f32;
+  return g ? ref_dtype(p, g->a) : DType::f32;
 }
 
 // compute_seconds with the machine's peak for a dtype given by `peak`.

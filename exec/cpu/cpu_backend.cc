@@ -373,8 +373,7 @@ class Run {
 
   cpu::Tensor tensor(RankState& s, const Ref& r) {
     View v = resolve(p_, r, s.ctx);
-    const Buffer& b = p_.buffers[v.buffer];
-    return cpu::Tensor{(*s.memory)[v.buffer].data() + v.offset * dtype_size(b.dtype), b.dtype, v.shape};
+    return cpu::Tensor{(*s.memory)[v.buffer].data() + v.byte_offset(), v.dtype, v.shape};
   }
 
   double read_scalar(RankState& s, const Ref& r) {
@@ -424,7 +423,7 @@ class Run {
           members.push_back(&c);
         for (const Command* m : members)
           calls.push_back(collective_call(p_, *m, s.ctx, [&](const View& v) {
-            return (*s.memory)[v.buffer].data() + v.offset * dtype_size(p_.buffers[v.buffer].dtype);
+            return (*s.memory)[v.buffer].data() + v.byte_offset();
           }));
         const std::vector<int> launch = launch_members(p_.mesh, s.rank, members);
         // From the arrival here until every member has arrived is waiting;

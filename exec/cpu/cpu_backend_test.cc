@@ -298,6 +298,42 @@ TEST(CpuBackend, ReshapedViewsReadAndWriteTheSameElements) {
   EXPECT_NE(bad.errors()[0].message.find("6 elements"), std::string::npos) << bad.errors()[0].str();
 }
 
+TEST(CpuBackend, BitcastViewsReadAndWriteTheSameBytesAsAnotherType) {
+  // x f32 [2, 2] = 1 -2 / 0.5 0. Its bits as s32 (IEEE 754): 1.0 is
+  // 0x3F800000 = 1065353216, -2.0 is 0xC0000000 = -1073741824, 0.5 is
+  // 0x3F000000 = 1056964608, 0.0 is 0. Row 0 as bf16 is [4]: each f32 is
+  // two bf16 halves, low first (little-endian); 1.0's are 0x0000 (0) and
+  // 0x3F80 (1.0), -2.0's are 0 and 0xC000 (-2.0): 0 1 0 -2. A memset of
+  // y.bitcast(s32) to 1065353216 leaves y = 1.0 1.0.
+  Program p = load_ok(R"J({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [2, 2], "dtype": "f32", "role": "input", "init": {"kind": "values", "values": [[1, -2], [0.5, 0]]}},
+      "bits": {"shape": [2, 2], "dtype": "s32", "role": "output"},
+      "halves": {"shape": [4], "dtype": "f32", "role": "output"},
+      "y": {"shape": [2], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "copy", "src": "x.bitcast(s32)", "dst": "bits"},
+                {"op": "map", "out": "halves", "expr": "v", "in": {"v": "x[0].bitcast(bf16)"}},
+                {"op": "memset", "dst": "y.bitcast(s32)", "value": 1065353216}]})J");
+  auto r = make_cpu_backend()->run(p, {});
+  ASSERT_TRUE(r.ok()) << r.errors()[0].str();
+  EXPECT_EQ(testing::values(p, *r, "bits"), (std::vector<double>{1065353216, -1073741824, 1056964608, 0}));
+  EXPECT_EQ(testing::values(p, *r, "halves"), (std::vector<double>{0, 1, 0, -2}));
+  EXPECT_EQ(testing::values(p, *r, "y"), (std::vector<double>{1, 1}));
+  // The element type is the view's: a gemm of a bf16 view and an f32
+  // buffer is refused as two dtypes, and a bitcast that does not divide
+  // the last axis is refused at its ref (f32 [3] is 12 bytes, not whole f64s).
+  auto refused = [](const std::string& program, const std::string& pointer, const std::string& says) {
+    auto bad = load_schedule_text(R"J({"format": "thunky.sched/1", "buffers": {
+        "a": {"shape": [2, 2], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+        "v": {"shape": [3], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+        "c": {"shape": [2, 4], "dtype": "f32", "role": "output"}}, "program": [)J" + program + "]}", "bad.json");
+    ASSERT_FALSE(bad.ok()) << program;
+    EXPECT_EQ(bad.errors()[0].pointer, pointer) << bad.errors()[0].str();
+    EXPECT_NE(bad.errors()[0].message.find(says), std::string::npos) << bad.errors()[0].str();
+  };
+  refused(R"J({"op": "gemm", "a": "a.bitcast(bf16)", "b": "c", "c": "c"})J", "/program/0", "one dtype");
+  refused(R"J({"op": "map", "out": "c[0, 0:1]", "expr": "v", "in": {"v": "v.bitcast(f64)"}})J", "/program/0/in/v", "does not divide");
+}
+
 TEST(CpuBackend, ArgmaxAndArgminGiveTheFirstExtremeAndTheFirstNan) {
   // x [2, 4]: row 0 is 3 7 7 1 (argmax 1, the first of the two 7s;
   // argmin 3), row 1 is 2 nan 0 nan (the first NaN, 1, for both, as in

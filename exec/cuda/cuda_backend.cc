@@ -200,7 +200,7 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
           errors.push_back({ErrorKind::input, p.file, c.pointer, "a collective of " + std::to_string(part.ranks.size()) + " ranks on one GPU: the shared-device placement joins at most " + std::to_string(kMaxCombine)});
         if (!shared_) member_sets_.insert(part.ranks);
         if (!shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter)) {
-          DType t = p.buffers[collective_of(c).src.buffer].dtype;
+          DType t = ref_dtype(p, collective_of(c).src);
           const Reduction red = reduction_of(c);
           if (t == DType::s16 || (t == DType::boolean && (red == Reduction::sum || red == Reduction::prod)))
             errors.push_back({ErrorKind::input, p.file, c.pointer, "NCCL cannot reduce " + std::string(dtype_name(t)) + " with " + std::string(reduction_name(red)) + " exactly as thunky defines it; pass --devices 0 to run on one GPU"});
@@ -232,28 +232,28 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
       const int64_t out = resolve(*p_, m->out, s.ctx).count();
       for (const auto& [name, r] : m->in) {
         const View v = resolve(*p_, r, s.ctx);
-        if (v.count() != out && v.count() != 1) kernels_->get(transpose_kernel(dtype_size(dtype_of(v))));
+        if (v.count() != out && v.count() != 1) kernels_->get(transpose_kernel(dtype_size(v.dtype)));
       }
     }
     if (const Reduce* x = c.get_if<Reduce>()) {
       const View in = resolve(*p_, x->in, s.ctx), out = resolve(*p_, x->out, s.ctx);
-      s.kernels[&c] = kernels_->get(reduce_kernel(dtype_of(in), dtype_of(out), x->fn, x->arg));
+      s.kernels[&c] = kernels_->get(reduce_kernel(in.dtype, out.dtype, x->fn, x->arg));
     }
-    if (const Transpose* x = c.get_if<Transpose>()) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(dtype_of(resolve(*p_, x->src, s.ctx)))));
+    if (const Transpose* x = c.get_if<Transpose>()) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(resolve(*p_, x->src, s.ctx).dtype)));
     if (const PtxKernel* x = c.get_if<PtxKernel>()) {
       cudaKernel_t k = s.kernels[&c] = kernels_->get_ptx(ptx_.at(&c), x->launch->kernel_name);
       allow_shared_memory(k, x->launch->shmem_bytes, s.device, c);
     }
     if (is_collective(c.op) && shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter))
-      kernels_->get(combine_kernel(dtype_of(resolve(*p_, collective_of(c).src, s.ctx)), reduction_of(c)));
+      kernels_->get(combine_kernel(resolve(*p_, collective_of(c).src, s.ctx).dtype, reduction_of(c)));
     if (const thunky::Gemm* g = c.get_if<thunky::Gemm>()) {
       const View a = resolve(*p_, g->a, s.ctx), bv = resolve(*p_, g->b, s.ctx), cv = resolve(*p_, g->c, s.ctx);
-      const DType acc = gemm_accumulator(dtype_of(a));
+      const DType acc = gemm_accumulator(a.dtype);
       const int64_t k = a.shape[a.shape.size() - (g->transpose_a ? 2 : 1)];
-      if (k == 0 && g->beta != 0) kernels_->get(beta_source(dtype_of(cv), acc, g->beta));
+      if (k == 0 && g->beta != 0) kernels_->get(beta_source(cv.dtype, acc, g->beta));
       if (!gemm_direct(a, bv, cv)) {
         // Through f32 (f64): widening and narrowing maps.
-        for (DType t : {dtype_of(a), dtype_of(bv), dtype_of(cv)}) {
+        for (DType t : {a.dtype, bv.dtype, cv.dtype}) {
           kernels_->get(convert_source(t, acc));
           kernels_->get(convert_source(acc, t));
         }
@@ -268,9 +268,9 @@ KernelSource CudaBackend::map_source(RankState& s, const Map& m) {
   std::vector<MapOperand> ops;
   for (const auto& [name, r] : m.in) {
     const View v = resolve(*p_, r, s.ctx);
-    ops.push_back({name, dtype_of(v), v.count() == 1 && out.count() != 1});
+    ops.push_back({name, v.dtype, v.count() == 1 && out.count() != 1});
   }
-  return map_kernel(*m.expr, ops, p_->mesh.axis_names, dtype_of(out));
+  return map_kernel(*m.expr, ops, p_->mesh.axis_names, out.dtype);
 }
 
 KernelSource CudaBackend::convert_source(DType from, DType to) {

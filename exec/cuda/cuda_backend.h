@@ -178,9 +178,8 @@ class CudaBackend final : public Backend {
     return {};
   }
 
-  DType dtype_of(const View& v) const { return p_->buffers[v.buffer].dtype; }
-  uint8_t* ptr(RankState& s, const View& v) const { return s.buffers[v.buffer] + v.offset * dtype_size(dtype_of(v)); }
-  size_t bytes(const View& v) const { return static_cast<size_t>(v.count()) * dtype_size(dtype_of(v)); }
+  uint8_t* ptr(RankState& s, const View& v) const { return s.buffers[v.buffer] + v.byte_offset(); }
+  size_t bytes(const View& v) const { return static_cast<size_t>(v.bytes()); }
   static bool overlap(const uint8_t* a, size_t an, const uint8_t* b, size_t bn) { return an && bn && a < b + bn && b < a + an; }
   cudaStream_t stream(RankState& s, const StreamId& id) { return s.streams.at(id).stream; }
   int sms(const RankState& s) const { return devices_state_.at(s.device).sms; }
@@ -242,8 +241,8 @@ class CudaBackend final : public Backend {
   // and f16 operands into an f32 c (the tensor-core path); other dtypes
   // are widened first.
   bool gemm_direct(const View& a, const View& b, const View& c) const {
-    const DType t = dtype_of(a), out = dtype_of(c);
-    if (t != dtype_of(b)) return false;
+    const DType t = a.dtype, out = c.dtype;
+    if (t != b.dtype) return false;
     return t == out ? Gemm::supports(t) : out == DType::f32 && (t == DType::bf16 || t == DType::f16);
   }
   void gemm(RankState& s, const Command& c, StreamState& ss);

@@ -241,9 +241,9 @@ void CudaBackend::issue_control_flow(RankState& s, const Command& c, const Strea
 double CudaBackend::read_scalar(RankState& s, const Ref& r, const StreamId& cur) {
   const View v = resolve(*p_, r, s.ctx);
   cudaStream_t st = stream(s, cur);
-  THUNKY_CUDA_CHECK(cudaMemcpyAsync(s.host_scalar, ptr(s, v), dtype_size(dtype_of(v)), cudaMemcpyDeviceToHost, st));
+  THUNKY_CUDA_CHECK(cudaMemcpyAsync(s.host_scalar, ptr(s, v), dtype_size(v.dtype), cudaMemcpyDeviceToHost, st));
   wait_stream(s, st, "the predicate at " + std::string(r.pointer));
-  return load_as_double(s.host_scalar, dtype_of(v), 0);
+  return load_as_double(s.host_scalar, v.dtype, 0);
 }
 
 void CudaBackend::timed_command(RankState& s, const Command& c, const StreamId& cur, bool in_loop) {

@@ -21,7 +21,7 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
     case Op::memset: {
       const Memset& x = c.as<Memset>();
       const View d = R(x.dst);
-      fill(s, d, x.bits ? *x.bits : fill_pattern(dtype_of(d), x.value), st);
+      fill(s, d, x.bits ? *x.bits : fill_pattern(d.dtype, x.value), st);
       break;
     }
     case Op::copy: {
@@ -93,7 +93,7 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
 void CudaBackend::fill(RankState& s, const View& d, uint64_t pattern, cudaStream_t st) {
   const size_t n = bytes(d);
   if (!n) return;
-  const size_t es = dtype_size(dtype_of(d));
+  const size_t es = dtype_size(d.dtype);
   bool uniform = true;  // every byte of the pattern alike: one memset
   for (size_t i = 1; i < es; ++i) uniform &= ((pattern >> (8 * i)) & 0xff) == (pattern & 0xff);
   if (uniform) {
@@ -126,10 +126,10 @@ void CudaBackend::map(RankState& s, const Command& c, const Map& m, StreamState&
     Staged st;
     if (v.count() != out.count() && v.count() != 1) {
       st.broadcast = broadcast_strides(v.shape, out.shape);
-      st.element = dtype_size(dtype_of(v));
+      st.element = dtype_size(v.dtype);
       st.bytes = static_cast<size_t>(out.count()) * st.element;
     } else {
-      const bool same = p == o && v.count() == out.count() && dtype_of(v) == dtype_of(out);
+      const bool same = p == o && v.count() == out.count() && v.dtype == out.dtype;
       if (overlap(p, bytes(v), o, ob) && !same) st.bytes = bytes(v);
     }
     staged += (st.bytes + 255) & ~size_t{255};
@@ -160,14 +160,14 @@ void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
   auto [ar, ac] = rc(av);
   auto [br, bc] = rc(bv);
   auto [cr, cc] = rc(cv);
-  GemmShape g{dtype_of(cv), dtype_of(av), cv.shape.size() == 3 ? cv.shape[0] : 1, cr, cc, x.transpose_a ? ar : ac, x.transpose_a, x.transpose_b,
+  GemmShape g{cv.dtype, av.dtype, cv.shape.size() == 3 ? cv.shape[0] : 1, cr, cc, x.transpose_a ? ar : ac, x.transpose_a, x.transpose_b,
               ar, ac, br, bc, av.shape.size() == 3, bv.shape.size() == 3};
   if (!cv.count()) return;
   if (g.k == 0) {  // no products: beta · c, as the cpu backend
     scale_by_beta(s, c, cv, ss.stream);
     return;
   }
-  const DType acc = gemm_accumulator(dtype_of(av));
+  const DType acc = gemm_accumulator(av.dtype);
   const bool direct = gemm_direct(av, bv, cv);
   if (!direct) g.dtype = g.in = acc;
   // Operands (widened where needed) and where the product goes: a
@@ -188,14 +188,14 @@ void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
   const uint8_t* pb = ptr(s, bv);
   uint8_t* pc = c_temp ? tmp + c_at : ptr(s, cv);
   if (!direct) {
-    convert(s, ptr(s, av), dtype_of(av), tmp + a_at, acc, av.count(), ss.stream);
-    convert(s, ptr(s, bv), dtype_of(bv), tmp + b_at, acc, bv.count(), ss.stream);
+    convert(s, ptr(s, av), av.dtype, tmp + a_at, acc, av.count(), ss.stream);
+    convert(s, ptr(s, bv), bv.dtype, tmp + b_at, acc, bv.count(), ss.stream);
     pa = tmp + a_at;
     pb = tmp + b_at;
   }
   if (c_temp && x.beta != 0) {
     if (direct) THUNKY_CUDA_CHECK(cudaMemcpyAsync(pc, ptr(s, cv), bytes(cv), cudaMemcpyDeviceToDevice, ss.stream));
-    else convert(s, ptr(s, cv), dtype_of(cv), pc, acc, cv.count(), ss.stream);
+    else convert(s, ptr(s, cv), cv.dtype, pc, acc, cv.count(), ss.stream);
   }
   void* work = ss.workspace.get(Gemm::kWorkspace, "the cuBLASLt workspace", s.device);
   g.align = g.batch > 1 ? common_alignment({pa, pb, pc, pa + ar * ac * ie, pb + br * bc * ie, pc + cr * cc * oe}) : common_alignment({pa, pb, pc});
@@ -212,7 +212,7 @@ void CudaBackend::gemm(RankState& s, const Command& c, StreamState& ss) {
   }
   if (c_temp) {
     if (direct) THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, cv), pc, bytes(cv), cudaMemcpyDeviceToDevice, ss.stream));
-    else convert(s, pc, acc, ptr(s, cv), dtype_of(cv), cv.count(), ss.stream);
+    else convert(s, pc, acc, ptr(s, cv), cv.dtype, cv.count(), ss.stream);
   }
 }
 
@@ -224,8 +224,8 @@ void CudaBackend::scale_by_beta(RankState& s, const Command& c, const View& cv, 
     THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, cv), 0, bytes(cv), st));
     return;
   }
-  const DType acc = gemm_accumulator(dtype_of(resolve(*p_, x.a, s.ctx)));
-  launch(kernels_->get(beta_source(dtype_of(cv), acc, x.beta)), cv.count(), map_params({ptr(s, cv)}, ptr(s, cv), cv.count(), {}), st, sms(s));
+  const DType acc = gemm_accumulator(resolve(*p_, x.a, s.ctx).dtype);
+  launch(kernels_->get(beta_source(cv.dtype, acc, x.beta)), cv.count(), map_params({ptr(s, cv)}, ptr(s, cv), cv.count(), {}), st, sms(s));
 }
 
 void CudaBackend::convert(RankState& s, const void* from, DType ft, void* to, DType tt, int64_t n, cudaStream_t st) {
@@ -249,7 +249,7 @@ void CudaBackend::cholesky(RankState& s, const Command& c, StreamState& ss) {
   if (ptr(s, a) != ptr(s, r)) THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, r), ptr(s, a), bytes(a), cudaMemcpyDeviceToDevice, ss.stream));
   THUNKY_CUSOLVER_CHECK(cusolverDnSetStream(s.solver, ss.stream));
   const cublasFillMode_t uplo = lower ? CUBLAS_FILL_MODE_LOWER : CUBLAS_FILL_MODE_UPPER;
-  const bool f64 = dtype_of(a) == DType::f64;
+  const bool f64 = a.dtype == DType::f64;
   int lwork = 0;
   if (f64) THUNKY_CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(s.solver, uplo, n, reinterpret_cast<double*>(ptr(s, r)), n, &lwork));
   else THUNKY_CUSOLVER_CHECK(cusolverDnSpotrf_bufferSize(s.solver, uplo, n, reinterpret_cast<float*>(ptr(s, r)), n, &lwork));

@@ -404,6 +404,70 @@ def test_a_ref_reshapes_as_a_view():
     assert thunky.new_ref(a).reshape(2, 3).reshape(3, 2).shape == (3, 2)
 
 
+def test_a_ref_bitcasts_as_a_view_of_the_same_bytes():
+    import ml_dtypes
+    jnp = jax.numpy
+
+    @thunky.jit
+    def f(x_ref, bits_ref, halves_ref, y_ref):
+        bits_ref[...] = x_ref.bitcast(jnp.int32)[...]
+        thunky.call_jax(lambda h, o: o.__setitem__(Ellipsis, h[...].astype(jnp.float32)), x_ref.at[1].bitcast(jnp.bfloat16), halves_ref)
+        y_ref.bitcast(jnp.int32)[...] = bits_ref[...]  # writes all of y: y is an output
+
+    x = np.array([[1, -2], [0.5, 3]], np.float32)
+    bits = thunky.new_ref(np.zeros((2, 2), np.int32))
+    halves, y = thunky.new_ref(np.zeros(4, np.float32)), thunky.new_ref(np.zeros((2, 2), np.float32))
+    program = f.trace(x, bits, halves, y).to_dict()["program"]
+    assert program[0]["src"] == "x_ref.bitcast(s32)"
+    assert program[-1]["dst"] == "y_ref.bitcast(s32)"
+    f(x, bits, halves, y)
+    # The same bytes as NumPy's view: 1.0 is 0x3F800000 = 1065353216; row 1
+    # as bf16 is the halves of 0.5 and 3.0, low first: 0, 0.5, 0, 3.
+    np.testing.assert_array_equal(bits[...], x.view(np.int32))
+    assert bits[...][0, 0] == 1065353216
+    np.testing.assert_array_equal(halves[...], x[1].view(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(halves[...], [0, 0.5, 0, 3])
+    np.testing.assert_array_equal(y[...], x)
+    # A wider type needs whole elements: 3 f32 are not whole f64s, and a
+    # view that starts at f32 element 1 is not on an f64.
+    with pytest.raises(ValueError, match="not a whole number of 8-byte elements"):
+        thunky.new_ref(np.zeros(3, np.float32)).bitcast(np.float64)
+    with pytest.raises(ValueError, match="not on a whole 8-byte element"):
+        thunky.new_ref(np.zeros(4, np.float32)).at[1:3].bitcast(np.float64)
+    with pytest.raises(TypeError, match="no dtype for complex64"):
+        thunky.new_ref(np.zeros(4, np.float32)).bitcast(np.complex64)
+    assert thunky.new_ref(np.zeros((2, 4), np.float32)).bitcast(np.uint8).shape == (2, 16)
+
+
+def test_call_jax_reads_upstreams_ref_transforms_as_views():
+    jnp = jax.numpy
+
+    # Inside fn, a JAX Ref's .bitcast (same size) and .reshape are views too.
+    @thunky.jit
+    def f(x_ref, o_ref, c_ref):
+        def fn(x, o, c):
+            o[...] = x.bitcast(jnp.int32)[...] + 1
+            c[...] = x.reshape(2, 1)[...] * 2
+        thunky.call_jax(fn, x_ref, o_ref, c_ref)
+
+    x = np.array([[1, 2]], np.float32)
+    o, c = thunky.new_ref(np.zeros((1, 2), np.int32)), thunky.new_ref(np.zeros((2, 1), np.float32))
+    program = f.trace(x, o, c).to_dict()["program"]
+    assert [list(c["in"].values()) for c in program] == [["x_ref.bitcast(s32)"], ["x_ref.reshape(2, 1)"]], program
+    f(x, o, c)
+    np.testing.assert_array_equal(o[...], x.view(np.int32) + 1)  # 1.0's bits 1065353216, + 1
+    np.testing.assert_array_equal(c[...], [[2], [4]])
+
+    # A bitcast that changes the size inside fn has JAX's TPU shape: it stays
+    # an opaque kernel, which execute refuses with the reason.
+    @thunky.jit
+    def g(x_ref, o_ref):
+        thunky.call_jax(lambda x, o: o.__setitem__(Ellipsis, x.bitcast(jnp.bfloat16)[...].astype(jnp.float32)), x_ref, o_ref)
+
+    with pytest.raises(ValueError, match="bitcast of float32 to bfloat16 inside call_jax"):
+        g(np.ones((2, 2), np.float32), thunky.new_ref(np.zeros((4, 2), np.float32)))
+
+
 def test_call_jax_lowers_a_scan_over_carries_and_fori_loop_with_static_bounds_to_a_while():
     def f(x_ref, n_ref, out_ref, count_ref):
         x = x_ref[...]

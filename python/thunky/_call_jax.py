@@ -496,6 +496,20 @@ class Lowering:
         return _Expr(v.text, ins, shape, v.dtype, v.depth, v.atomic, v.idx)
 
     # ---- views of Refs
+    def transformed(self, v, transform):
+        """`v` under one of upstream's Ref transforms, as thunky's view of it."""
+        kind = type(transform).__name__
+        if kind == "ReshapeTransform":
+            return v.reshape(tuple(transform.shape))
+        if kind == "BitcastTransform":
+            to = np.dtype(transform.dtype)
+            if to.itemsize != np.dtype(v.dtype).itemsize:
+                raise Unsupported(f"a bitcast of {np.dtype(v.dtype).name} to {to.name} inside call_jax: JAX shapes it as a TPU's "
+                                  "tiled layout (the second-to-last axis scales); bitcast the Ref before call_jax, "
+                                  "where the last axis scales as in NumPy")
+            return v.bitcast(to)
+        raise Unsupported(f"the Ref transform {kind}")
+
     def view(self, ref, eqn, index_vals, dynamic=False):
         """The view `ref[indexers]` names. With `dynamic`, one index that is
         computed on the device is allowed: the result is then (ref viewed
@@ -507,6 +521,9 @@ class Lowering:
         v = ref
         device = "a load or store at an offset computed from values on the device"
         for at, ix in enumerate(indexers):
+            if not hasattr(ix, "indices"):  # a Ref transform: ref.bitcast(...), ref.reshape(...)
+                v = self.transformed(v, ix)
+                continue
             items, offsets = [], None
             last = at == len(indexers) - 1
             for pos, (item, n) in enumerate(zip(ix.indices, v.shape)):

@@ -101,15 +101,29 @@ class Ref:
     thunky.jit function's parameters are. `thunky.new_ref(array)` makes one
     outside a trace; after `execute` it holds the result (`ref[...]`)."""
 
-    def __init__(self, buffer, shape, groups=(), offset=0):
+    def __init__(self, buffer, shape, groups=(), offset=0, dtype=None):
         self._buffer = buffer
         self.shape = tuple(shape)
-        self._groups = tuple(groups)  # each a string "[...]" or ".reshape(...)"
-        self._offset = offset  # the view's first element in its buffer; None where it depends on the rank
+        self._groups = tuple(groups)  # each a string "[...]", ".reshape(...)" or ".bitcast(...)"
+        self._offset = offset  # the view's first element (of its dtype) in its buffer; None where it depends on the rank
+        self._dtype = None if dtype is None else np.dtype(dtype)  # None: the buffer's
 
     @property
     def dtype(self):
-        return self._buffer.dtype
+        return self._buffer.dtype if self._dtype is None else self._dtype
+
+    def _buffer_span(self):
+        """The view's first element and element count in its buffer's
+        elements; None where its place depends on the rank or it covers part
+        of an element (a bf16 half of an f32)."""
+        count = math.prod(self.shape)
+        if self._dtype is None or self._offset is None:
+            return self._offset, count
+        size, whole = self._dtype.itemsize, np.dtype(self._buffer.dtype).itemsize
+        first, nbytes = self._offset * size, count * size
+        if first % whole or nbytes % whole:
+            return None, count
+        return first // whole, nbytes // whole
 
     @property
     def at(self):
@@ -194,7 +208,7 @@ class Ref:
         while parts and parts[-1] == ":":
             parts.pop()
         groups = self._groups + ((("[" + ", ".join(parts) + "]"),) if parts else ())
-        return Ref(self._buffer, shape, groups, offset)
+        return Ref(self._buffer, shape, groups, offset, self._dtype)
 
     def reshape(self, *shape):
         """The same elements under another shape, as jax's ref.reshape: a
@@ -217,7 +231,35 @@ class Ref:
             return self
         group = ".reshape(" + ", ".join(str(d) for d in shape) + ")"
         groups = self._groups[:-1] if self._groups and self._groups[-1].startswith(".reshape(") else self._groups
-        return Ref(self._buffer, shape, groups + (group,), self._offset)  # reshapes in a row: the last one says
+        return Ref(self._buffer, shape, groups + (group,), self._offset, self._dtype)  # reshapes in a row: the last one says
+
+    def bitcast(self, dtype):
+        """The view's bytes read as elements of `dtype`, as jax's
+        ref.bitcast; no data moves. A type of the same size keeps the shape;
+        another scales the last axis by the ratio of the sizes, as NumPy's
+        `view(dtype)` does on a contiguous array (`x.bitcast(jnp.uint32)`,
+        `w.bitcast(jnp.bfloat16)`)."""
+        to = np.dtype(dtype)
+        name = dtype_name(to)
+        here, size = np.dtype(self.dtype).itemsize, to.itemsize
+        shape, offset = list(self.shape), self._offset
+        if here != size:
+            if not shape:
+                raise ValueError(_source.here(f"bitcast of a scalar view to {name} changes its element size: reshape it to (1,) first"))
+            if size < here:
+                shape[-1] *= here // size
+                offset = None if offset is None else offset * (here // size)
+            else:
+                ratio = size // here
+                if shape[-1] % ratio:
+                    raise ValueError(_source.here(f"bitcast to {name}: the last axis of {tuple(self.shape)} ({self.dtype}) is not a whole number of {size}-byte elements"))
+                if offset is not None and offset % ratio:
+                    raise ValueError(_source.here(f"bitcast to {name}: the view starts {offset * here} bytes into its buffer, not on a whole {size}-byte element"))
+                shape[-1] //= ratio
+                offset = None if offset is None else offset // ratio
+        if to == np.dtype(self.dtype) and self._dtype is None:
+            return self
+        return Ref(self._buffer, shape, self._groups + (f".bitcast({name})",), offset, to)
 
     # ref[...] reads; dst[...] = src[...] copies (inside a trace).
     def __getitem__(self, idx):

@@ -202,15 +202,15 @@ class Tracer:
             raise TypeError(_source.here(f"{ref.text} is not a Ref of this trace"))
         if kind != "read" and b.read_as_axis:
             raise ValueError(_source.here(f"{b.name} holds the index along axis '{b.axis_index}', which call_jax read as such: it may not be written"))
-        if kind == "write" and (self.conditional or ref._offset is None):
+        offset, count = ref._buffer_span()
+        if kind == "write" and (self.conditional or offset is None):
             kind = "update"
         if kind == "read" and b.first is None:
             b.first = "read"
         if kind == "write":
-            count = math.prod(ref.shape)
-            if b.first is None and b.cover(ref._offset, count):
+            if b.first is None and b.cover(offset, count):
                 b.first = "write"
-            if ref._offset != 0 or count != math.prod(b.shape):
+            if offset != 0 or count != math.prod(b.shape):
                 kind = "update"  # what a function's caller learns: part of the parameter
         if kind != "read":
             if b.kind == "arg" and b.host is None and b.data is not None:
