@@ -320,9 +320,9 @@ void bitcast_view(View& v, DType to) {
   auto refuse = [&](const std::string& why) {
     std::string m = ".bitcast(";
     m += dtype_name(to);
-    m += ") of a ";
+    m += ") of the ";
     m += dtype_name(v.dtype);
-    m += " view of shape ";
+    m += " view ";
     m += shape_str(v.shape);
     m += ": ";
     m += why;
