@@ -247,12 +247,7 @@ class MpiProcesses final : public Processes {
 
 bool processes_supported() { return true; }
 
-std::unique_ptr<Processes> start_processes() {
-  const ProcessPlace env = place_from_environment();
-  if (env.count <= 1) return nullptr;
-  if (env.from.rfind("RANK/", 0) == 0)
-    throw ThunkyError("", "launched by torchrun's variables (RANK=" + std::to_string(env.index) + ", WORLD_SIZE=" + std::to_string(env.count) +
-                              "): thunky-exec starts its processes through MPI; launch it with mpirun or srun");
+std::unique_ptr<Processes> start_mpi_processes(const ProcessPlace& env) {
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     throw ThunkyError("", "launched as process " + std::to_string(env.index) + " of " + std::to_string(env.count) + " (" + env.from + ") but MPI did not start");

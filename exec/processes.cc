@@ -83,15 +83,20 @@ uint64_t launch_key(const std::vector<int>& members, int64_t seq) {
   return h;
 }
 
+std::unique_ptr<Processes> start_processes() {
+  const ProcessPlace place = place_from_environment();
+  if (place.count <= 1) return nullptr;
+  if (place.from == "RANK/WORLD_SIZE") return start_store_processes(place, [](const char* n) -> const char* { return std::getenv(n); });
+  return start_mpi_processes(place);
+}
+
 #ifndef THUNKY_HAS_MPI
 bool processes_supported() { return false; }
 
-std::unique_ptr<Processes> start_processes() {
-  const ProcessPlace place = place_from_environment();
-  if (place.count > 1)
-    throw ThunkyError("", "launched as process " + std::to_string(place.index) + " of " + std::to_string(place.count) + " (" + place.from +
-                              ") but this thunky-exec was built without MPI: install Open MPI (libopenmpi-dev) and rebuild, or run one process");
-  return nullptr;
+std::unique_ptr<Processes> start_mpi_processes(const ProcessPlace& place) {
+  throw ThunkyError("", "launched as process " + std::to_string(place.index) + " of " + std::to_string(place.count) + " (" + place.from +
+                            ") but this thunky-exec was built without MPI: install Open MPI (libopenmpi-dev) and rebuild, run one process, "
+                            "or launch with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
 }
 #endif
 

@@ -91,10 +91,17 @@ struct ProcessFailure : std::runtime_error {
 };
 
 // This process's place in the launch and, for more than one process, the
-// MPI connection to the others (MPI_Init_thread here). Null for a single
+// connection to the others: MPI (MPI_Init_thread here) under mpirun and
+// srun, the TCP store under torchrun's variables. Null for a single
 // process. Throws ThunkyError where the launch has several processes and
-// this build has no MPI, or MPI cannot start.
+// this build has no MPI, or MPI or the store cannot start.
 std::unique_ptr<Processes> start_processes();
+// The two ways, for start_processes: MPI (refused in a build without it),
+// and the store that process 0 serves at MASTER_ADDR:MASTER_PORT (or
+// THUNKY_STORE_PORT; the port after MASTER_PORT where torchrun's agent
+// holds it). `env` reads one variable.
+std::unique_ptr<Processes> start_mpi_processes(const ProcessPlace& place);
+std::unique_ptr<Processes> start_store_processes(const ProcessPlace& place, const std::function<const char*(const char*)>& env);
 
 // Whether every process passed the same `value` (a schedule's
 // fingerprint): through max(), so within the processes' timeout.

@@ -4,12 +4,20 @@
 
 #include "core/init.h"
 #include "exec/backend.h"
+#include "exec/processes.h"
 
 namespace thunky {
 
 Expected<ExecResult> Backend::run(const Program& p, const ExecOptions& opts) {
-  if (auto errors = plan(p, opts); !errors.empty()) return errors;
-  if (auto errors = initialise(); !errors.empty()) return errors;
+  // Across processes, a process that cannot start tells the others, whose
+  // waits (a barrier, an NCCL id) then stop at once, not at the timeout.
+  auto refused = [&](std::vector<Diagnostic> errors) -> Expected<ExecResult> {
+    Expected<ExecResult> r(std::move(errors));
+    if (opts.processes) opts.processes->fail(r.errors().front().message, r.exit_code());
+    return r;
+  };
+  if (auto errors = plan(p, opts); !errors.empty()) return refused(std::move(errors));
+  if (auto errors = initialise(); !errors.empty()) return refused(std::move(errors));
   return execute();
 }
 

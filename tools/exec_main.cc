@@ -206,8 +206,6 @@ int run_main(int argc, char** argv) {
                                     std::to_string(ranks) + " ranks do not divide into " + std::to_string(count) +
                                     " equal blocks: launch a number of processes that divides " + std::to_string(ranks) + "\n",
                    2));
-    if (o.backend != "cpu")
-      return stop((std::cerr << "thunky-exec: --backend " + o.backend + " runs in one process for now; across processes, use --backend cpu\n", 2));
     if (o.timeout_s <= 0) o.timeout_s = kDefaultProcessTimeoutS;
     procs->timeout_s = o.timeout_s;
     // Every process must run the same schedule: a node with another copy

@@ -22,7 +22,8 @@ std::vector<Diagnostic> CudaBackend::plan(const Program& p, const ExecOptions& o
     if (e != cudaSuccess || count == 0)
       return {{ErrorKind::input, p.file, "", std::string("no CUDA device (") + (e == cudaSuccess ? "the driver reports no GPU" : cudaGetErrorString(e)) + "); use --backend cpu"}};
     const int64_t ranks = p.mesh.size();
-    if (auto errors = place(opts, count, ranks); !errors.empty()) return errors;
+    block_ = opts.processes ? rank_block(ranks, opts.processes->place().index, opts.processes->place().count) : RankBlock{0, ranks};
+    if (auto errors = opts.processes ? place_across_processes(opts, count) : place(opts, count, ranks); !errors.empty()) return errors;
     npy_ = load_npy_inits(p);
     std::vector<Diagnostic> errors;
     plan_block(p.program, errors);
@@ -59,10 +60,10 @@ std::vector<Diagnostic> CudaBackend::initialise() {
     kernels_ = std::make_unique<KernelCache>(arch);
     support_ = support_kernels();
     ranks_.clear();
-    for (int64_t r = 0; r < nranks; ++r) {
+    for (int64_t r = block_.first; r < block_.first + block_.n; ++r) {
       auto s = std::make_unique<RankState>();
       s->rank = r;
-      s->device = devices_[static_cast<size_t>(r)];
+      s->device = devices_[static_cast<size_t>(r - block_.first)];
       s->ctx = rank_ctx(p.mesh, r);
       s->axis_values = s->ctx.coords;
       THUNKY_CUDA_CHECK(cudaSetDevice(s->device));
@@ -110,12 +111,16 @@ Expected<ExecResult> CudaBackend::execute() {
         if (issued) dispatch.push_back(issue_s / static_cast<double>(issued));
       }
       if (it == total - 1) {
-        for (auto& s : ranks_) result.decisions.push_back(s->decisions);
+        result.decisions.resize(static_cast<size_t>(p_->mesh.size()));  // across processes, this one's ranks' only
+        for (auto& s : ranks_) result.decisions[static_cast<size_t>(s->rank)] = s->decisions;
         result.memory = read_memory();
       }
     }
   });
-  if (!errors.empty()) return errors;
+  if (!errors.empty()) {
+    if (opts_->processes) opts_->processes->fail(errors.front().message, errors.front().kind == ErrorKind::timeout ? 3 : 1);
+    return errors;
+  }
   result.report = timelines.take();
   Report& r = result.report;
   r.source = "exec";
@@ -157,6 +162,33 @@ std::vector<Diagnostic> CudaBackend::place(const ExecOptions& opts, int count, i
     return {{ErrorKind::input, p_->file, "", "--devices lists a GPU twice: one GPU per rank, or one for all"}};
   if (!have_nccl())
     return {{ErrorKind::input, p_->file, "", "this build has no NCCL: one GPU per rank is not available; pass --devices 0 to run every rank on one GPU"}};
+  shared_ = false;
+  devices_ = devs;
+  return {};
+}
+
+// Across processes: one GPU per rank, through NCCL. A process's ranks
+// take the GPUs after those of the processes before it on its node: with
+// one rank per process, the GPU is the local rank (as nccl-tests and
+// torchrun jobs choose it); --devices lists this process's ranks' GPUs.
+std::vector<Diagnostic> CudaBackend::place_across_processes(const ExecOptions& opts, int count) {
+  const ProcessPlace& place = opts.processes->place();
+  if (!have_nccl())
+    return {{ErrorKind::input, p_->file, "", "this build has no NCCL, which the cuda backend needs across processes; run in one process, or use --backend cpu"}};
+  std::vector<int> devs = opts.devices;
+  if (devs.empty())
+    for (int64_t i = 0; i < block_.n; ++i) devs.push_back(static_cast<int>(place.local * block_.n + i));
+  if (static_cast<int64_t>(devs.size()) != block_.n)
+    return {{ErrorKind::input, p_->file, "", "--devices lists " + std::to_string(devs.size()) + " GPUs, but process " + std::to_string(place.index) + " runs " +
+                                                 std::to_string(block_.n) + " ranks: across processes, list one GPU per rank of the process"}};
+  for (int d : devs)
+    if (d < 0 || d >= count)
+      return {{ErrorKind::input, p_->file, "", "process " + std::to_string(place.index) + " (local rank " + std::to_string(place.local) + " of its node) runs ranks " +
+                                                   std::to_string(block_.first) + " to " + std::to_string(block_.first + block_.n - 1) + " and needs GPU " + std::to_string(d) +
+                                                   ", but this node has " + std::to_string(count) + ": launch at most " + std::to_string(count / std::max<int64_t>(1, block_.n)) +
+                                                   " processes a node, or name the GPUs with --devices"}};
+  if (std::set<int>(devs.begin(), devs.end()).size() != devs.size())
+    return {{ErrorKind::input, p_->file, "", "--devices lists a GPU twice: one GPU per rank"}};
   shared_ = false;
   devices_ = devs;
   return {};
@@ -288,7 +320,7 @@ KernelSource CudaBackend::beta_source(DType c, DType acc, double beta) {
 }
 
 void CudaBackend::connect_nccl() {
-  ids_ = make_inprocess_id_exchange();
+  ids_ = opts_->processes ? make_process_id_exchange(*opts_->processes, p_->mesh.size(), opts_->timeout_s) : make_inprocess_id_exchange();
   nccl_ = make_nccl_transport(static_cast<int>(p_->mesh.size()), *ids_, opts_->timeout_s);
   const std::vector<std::vector<int>> sets(member_sets_.begin(), member_sets_.end());
   std::vector<std::thread> threads;
@@ -296,7 +328,7 @@ void CudaBackend::connect_nccl() {
   for (size_t r = 0; r < ranks_.size(); ++r)
     threads.emplace_back([&, r] {
       try {
-        nccl_->connect(static_cast<int>(r), ranks_[r]->device, sets);
+        nccl_->connect(static_cast<int>(ranks_[r]->rank), ranks_[r]->device, sets);
       } catch (const std::exception& e) {
         failures[r] = e.what();
       }

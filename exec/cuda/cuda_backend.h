@@ -189,6 +189,7 @@ class CudaBackend final : public Backend {
   // Placement: one GPU per rank through NCCL when there are enough GPUs
   // (or --devices names one per rank), else every rank on one GPU.
   std::vector<Diagnostic> place(const ExecOptions& opts, int count, int64_t ranks);
+  std::vector<Diagnostic> place_across_processes(const ExecOptions& opts, int count);
   // Streams, communicators, PTX files; what this backend cannot run.
   void plan_block(const Block& b, std::vector<Diagnostic>& errors);
   void compile_block(RankState& s, const Block& b);
@@ -283,9 +284,10 @@ class CudaBackend final : public Backend {
   const Program* p_ = nullptr;
   const ExecOptions* opts_ = nullptr;
   bool shared_ = true;
-  std::vector<int> devices_;  // by rank
+  RankBlock block_;           // the ranks this process runs: every rank, or its block across processes
+  std::vector<int> devices_;  // by rank of the block
   std::map<std::string, NpyArray> npy_;
-  std::vector<std::vector<std::vector<uint8_t>>> initial_;  // [rank][buffer]: inputs' first contents
+  std::vector<std::vector<std::vector<uint8_t>>> initial_;  // [rank of the block][buffer]: inputs' first contents
   std::set<StreamId> streams_;
   std::set<std::vector<int>> member_sets_;
   std::map<const Command*, std::string> ptx_;

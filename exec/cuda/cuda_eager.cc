@@ -17,7 +17,7 @@ void CudaBackend::set_inputs() {
   if (initial_.empty()) {
     initial_.resize(ranks_.size());
     for (auto& s : ranks_) {
-      auto& mine = initial_[static_cast<size_t>(s->rank)];
+      auto& mine = initial_[static_cast<size_t>(s->rank - block_.first)];
       mine.resize(p.buffers.size());
       for (size_t b = 0; b < p.buffers.size(); ++b) {
         const Buffer& buf = p.buffers[b];
@@ -33,7 +33,7 @@ void CudaBackend::set_inputs() {
       const Buffer& buf = p.buffers[b];
       if (!buf.bytes()) continue;
       if (buf.role == Role::input || buf.role == Role::inout) {
-        const auto& host = initial_[static_cast<size_t>(s->rank)][b];
+        const auto& host = initial_[static_cast<size_t>(s->rank - block_.first)][b];
         THUNKY_CUDA_CHECK(cudaMemcpy(s->buffers[b], host.data(), host.size(), cudaMemcpyHostToDevice));
       } else {
         THUNKY_CUDA_CHECK(cudaMemset(s->buffers[b], buf.dtype == DType::boolean ? 0 : 0xff, buf.bytes()));
@@ -54,6 +54,10 @@ void CudaBackend::run_iteration() {
     launch_graph();
     return;
   }
+  // Across processes, every process records its base events as it leaves
+  // one barrier: the timelines share an origin, within the barrier's spread
+  // (the report's clock_uncertainty_s).
+  if (opts_->processes) opts_->processes->barrier();
   // No stream of a GPU starts before its base event.
   for (auto& [d, ds] : devices_state_) {
     THUNKY_CUDA_CHECK(cudaSetDevice(d));
@@ -313,10 +317,10 @@ Report CudaBackend::read_timeline() {
 }
 
 std::vector<std::vector<std::vector<uint8_t>>> CudaBackend::read_memory() {
-  std::vector<std::vector<std::vector<uint8_t>>> mem;
+  std::vector<std::vector<std::vector<uint8_t>>> mem(static_cast<size_t>(p_->mesh.size()));  // across processes, this one's ranks' only
   for (auto& s : ranks_) {
     THUNKY_CUDA_CHECK(cudaSetDevice(s->device));
-    auto& m = mem.emplace_back();
+    auto& m = mem[static_cast<size_t>(s->rank)];
     for (size_t b = 0; b < p_->buffers.size(); ++b) {
       auto& bytes = m.emplace_back(p_->buffers[b].bytes());
       if (!bytes.empty()) THUNKY_CUDA_CHECK(cudaMemcpy(bytes.data(), s->buffers[b], bytes.size(), cudaMemcpyDeviceToHost));

@@ -190,6 +190,7 @@ void CudaBackend::launch_graph() {
   }
   for (auto& s : ranks_)
     if (!s->loops.empty()) THUNKY_CUDA_CHECK(cudaMemsetAsync(s->loop_guards, 0, s->loops.size() * 16, ds.origin));
+  if (opts_->processes) opts_->processes->barrier();  // a shared origin across processes, as eagerly
   THUNKY_CUDA_CHECK(cudaEventRecord(ds.base, ds.origin));
   const auto t0 = Clock::now();
   THUNKY_CUDA_CHECK(cudaGraphLaunch(graph_exec_, ds.origin));

@@ -168,12 +168,19 @@ class Loopback final : public RendezvousCommunicator {
   std::mutex& turn_;
 };
 
-class InProcessIds final : public IdExchange {
+class InProcessIds : public IdExchange {
  public:
   void exchange(const std::vector<int>& members, int position, std::vector<char>& bytes) override {
+    pass(members, position == 0, members.size(), bytes);
+  }
+
+ protected:
+  // The id of member set `key`, from the thread that is its `source` to
+  // the `takers` threads of this process (the source among them).
+  void pass(const std::vector<int>& key, bool source, size_t takers, std::vector<char>& bytes) {
     std::unique_lock<std::mutex> l(mu_);
-    Slot& s = slots_[members];
-    if (position == 0) {
+    Slot& s = slots_[key];
+    if (source) {
       s.bytes = bytes;
       s.ready = true;
       cv_.notify_all();
@@ -181,7 +188,7 @@ class InProcessIds final : public IdExchange {
       cv_.wait(l, [&] { return s.ready; });
       bytes = s.bytes;
     }
-    if (++s.taken == members.size()) slots_.erase(members);
+    if (++s.taken == takers) slots_.erase(key);
   }
 
  private:
@@ -195,7 +202,51 @@ class InProcessIds final : public IdExchange {
   std::map<std::vector<int>, Slot> slots_;
 };
 
+// Across processes: each process's first member of a set trades with the
+// other processes' (the holder of member 0 sends the id, the others
+// receive it), then passes it to its process's other members.
+class ProcessIds final : public InProcessIds {
+ public:
+  ProcessIds(Processes& procs, int64_t ranks, double timeout_s) : procs_(procs), ranks_(ranks), timeout_s_(timeout_s) {}
+  void exchange(const std::vector<int>& members, int position, std::vector<char>& bytes) override {
+    const int me = procs_.place().index, count = procs_.place().count;
+    std::vector<int> local, peers;  // this process's members; the other processes holding some
+    for (int m : members) {
+      const int q = process_of(m, ranks_, count);
+      if (q == me) local.push_back(m);
+      else if (std::find(peers.begin(), peers.end(), q) == peers.end()) peers.push_back(q);
+    }
+    const int rank = members[static_cast<size_t>(position)];
+    const bool leader = rank == local.front();
+    if (leader && !peers.empty()) {
+      const uint64_t key = launch_key(members, -1);  // collectives' launches count from 0
+      std::vector<uint8_t> msg(sizeof key + (position == 0 ? bytes.size() : 0));  // the key, then the id from its holder
+      std::memcpy(msg.data(), &key, sizeof key);
+      if (position == 0) std::memcpy(msg.data() + sizeof key, bytes.data(), bytes.size());
+      const auto got = procs_.exchange(key, msg, peers, timeout_s_, {});
+      if (position != 0) {
+        const int holder = process_of(members.front(), ranks_, count);
+        const auto& m = got[static_cast<size_t>(std::find(peers.begin(), peers.end(), holder) - peers.begin())];
+        if (m.size() != sizeof key + bytes.size())
+          throw std::runtime_error("process " + std::to_string(holder) + " sent an NCCL id of " + std::to_string(m.size() - sizeof key) + " bytes, not " +
+                                   std::to_string(bytes.size()));
+        std::memcpy(bytes.data(), m.data() + sizeof key, bytes.size());
+      }
+    }
+    if (local.size() > 1) pass(members, leader, local.size(), bytes);
+  }
+
+ private:
+  Processes& procs_;
+  int64_t ranks_;
+  double timeout_s_;
+};
+
 }  // namespace
+
+std::unique_ptr<IdExchange> make_process_id_exchange(Processes& procs, int64_t ranks, double timeout_s) {
+  return std::make_unique<ProcessIds>(procs, ranks, timeout_s);
+}
 
 std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms, std::mutex& turn) {
   return std::make_unique<Loopback>(monitor, ranks, kernels, sms, turn);
@@ -243,7 +294,7 @@ ncclRedOp_t nccl_op(Reduction r) {
 // aborted while another thread is inside a call on it.
 class Nccl final : public NcclTransport {
  public:
-  Nccl(int ranks, IdExchange& ids, double timeout_s) : ids_(ids), timeout_s_(timeout_s), scratch_(static_cast<size_t>(ranks)) {}
+  Nccl(int ranks, IdExchange& ids, double timeout_s) : ranks_(ranks), ids_(ids), timeout_s_(timeout_s), scratch_(static_cast<size_t>(ranks)) {}
   // Non-blocking communicators end in two steps: every one finalised (all
   // ranks' at once, since a finalise completes when its peers' do), then
   // each destroyed once quiet; one still busy after 10 s is aborted.
@@ -271,34 +322,50 @@ class Nccl final : public NcclTransport {
         if (s.ptr) cudaFree(s.ptr);
   }
 
+  // One communicator of every rank from a unique id (ncclCommInitRank),
+  // then one per other member set split from it: ncclCommSplit is
+  // collective over every rank, so each calls it for every set, with no
+  // color where it is not a member.
   void connect(int rank, int device, const std::vector<std::vector<int>>& member_sets) override {
     THUNKY_CUDA_CHECK(cudaSetDevice(device));
-    for (const auto& members : member_sets) {  // the same order on every rank
-      auto it = std::find(members.begin(), members.end(), rank);
-      if (it == members.end()) continue;
-      const int position = static_cast<int>(it - members.begin());
-      std::vector<char> id(sizeof(ncclUniqueId));
-      if (position == 0) {
-        ncclUniqueId u;
-        THUNKY_NCCL_CHECK(ncclGetUniqueId(&u));
-        std::memcpy(id.data(), &u, sizeof u);
-      }
-      ids_.exchange(members, position, id);
+    std::vector<int> everyone(static_cast<size_t>(ranks_));
+    for (size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
+    std::vector<char> id(sizeof(ncclUniqueId));
+    if (rank == 0) {
       ncclUniqueId u;
-      std::memcpy(&u, id.data(), sizeof u);
+      THUNKY_NCCL_CHECK(ncclGetUniqueId(&u));
+      std::memcpy(id.data(), &u, sizeof u);
+    }
+    ids_.exchange(everyone, rank, id);
+    ncclUniqueId u;
+    std::memcpy(&u, id.data(), sizeof u);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t world = nullptr;
+    {
+      std::shared_lock<std::shared_mutex> l(calls_);
+      THUNKY_NCCL_CHECK(ncclCommInitRankConfig(&world, static_cast<int>(everyone.size()), u, rank, &config));
+    }
+    keep(everyone, rank, world);
+    settle({world}, "creating the NCCL communicator of every rank");
+    for (const auto& members : member_sets) {  // the same order on every rank
+      if (members == everyone) continue;
+      auto it = std::find(members.begin(), members.end(), rank);
+      const bool member = it != members.end();
       ncclComm_t comm = nullptr;
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      config.blocking = 0;
       {
         std::shared_lock<std::shared_mutex> l(calls_);
-        THUNKY_NCCL_CHECK(ncclCommInitRankConfig(&comm, static_cast<int>(members.size()), u, position, &config));
+        THUNKY_NCCL_CHECK(ncclCommSplit(world, member ? 0 : NCCL_SPLIT_NOCOLOR, static_cast<int>(it - members.begin()), &comm, &config));
       }
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        comms_[members][rank] = comm;
-      }
-      settle({comm}, "creating the NCCL communicator of ranks " + members_text(members));
+      if (member) keep(members, rank, comm);
+      settle(member ? std::vector<ncclComm_t>{world, comm} : std::vector<ncclComm_t>{world},
+             "splitting the NCCL communicator of ranks " + members_text(members));
     }
+  }
+
+  void keep(const std::vector<int>& members, int rank, ncclComm_t comm) {
+    std::lock_guard<std::mutex> l(mu_);
+    comms_[members][rank] = comm;
   }
 
   // Issues the group on the device and returns at once: NCCL's kernels wait
@@ -478,6 +545,7 @@ class Nccl final : public NcclTransport {
     return k;
   }
 
+  int ranks_;  // of the mesh, in every process
   IdExchange& ids_;
   double timeout_s_;
   std::shared_mutex calls_;

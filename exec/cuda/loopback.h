@@ -8,10 +8,12 @@
 //    copies (or a reduction kernel) that build its dst, and a wait for
 //    every member's completion: the same semantics as NCCL's, through
 //    device memory;
-//  - one GPU per rank: NCCL, one communicator per distinct set of members,
-//    created at initialise in one global order, its unique id passed
-//    between the ranks' threads by an IdExchange (in-process today; a
-//    multi-process launch plugs in its own).
+//  - one GPU per rank: NCCL. One communicator of every rank is made with
+//    ncclCommInitRank from a unique id that an IdExchange passes around
+//    (between the ranks' threads in one process; through the launch's
+//    Processes, MPI or the TCP store, across processes); each distinct set
+//    of members that a collective uses is split from it with
+//    ncclCommSplit, in one global order on every rank.
 #pragma once
 
 #include <memory>
@@ -21,6 +23,7 @@
 
 #include "exec/communicator.h"
 #include "exec/cuda/device.h"
+#include "exec/processes.h"
 
 namespace thunky::cuda {
 
@@ -31,14 +34,20 @@ namespace thunky::cuda {
 std::unique_ptr<Communicator> make_loopback_communicator(Monitor& monitor, int ranks, KernelCache& kernels, int sms, std::mutex& turn);
 
 // Passes an NCCL unique id from the first member of a communicator to the
-// others. The in-process one hands it over in memory.
+// others. Every member's thread calls it, in the same order of member sets.
 class IdExchange {
  public:
   virtual ~IdExchange() = default;
   // `bytes` is the id (filled by the member at position 0, read by the others).
   virtual void exchange(const std::vector<int>& members, int position, std::vector<char>& bytes) = 0;
 };
+// Every member in this process: the id is handed over in memory.
 std::unique_ptr<IdExchange> make_inprocess_id_exchange();
+// Members in several processes (this one runs `block` of `ranks` ranks):
+// the first member of each process trades the id with the other processes
+// through `procs` (within `timeout_s`, 0 for no limit), then hands it to
+// the process's other members in memory.
+std::unique_ptr<IdExchange> make_process_id_exchange(Processes& procs, int64_t ranks, double timeout_s);
 
 // NCCL available in this build.
 bool have_nccl();
