@@ -210,6 +210,33 @@ for f in examples/*.json tests/schedules/*.json; do
 done
 end schedules
 
+# ---- across processes: one process a GPU, launched as torchrun launches
+# (no MPI there): with two GPUs the dumps must be the cpu backend's; with
+# one, process 1 must refuse in one line (it needs GPU 1) and none hang.
+begin processes 30
+gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
+sum=examples/sum_across_gpus.json
+timeout "$(limit 30)" bash tests/launch_like_torchrun.sh 2 29611 5 "$bin/thunky-exec" "$sum" --backend cuda --timeout 20 \
+  --dump "$work/procs/sum" --report "$work/reports/sum.processes.report.json" > "$work/procs.txt" 2>&1
+rc=$?
+cat "$work/procs.txt" >> "$log"
+if [ $rehearse = 1 ] || [ "${gpus:-0}" = 0 ]; then
+  n=$(grep -c "no CUDA device" "$work/procs.txt")
+  if [ $rc = 2 ] && [ "$n" = 2 ]; then say "- 2 processes, cuda: refused on both (no GPU)"; else fail "2 processes, cuda, no GPU: exit $rc, $n refusals (log.txt)"; fi
+elif [ "$gpus" = 1 ]; then
+  if [ $rc = 2 ] && grep -q "needs GPU 1, but this node has 1" "$work/procs.txt"; then say "- 2 processes, cuda, one GPU: process 1 refused (it needs GPU 1), none hung"
+  else fail "2 processes, cuda, one GPU: exit $rc: $(grep -m1 -v '^$' "$work/procs.txt" | cut -c1-160)"; fi
+elif [ $rc != 0 ]; then
+  fail "2 processes, cuda, $gpus GPUs: exit $rc: $(grep -m1 -v '^$' "$work/procs.txt" | cut -c1-160)"
+elif [ $have_numpy = 1 ]; then
+  verdict=$(py scripts/compare_dumps.py "$sum" "$work/cpu/sum_across_gpus" "$work/procs/sum" 2>&1)
+  if [ $? = 0 ]; then say "- 2 processes, cuda, $gpus GPUs: pass ($(echo "$verdict" | tail -1 | cut -c1-120)); $(grep -m1 -oE 'makespan [0-9.]+ us' "$work/procs.txt")"
+  else fail "2 processes, cuda: dumps differ from the cpu backend's ($(echo "$verdict" | tail -1 | cut -c1-160))"; fi
+else
+  say "- 2 processes, cuda, $gpus GPUs: ran (exit 0); no numpy to compare the dumps"
+fi
+end processes
+
 # ---- predicted against measured
 begin compare 20
 ring=examples/ring_collective_matmul_n4.json
