@@ -59,6 +59,14 @@ struct Options {
   int host_cores = 0;
 };
 
+// The exit code of a wait between processes that stopped: another
+// process's failure ends this one with its code (a missing GPU there is
+// bad input here too), a silent process with 3.
+int stop_code(const std::exception& e) {
+  const auto* failure = dynamic_cast<const thunky::ProcessFailure*>(&e);
+  return failure ? failure->exit_code : 3;
+}
+
 int fail(const std::vector<thunky::Diagnostic>& errors, int code) {
   for (const auto& e : errors) std::cerr << e.str() + "\n";  // one write a line: processes' lines do not interleave
   return code;
@@ -216,7 +224,7 @@ int run_main(int argc, char** argv) {
       if (!thunky::same_on_every_process(*procs, thunky::fingerprint(text)))
         return stop((std::cerr << o.schedule + ":/: the processes loaded different schedules (this file differs between them): every process must run the same file\n", 2));
     } catch (const std::exception& e) {
-      return stop((std::cerr << "thunky-exec: " + std::string(e.what()) + "\n", 3));
+      return stop((std::cerr << "thunky-exec: " + std::string(e.what()) + "\n", stop_code(e)));
     }
   }
   if (auto code = thunky::cli::refuse_overwrite("thunky-exec", {{"--report", o.report}, {"--trace", o.trace}, {"--svg", o.svg}}, thunky::cli::inputs_of(*prog))) return stop(*code);
@@ -249,7 +257,7 @@ int run_main(int argc, char** argv) {
     try {
       clock_uncertainty_s = barrier_uncertainty(*procs);
     } catch (const std::exception& e) {
-      return stop((std::cerr << "thunky-exec: " << e.what() << "\n", 3));
+      return stop((std::cerr << "thunky-exec: " << e.what() << "\n", stop_code(e)));
     }
   }
   if (o.backend == "cuda" && o.host_cores > 0) return std::cerr << "thunky-exec: --host-cores applies to --backend cpu\n", 2;
@@ -264,7 +272,7 @@ int run_main(int argc, char** argv) {
     try {
       gather_run(*procs, *prog, !o.dump.empty(), clock_uncertainty_s, *result);
     } catch (const std::exception& e) {
-      return stop((std::cerr << "thunky-exec: gathering the processes' results: " << e.what() << "\n", 3));
+      return stop((std::cerr << "thunky-exec: gathering the processes' results: " << e.what() << "\n", stop_code(e)));
     }
     if (procs->place().index != 0) return 0;  // process 0 writes the run's outputs
   }
