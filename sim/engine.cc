@@ -70,17 +70,15 @@ Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold
 }
 
 Expected<SimResult> Engine::run(bool timelines) {
-  keep_ = timelines ? Keep::records : Keep::stats;
-  if (auto e = simulate_all(); !e.empty()) return e;
+  if (auto e = simulate_all(timelines ? Keep::records : Keep::stats); !e.empty()) return e;
   return timelines ? result() : stats_result();
 }
 
 Expected<SimSummary> Engine::run_summary() {
-  keep_ = Keep::count;
-  if (auto e = simulate_all(); !e.empty()) return e;
+  if (auto e = simulate_all(Keep::count); !e.empty()) return e;
   SimSummary s;
-  s.rank_commands = finished_ * (fold_ ? p_.mesh.size() : 1);
-  s.makespan_s = last_end_;
+  s.rank_commands = recorder_.counted() * (fold_ ? p_.mesh.size() : 1);
+  s.makespan_s = recorder_.last_end();
   return s;
 }
 
@@ -131,37 +129,29 @@ int64_t Engine::expected_commands(const Block& b) {
   return n;
 }
 
-void Engine::check_expected_size() {
-  started_ = last_progress_ = std::chrono::steady_clock::now();
+void Engine::start_recording(Keep keep) {
   const int64_t ranks = fold_ ? 1 : p_.mesh.size();
   const int64_t one = expected_commands(p_.program);
-  expected_ = one > (int64_t{1} << 62) / ranks ? int64_t{1} << 62 : one * ranks;
-  if (expected_ <= command_limit()) return;
+  const int64_t expected = one > (int64_t{1} << 62) / ranks ? int64_t{1} << 62 : one * ranks;
+  recorder_.start(keep, ranks, expected);
+  if (expected <= recorder_.limit()) return;
   // Named by the loop that weighs most, where there is one.
   const Command* loop = heaviest_loop_;
   const std::string where = !loop ? "" : loop->as<While>().trip_count ? loop->pointer + "/sim/trip_count" : loop->pointer;
-  const std::string about = std::to_string(expected_) + " in all: loop trips times commands, on every rank simulated";
-  if (keep_ != Keep::records)
-    throw ThunkyError(where, std::string(loop ? "this loop takes" : "the schedule takes") + " the simulation past " + std::to_string(command_limit()) +
-                                 " commands (about " + about + "), the most thunky-sim " + limit_verb());
+  const std::string about = std::to_string(expected) + " in all: loop trips times commands, on every rank simulated";
+  if (keep != Keep::records)
+    throw ThunkyError(where, std::string(loop ? "this loop takes" : "the schedule takes") + " the simulation past " + std::to_string(recorder_.limit()) +
+                                 " commands (about " + about + "), the most thunky-sim " + recorder_.limit_verb());
   char gib[32];
-  std::snprintf(gib, sizeof gib, "%.1f GiB", static_cast<double>(expected_) * kBytesPerRecord / (1 << 30));
+  std::snprintf(gib, sizeof gib, "%.1f GiB", static_cast<double>(expected) * kBytesPerRecord / (1 << 30));
   throw ThunkyError(where, std::string(loop ? "this loop takes" : "the schedule takes") + " the report past " + std::to_string(options_.max_records) +
                                " commands, --max-records (about " + about + "; about " + gib +
                                " while simulating, as much again for each file); raise it, lower the trip counts, or simulate without --report, --trace and --svg");
 }
 
-void Engine::maybe_report_progress() {
-  if (!options_.progress) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_progress_ < std::chrono::seconds(5)) return;
-  last_progress_ = now;
-  options_.progress({simulated_, expected_, std::chrono::duration<double>(now - started_).count()});
-}
-
-std::vector<Diagnostic> Engine::simulate_all() {
+std::vector<Diagnostic> Engine::simulate_all(Keep keep) {
   try {
-    check_expected_size();
+    start_recording(keep);
     start_issuing();
     advance();
     while (auto e = queue_.pop()) {
@@ -315,10 +305,10 @@ int64_t Engine::decision(int64_t rank, const Command& c) {
   if (std::optional<int64_t> k = hinted_branch(c)) return *k;
   if (const While* w = c.get_if<While>(); w && w->trip_count) {
     const int64_t trips = *w->trip_count;
-    const int64_t limit = command_limit();
+    const int64_t limit = recorder_.limit();
     if (trips > limit)
       throw ThunkyError(c.pointer + "/sim/trip_count", "a trip count of " + std::to_string(trips) + " passes the " + std::to_string(limit) +
-                                                            " commands thunky-sim " + limit_verb());
+                                                            " commands thunky-sim " + recorder_.limit_verb());
     return trips;
   }
   if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id() + " needs a sim hint (" +
@@ -436,11 +426,6 @@ bool Engine::issue_until(int si) {
 void Engine::start_issuing() {
   // Folded, only rank 0 runs.
   const int64_t n = fold_ ? 1 : p_.mesh.size();
-  if (keep_ == Keep::records) {
-    ops_.resize(static_cast<size_t>(n));
-    edges_.resize(static_cast<size_t>(n));
-  }
-  if (keep_ == Keep::stats) tallies_.resize(static_cast<size_t>(n));
   live_compute_.resize(static_cast<size_t>(n));
   issuers_.reserve(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) issuers_.emplace_back(&arena_);
@@ -562,7 +547,7 @@ void Engine::finish_comm(int a, bool fresh) {
     }
   }
   for (int s : act.stats)
-    if (stats_[s].seconds == 0) stats_[s].seconds = now_ - act.start;
+    if (recorder_.row(s).seconds == 0) recorder_.row(s).seconds = now_ - act.start;
   for (int s : act.streams) release(s);
   for (int f : act.flows) free_flows_.push_back(f);
   const bool held_core = act.holds_core;
@@ -574,25 +559,6 @@ void Engine::finish_comm(int a, bool fresh) {
     --cores_busy_;
     grant_cores();
   }
-}
-
-void Engine::record(int64_t rank, const Rec& r) {
-  if (!(r.end <= kMaxSimulatedSeconds))
-    throw ThunkyError("", "the simulated time passed " + std::to_string(static_cast<int64_t>(kMaxSimulatedSeconds)) +
-                              " s: a cost, latency or bandwidth of the schedule or machine model is out of range");
-  const int64_t limit = command_limit();
-  if ((++simulated_ & 0xffff) == 0) maybe_report_progress();
-  if (simulated_ > limit)
-    throw ThunkyError("", "the simulation passed " + std::to_string(limit) + " commands (loop trips times commands, on every rank simulated), the most thunky-sim " + limit_verb());
-  switch (keep_) {
-    case Keep::records: ops_[rank].push_back(r); return;
-    case Keep::stats:
-      tallies_[rank].add(r.start, r.end, is_collective(infos_[r.info].cmd->op), r.transfer >= 0 ? std::optional<double>(r.transfer) : std::nullopt);
-      return;
-    case Keep::count: break;
-  }
-  ++finished_;
-  last_end_ = std::max(last_end_, r.end);
 }
 
 void Engine::finish_compute(int a) {
@@ -665,7 +631,7 @@ void Engine::step(int si) {
         queue_.push({e.ready}, SimEvent{SimEvent::Kind::wake, si}.pack());
         return;
       }
-      if (keep_ == Keep::records) edges_[s.rank].push_back({e.t, now_, e.stream, si, t.info, t.join});
+      recorder_.edge(s.rank, {e.t, now_, e.stream, si, t.info, t.join});
       // One wait per event: its slot can be reused.
       e = Event{};
       free_events_.push_back(t.event);

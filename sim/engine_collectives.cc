@@ -240,7 +240,7 @@ void Engine::start_collective(Comm act) {
       for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
       const double bytes = member_flows(act, a, mi, rank, part, latency);
       // Ranks are in order, so rank 0's instance comes first.
-      if (rank == 0 && keep_ != Keep::count) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
+      if (rank == 0 && recorder_.keep() != Keep::count) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
       if (fold_) break;
     }
   }
@@ -261,10 +261,8 @@ void Engine::start_collective(Comm act) {
 
 void Engine::add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes) {
   const Command& c = *infos_[info].cmd;
-  auto [it, fresh] = stats_seen_.try_emplace(std::pair{info, inst}, static_cast<int>(stats_.size()));
-  if (!fresh) return;
-  stats_.push_back({0, op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0, algorithm_at(info)});
-  act.stats.push_back(it->second);
+  const int row = recorder_.new_row(info, inst, [&] { return CollectiveStat{0, op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0, algorithm_at(info)}; });
+  if (row >= 0) act.stats.push_back(row);
 }
 
 }  // namespace thunky::sim::internal

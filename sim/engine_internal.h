@@ -5,6 +5,8 @@
 //                              program to its streams, compute sharing, events
 //   sim/engine_collectives.cc  rendezvous of a collective's ranks and its flows
 //   sim/engine_links.cc        links, and how concurrent flows share them (max-min)
+//   sim/recorder.h             what is kept of each finished command (a part
+//                              with its own state)
 //   sim/engine_report.cc       the report built from the records at the end
 #pragma once
 
@@ -32,6 +34,7 @@
 #include "sim/collective_cost.h"
 #include "sim/event_queue.h"
 #include "sim/maxmin.h"
+#include "sim/recorder.h"
 #include "sim/symmetry.h"
 
 namespace thunky::sim::internal {
@@ -159,23 +162,6 @@ struct Event {
   bool done = false;
 };
 
-// What the report will say of one finished command: kept compact while the
-// simulation runs and turned into OpRecords at the end.
-struct Rec {
-  double start = 0, end = 0;
-  int32_t info = -1;
-  int32_t instance = -1;
-  int32_t stream = -1;
-  double transfer = -1;  // a collective: when its data began to move (start: when this rank arrived); else -1
-};
-
-struct Edge {
-  double from_s = 0, to_s = 0;
-  int32_t from_stream = -1, to_stream = -1;
-  int32_t info = -1;  // the async_start / async_done that names the token
-  bool join = false;
-};
-
 // A kernel running on one rank's compute, at a share of its throughput.
 struct Compute {
   int64_t rank = 0;
@@ -279,38 +265,24 @@ class Engine {
   Expected<SimSummary> run_summary();
 
  private:
-  // Runs every stream to its end; returns the deadlock, if any.
-  std::vector<Diagnostic> simulate_all();
+  using Keep = Recorder::Keep;
+  // Runs every stream to its end, keeping `keep` of each command that
+  // finishes; returns the deadlock, if any.
+  std::vector<Diagnostic> simulate_all(Keep keep);
 
   // ---- the rank-independent facts ----
   // The tokens live in a region of control flow: async_start number by name.
   using Scope = std::pmr::unordered_map<std::string_view, int>;
 
   static constexpr size_t kNumberAhead = 8;
-  static constexpr double kMaxSimulatedSeconds = 1e7;
-  // What is kept of a finished command: its record for the report, its
-  // interval in its rank's statistics, or only a count (simulate_summary).
-  enum class Keep { records, stats, count };
-  // Commands simulated (each rank simulated counts its own): options'
-  // max_records when each is kept for the report (2^22 by default, about
-  // 1.9 GB of records); 2^27 when only statistics are (at most 16 bytes
-  // each, a minute of simulation); 2^30 when they are only counted (a few
-  // minutes).
-  static constexpr int64_t kMaxTalliedCommands = int64_t{1} << 27;
-  static constexpr int64_t kMaxSimulatedCommands = int64_t{1} << 30;
-  int64_t command_limit() const {
-    return keep_ == Keep::records ? options_.max_records : keep_ == Keep::stats ? kMaxTalliedCommands : kMaxSimulatedCommands;
-  }
+  static constexpr double kMaxSimulatedSeconds = Recorder::kMaxSimulatedSeconds;
   // Rank-commands one rank runs in `b`, from the sim hints (or, where a
   // command has none, the functional model's decisions for rank 0: a
   // loop's mean trips; the larger branch otherwise); saturates at 2^62.
   int64_t expected_commands(const Block& b);
-  // Refuses, before the run, one expected to keep more records than the
-  // limit; and sets up progress reports.
-  void check_expected_size();
-  // Reports progress (options_.progress) if five seconds have passed.
-  void maybe_report_progress();
-  const char* limit_verb() const { return keep_ == Keep::count ? "runs" : "reports on"; }
+  // Starts the recorder, keeping `keep`; refuses, before the run, one
+  // expected to finish more commands than the recorder's limit.
+  void start_recording(Keep keep);
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes);
 
@@ -478,7 +450,7 @@ class Engine {
   void finish_comm(int a, bool fresh = true);
 
   // A finished command: kept for the report, or only counted.
-  void record(int64_t rank, const Rec& r);
+  void record(int64_t rank, const Rec& r) { recorder_.record(rank, r, is_collective(infos_[r.info].cmd->op)); }
 
   void finish_compute(int a);
 
@@ -500,10 +472,9 @@ class Engine {
   const Machine& m_;
   const Decisions* decisions_;
   SimOptions options_;
-  int64_t expected_ = 0;  // rank-commands, every rank simulated (0: unknown)
+  Recorder recorder_{options_};
   const Command* heaviest_loop_ = nullptr;  // the while loop expected to run most commands
   int64_t heaviest_loop_commands_ = 0;
-  std::chrono::steady_clock::time_point started_, last_progress_;
   // The engine's many small containers (maps, per-link and per-flow lists,
   // the issuers' stacks) and the commands' facts (reserved whole) come from
   // one arena, given back all at once when the engine goes; the arrays that
@@ -565,24 +536,13 @@ class Engine {
   std::vector<uint32_t> rank_stamp_;  // start_collective: ranks whose instance of a member is built
   uint32_t rank_stamp_now_ = 0;
   std::vector<double> scratch_rates_;
-  // what is reported
-  std::vector<std::vector<Rec>> ops_;
-  std::vector<std::vector<Edge>> edges_;
-  std::vector<TimelineTally> tallies_;  // Keep::stats: by rank
-  std::vector<CollectiveStat> stats_;
   // The algorithm and protocol each collective got under the NCCL model, by info.
   std::vector<CollectiveCost> algorithms_;
   CollectiveCost& algorithm_of(int info);
   std::string algorithm_at(int info) const;
-  // (command, instance) -> its row of stats_
-  std::pmr::map<std::pair<int, int32_t>, int> stats_seen_{&arena_};
   EventQueue queue_;
   double now_ = 0;
   bool fold_ = false;
-  Keep keep_ = Keep::records;  // records: flows and link samples too
-  int64_t finished_ = 0;
-  int64_t simulated_ = 0;  // commands finished, records kept or not
-  double last_end_ = 0;
   std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype; -1: not yet asked
 };
 

@@ -138,7 +138,7 @@ void Engine::solve_links(const std::vector<int>& seeds, int also) {
       dirty.push_back(fl.activity);
     }
   }
-  if (keep_ == Keep::records) sample_links(links);
+  if (recorder_.keep() == Keep::records) sample_links(links);
   std::sort(dirty.begin(), dirty.end());
   dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
   for (int a : dirty) reschedule_comm(a);

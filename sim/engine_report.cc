@@ -30,13 +30,13 @@ SimResult Engine::stats_result() {
     if (fold_ && rank > 0) {
       rr.same_as = 0;
     } else {
-      rr.stats = tallies_[rank].stats();
-      r.report.makespan_s = std::max(r.report.makespan_s, tallies_[rank].last_end_s());
+      rr.stats = recorder_.tally(rank).stats();
+      r.report.makespan_s = std::max(r.report.makespan_s, recorder_.tally(rank).last_end_s());
     }
     r.report.ranks.push_back(std::move(rr));
   }
   summarize_stats(r.report);
-  r.collectives = std::move(stats_);
+  r.collectives = recorder_.take_rows();
   return r;
 }
 
@@ -72,7 +72,7 @@ SimResult Engine::result() {
       continue;
     }
     const int64_t from = rank;
-    auto& recs = ops_[from];
+    auto& recs = recorder_.records(from);
     auto by_start = [](const Rec& a, const Rec& b) { return a.start < b.start; };
     if (!std::is_sorted(recs.begin(), recs.end(), by_start)) std::stable_sort(recs.begin(), recs.end(), by_start);
     rr.ops.reserve(recs.size());
@@ -84,10 +84,10 @@ SimResult Engine::result() {
       rr.ops.back().algorithm = names.algorithm;
       if (rec.transfer >= 0) rr.ops.back().transfer_start_s = rec.transfer;
     }
-    for (const Edge& e : edges_[from])
+    for (const Edge& e : recorder_.edges(from))
       rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, names_of(e.info).token, e.join});
     std::vector<Rec>().swap(recs);  // each rank's records are read once
-    std::vector<Edge>().swap(edges_[from]);
+    std::vector<Edge>().swap(recorder_.edges(from));
     r.report.ranks.push_back(std::move(rr));
   }
   summarize(r.report);
@@ -106,7 +106,7 @@ SimResult Engine::result() {
     ls.samples.assign(link_series_[id].begin(), link_series_[id].end());
     r.report.links.push_back(std::move(ls));
   }
-  r.collectives = std::move(stats_);
+  r.collectives = recorder_.take_rows();
   return r;
 }
 
