@@ -426,7 +426,7 @@ bool Engine::issue_until(int si) {
 void Engine::start_issuing() {
   // Folded, only rank 0 runs.
   const int64_t n = fold_ ? 1 : p_.mesh.size();
-  live_compute_.resize(static_cast<size_t>(n));
+  compute_.set_ranks(n);
   issuers_.reserve(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) issuers_.emplace_back(&arena_);
   for (int64_t r = 0; r < n; ++r) {
@@ -445,38 +445,11 @@ int Engine::new_event() {
   return static_cast<int>(events_.size()) - 1;
 }
 
-void Engine::solve_compute(int64_t rank) {
-  if (m_.host_cores > 0) return grant_cores();
-  const auto& live = live_compute_[rank];
-  const double r = live.empty() ? 0 : 1.0 / static_cast<double>(live.size());
-  for (int i : live) set_rate(i, r);
-}
-
-void Engine::grant_cores() {
-  while (cores_busy_ < m_.host_cores && !core_queue_.empty()) {
-    CoreAsk ask = std::move(core_queue_.front());
-    core_queue_.pop_front();
-    ++cores_busy_;
-    if (ask.comm) {
-      --urgent_asks_;
-      ask.comm->holds_core = true;
-      start_collective(std::move(*ask.comm));
-      continue;
-    }
-    const int i = ask.compute;
-    compute_[i].start = compute_[i].last = now_;  // it runs from here
-    set_rate(i, 1.0);
-  }
-}
-
-void Engine::set_rate(int i, double r) {
-  Compute& a = compute_[i];
-  a.remaining = std::max(0.0, a.remaining - a.rate * (now_ - a.last));
-  a.last = now_;
-  if (r != a.rate) {
-    a.rate = r;
-    queue_.push({now_ + a.remaining / a.rate}, SimEvent{SimEvent::Kind::compute, i, ++a.version}.pack());
-  }
+void Engine::grant_core_to_collective() {
+  Comm act = std::move(waiting_for_core_.front());
+  waiting_for_core_.pop_front();
+  act.holds_core = true;
+  start_collective(std::move(act));
 }
 
 bool Engine::flows_done(const Comm& act) const {
@@ -489,7 +462,7 @@ void Engine::handle(SimEvent e) {
   const int a = e.id;
   switch (e.kind) {
     case SimEvent::Kind::compute:
-      if (compute_[a].version == e.version && compute_[a].stream >= 0) finish_compute(a);
+      if (const auto ended = compute_.end(a, e.version)) finish_compute(*ended);
       return;
     case SimEvent::Kind::wake:
       streams_[a].state = Stream::State::ready;
@@ -555,25 +528,14 @@ void Engine::finish_comm(int a, bool fresh) {
   // is what late events are checked against.
   spare_comms_.push_back(std::move(act));
   if (!seeds.empty()) solve_links(seeds, -1);
-  if (held_core) {
-    --cores_busy_;
-    grant_cores();
-  }
+  if (held_core) compute_.release_collective_core(now_);
 }
 
-void Engine::finish_compute(int a) {
-  Compute& act = compute_[a];
-  const int si = act.stream;
-  const Stream& st = streams_[si];
-  record(st.rank, {act.start, now_, st.tasks[st.pc].info, st.tasks[st.pc].instance, si});
-  auto& live = live_compute_[act.rank];
-  *std::find(live.begin(), live.end(), a) = live.back();
-  live.pop_back();
-  act.stream = -1;
-  free_compute_.push_back(a);
-  if (m_.host_cores > 0) --cores_busy_;
-  release(si);
-  solve_compute(st.rank);
+void Engine::finish_compute(const ComputeShares::Ended& k) {
+  const Stream& st = streams_[k.stream];
+  record(st.rank, {k.start, now_, st.tasks[st.pc].info, st.tasks[st.pc].instance, k.stream});
+  release(k.stream);
+  compute_.share(st.rank, now_);
 }
 
 void Engine::advance() {
@@ -649,24 +611,8 @@ void Engine::step(int si) {
       record(s.rank, {start, now_, t.info, t.instance, si});
       ++s.pc;
     } else {
-      int a;
-      if (!free_compute_.empty()) {
-        a = free_compute_.back();
-        free_compute_.pop_back();
-      } else {
-        a = static_cast<int>(compute_.size());
-        compute_.emplace_back();
-      }
-      Compute& act = compute_[a];
-      act.rank = s.rank;
-      act.stream = si;
-      act.remaining = seconds(t.info, s.rank);
-      act.rate = 0;
-      act.start = act.last = now_;
       s.state = Stream::State::running;
-      live_compute_[s.rank].push_back(a);
-      if (m_.host_cores > 0) core_queue_.push_back({a, std::nullopt});
-      solve_compute(s.rank);
+      compute_.start(s.rank, si, seconds(t.info, s.rank), now_);
       return;
     }
   }

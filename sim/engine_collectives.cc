@@ -4,14 +4,6 @@
 
 namespace thunky::sim::internal {
 
-int Engine::intern(std::vector<int> members) {
-  std::sort(members.begin(), members.end());
-  members.erase(std::unique(members.begin(), members.end()), members.end());
-  auto [it, fresh] = sets_.try_emplace(std::move(members), static_cast<int>(set_sizes_.size()));
-  if (fresh) set_sizes_.push_back(it->first.size());
-  return it->second;
-}
-
 int Engine::member_set(int info, int64_t rank) {
   CmdInfo& in = infos_[info];
   if (in.sets < 0) {
@@ -26,7 +18,7 @@ int Engine::member_set(int info, int64_t rank) {
   else
     members.push_back(in.cmd);
   std::vector<int> set = launch_members(p_.mesh, rank, members);
-  const int id = intern(set);
+  const int id = rendezvous_.intern(set);
   for (int q : set) set_of_rank[q] = id;
   return id;
 }
@@ -43,31 +35,15 @@ void Engine::arrive(int si, const Task& t) {
     return;
   }
   s.state = Stream::State::waiting_collective;
-  const int set = member_set(t.info, s.rank);
-  const uint64_t seq = seq_[(static_cast<uint64_t>(set) << 32) | static_cast<uint64_t>(s.rank)]++;
-  const uint64_t key = (static_cast<uint64_t>(set) << 32) | seq;
-  Rendezvous& rv = rendezvous_[key];
-  if (rv.arrived.empty()) {
-    rv.need = set_sizes_[set];
-    rv.arrived.reserve(rv.need);
-    rv.since.reserve(rv.need);
-  }
-  rv.arrived.emplace_back(s.rank, si);
-  rv.since.push_back(now_);
-  if (rv.arrived.size() < rv.need) return;
-  std::vector<size_t> order(rv.arrived.size());
-  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rv.arrived[a].first < rv.arrived[b].first; });
+  std::optional<Rendezvous::Met> met = rendezvous_.arrive(member_set(t.info, s.rank), s.rank, si, now_);
+  if (!met) return;
   Comm act = new_comm();
-  for (size_t k : order) {
-    act.streams.push_back(rv.arrived[k].second);
-    act.since.push_back(rv.since[k]);
-  }
-  rendezvous_.erase(key);
+  act.streams.assign(met->streams.begin(), met->streams.end());
+  act.since.assign(met->since.begin(), met->since.end());
   for (int st : act.streams) streams_[st].state = Stream::State::running;
   if (m_.host_cores > 0) {  // it waits for a core, as a command does, ahead of compute
-    core_queue_.insert(core_queue_.begin() + static_cast<std::ptrdiff_t>(urgent_asks_++), {-1, std::move(act)});
-    grant_cores();
+    waiting_for_core_.push_back(std::move(act));
+    compute_.ask_core_for_collective(now_);
     return;
   }
   start_collective(std::move(act));

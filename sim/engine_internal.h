@@ -5,6 +5,8 @@
 //                              program to its streams, compute sharing, events
 //   sim/engine_collectives.cc  rendezvous of a collective's ranks and its flows
 //   sim/engine_links.cc        links, and how concurrent flows share them (max-min)
+//   sim/rendezvous.h           where a collective's ranks meet (a part with its
+//                              own state)
 //   sim/recorder.h             what is kept of each finished command (a part
 //                              with its own state)
 //   sim/engine_report.cc       the report built from the records at the end
@@ -32,9 +34,12 @@
 #include "core/mesh.h"
 #include "core/validate.h"
 #include "sim/collective_cost.h"
+#include "sim/compute_shares.h"
 #include "sim/event_queue.h"
 #include "sim/maxmin.h"
 #include "sim/recorder.h"
+#include "sim/rendezvous.h"
+#include "sim/sim_event.h"
 #include "sim/symmetry.h"
 
 namespace thunky::sim::internal {
@@ -162,17 +167,6 @@ struct Event {
   bool done = false;
 };
 
-// A kernel running on one rank's compute, at a share of its throughput.
-struct Compute {
-  int64_t rank = 0;
-  int32_t stream = -1;
-  double remaining = 0;  // seconds of work at full rate
-  double rate = 0;
-  double last = 0;
-  double start = 0;
-  uint32_t version = 0;  // never reset, so stale predictions are recognised after reuse
-};
-
 struct Flow {
   explicit Flow(std::pmr::memory_resource* m) : links(m) {}
   int activity = -1;
@@ -197,12 +191,6 @@ struct Comm {
   bool holds_core = false;  // on a shared host (chip.host_cores)
 };
 
-struct Rendezvous {
-  size_t need = 0;
-  std::vector<std::pair<int64_t, int>> arrived;  // (rank, stream)
-  std::vector<double> since;
-};
-
 struct LinkKey {
   // nic_out and nic_in: one GPU's own NIC, each way (one NIC per GPU, as
   // on rail-optimised clusters), which collectives and sends across nodes
@@ -221,26 +209,6 @@ struct LinkKey {
       case nic_out: return "nic out " + from;
       default: return "nic in " + to;
     }
-  }
-};
-
-// What an event of the queue is about, packed into the queue's 64-bit
-// payload: its kind, what it concerns (`id`), and the version of the
-// prediction it was made from (a newer prediction makes it stale).
-struct SimEvent {
-  enum class Kind : uint8_t {
-    compute,     // a kernel's predicted end: id a Compute
-    comm,        // a collective's next flow end: id a Comm
-    latency,     // a collective's additive latency has passed: id a Comm
-    flow_start,  // its flows start moving bytes: id a Comm
-    wake,        // a stream goes on after an event's latency: id a Stream
-  };
-  Kind kind = Kind::compute;
-  int32_t id = 0;  // below 2^29
-  uint32_t version = 0;
-  uint64_t pack() const { return static_cast<uint64_t>(kind) << 61 | static_cast<uint64_t>(id) << 32 | version; }
-  static SimEvent unpack(uint64_t p) {
-    return {static_cast<Kind>(p >> 61), static_cast<int32_t>((p >> 32) & 0x1fffffff), static_cast<uint32_t>(p & 0xffffffffu)};
   }
 };
 
@@ -382,8 +350,6 @@ class Engine {
   int ring_link(int64_t from, int dim, int dir, const AxisLinks& a);
 
   // ---- rendezvous ----
-  int intern(std::vector<int> members);
-
   // The member set a collective's rank waits with (launch_members). It is
   // the same from each of its ranks, so one pass fills it for all of them.
   int member_set(int info, int64_t rank);
@@ -425,18 +391,11 @@ class Engine {
   // A collective's next change: the earliest end of one of its flows.
   void reschedule_comm(int a);
 
-  // ---- compute shares ----
-  // Concurrent kernels of a rank share its throughput equally; the shares
-  // change only on the rank where a kernel starts or ends. On a host of
-  // chip.host_cores cores (the cpu backend's ranks are its threads), a
-  // command of any rank runs on a core of its own at the full rate, and
-  // waits for one, first come first served, while all are taken; so does
-  // a collective, once every member has arrived.
-  void solve_compute(int64_t rank);
-  // Gives free cores to the commands waiting for one.
-  void grant_cores();
-  // Brings compute activity `i` up to now and gives it rate `r`.
-  void set_rate(int i, double r);
+  // ---- compute (sim/compute_shares.h) ----
+  // A kernel ended: its stream goes on, and its rank's shares change.
+  void finish_compute(const ComputeShares::Ended& k);
+  // A collective whose members have all arrived gets a core (chip.host_cores).
+  void grant_core_to_collective();
 
   bool flows_done(const Comm& act) const;
 
@@ -452,7 +411,6 @@ class Engine {
   // A finished command: kept for the report, or only counted.
   void record(int64_t rank, const Rec& r) { recorder_.record(rank, r, is_collective(infos_[r.info].cmd->op)); }
 
-  void finish_compute(int a);
 
   // ---- streams ----
   void advance();
@@ -500,26 +458,12 @@ class Engine {
   std::pmr::vector<Event> events_{&arena_};
   std::pmr::vector<int> free_events_{&arena_};
   std::pmr::vector<int> ready_{&arena_};
-  // compute
-  std::pmr::vector<Compute> compute_{&arena_};
-  std::pmr::vector<int> free_compute_{&arena_};
-  std::pmr::vector<std::pmr::vector<int>> live_compute_{&arena_};  // per rank
-  // On a shared host (chip.host_cores): the cores running a command, and
-  // the commands waiting for one: collectives whose members have all
-  // arrived (the cpu backend moves a collective's data on one core, as a
-  // command), then compute activities, each in the order they asked.
-  struct CoreAsk {
-    int compute = -1;
-    std::optional<Comm> comm;
-  };
-  int64_t cores_busy_ = 0;
-  std::deque<CoreAsk> core_queue_;
-  size_t urgent_asks_ = 0;  // the collectives at core_queue_'s front
+  // On a shared host (chip.host_cores): the collectives whose members
+  // have all arrived, waiting for a core (the cpu backend moves a
+  // collective's data on one core, as a command), in the order they asked.
+  std::deque<Comm> waiting_for_core_;
   // collectives and links
-  std::map<std::vector<int>, int> sets_;
-  std::vector<size_t> set_sizes_;
-  std::pmr::unordered_map<uint64_t, uint64_t> seq_{&arena_};
-  std::unordered_map<uint64_t, Rendezvous> rendezvous_;  // on the heap: each is erased once complete
+  Rendezvous rendezvous_;
   std::vector<Comm> comms_;
   std::vector<Comm> spare_comms_;  // finished ones' storage (new_comm)
   std::vector<Flow> flows_;
@@ -541,6 +485,7 @@ class Engine {
   CollectiveCost& algorithm_of(int info);
   std::string algorithm_at(int info) const;
   EventQueue queue_;
+  ComputeShares compute_{queue_, m_.host_cores, [this] { grant_core_to_collective(); }};
   double now_ = 0;
   bool fold_ = false;
   std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype; -1: not yet asked
