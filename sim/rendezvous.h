@@ -1,16 +1,15 @@
 // The rendezvous: the engine's part where a collective's ranks meet. Each
 // rank's launches with one set of members are numbered in the order it
 // reaches them; a launch starts when every member has reached it. It owns
-// the member sets, each rank's count of launches per set, and the launches
-// still waiting for members. It has no events of its own: the issuer hands
-// it each arrival, at the engine's clock.
+// the member sets, each member's count of launches reached, and the
+// launches still waiting for members. It has no events of its own: the
+// issuer hands it each arrival, at the engine's clock.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 namespace thunky::sim::internal {
@@ -19,7 +18,6 @@ class Rendezvous {
  public:
   // The id of the set of ranks `members` (in any order, repeats allowed).
   int intern(std::vector<int> members);
-  size_t size(int set) const { return sizes_[static_cast<size_t>(set)]; }
 
   // A launch every member has reached: each member's stream, in rank
   // order, and when it arrived.
@@ -32,14 +30,22 @@ class Rendezvous {
   std::optional<Met> arrive(int set, int64_t rank, int stream, double now);
 
  private:
+  // A launch's members so far, by their place in the set.
   struct Waiting {
-    std::vector<std::pair<int64_t, int>> arrived;  // (rank, stream)
-    std::vector<double> since;
+    Met by_member;
+    size_t arrived = 0;
   };
-  std::map<std::vector<int>, int> sets_;
-  std::vector<size_t> sizes_;
-  std::unordered_map<uint64_t, uint64_t> launches_;  // (set, rank) -> launches reached
-  std::unordered_map<uint64_t, Waiting> waiting_;    // (set, launch) -> its members so far; erased once met
+  // Launches complete in the order they are numbered (a member reaches
+  // launch k + 1 only after k), so those still open are a run from
+  // `first_open`, and a completed one is always the first.
+  struct Set {
+    std::vector<int> members;       // sorted
+    std::vector<uint64_t> reached;  // by member: launches it has reached
+    std::deque<Waiting> open;       // launches first_open, first_open + 1, ...
+    uint64_t first_open = 0;
+  };
+  std::map<std::vector<int>, int> ids_;
+  std::vector<Set> sets_;
 };
 
 }  // namespace thunky::sim::internal
