@@ -134,6 +134,7 @@ void Engine::start_recording(Keep keep) {
   const int64_t one = expected_commands(p_.program);
   const int64_t expected = one > (int64_t{1} << 62) / ranks ? int64_t{1} << 62 : one * ranks;
   recorder_.start(keep, ranks, expected);
+  network_.sample(keep == Keep::records);  // the report's link tracks
   if (expected <= recorder_.limit()) return;
   // Named by the loop that weighs most, where there is one.
   const Command* loop = heaviest_loop_;
@@ -454,7 +455,7 @@ void Engine::grant_core_to_collective() {
 
 bool Engine::flows_done(const Comm& act) const {
   for (int f : act.flows)
-    if (!flows_[f].done) return false;
+    if (!network_.flow(f).done) return false;
   return true;
 }
 
@@ -484,10 +485,10 @@ void Engine::handle(SimEvent e) {
   // Flows with nothing left are done.
   retired_.clear();
   for (int f : act.flows) {
-    Flow& fl = flows_[f];
+    const Flow& fl = network_.flow(f);
     if (!fl.active || fl.done) continue;
     const double left = fl.remaining - fl.rate * (now_ - fl.last);
-    if (left <= 1e-9 * std::max(1.0, fl.rate)) retire_flow(f, retired_);
+    if (left <= 1e-9 * std::max(1.0, fl.rate)) network_.retire(f, retired_);
   }
   if (flows_done(act) && now_ >= act.latency_end) finish_comm(a, false);
   else solve_links(retired_, a);
@@ -505,7 +506,7 @@ void Engine::finish_comm(int a, bool fresh) {
   act.finished = true;
   std::vector<int>& seeds = retired_;
   if (fresh) seeds.clear();
-  for (int f : act.flows) retire_flow(f, seeds);
+  for (int f : act.flows) network_.retire(f, seeds);
   // Each stream of the collective reports each member.
   for (size_t k = 0; k < act.streams.size(); ++k) {
     const int si = act.streams[k];
@@ -522,7 +523,7 @@ void Engine::finish_comm(int a, bool fresh) {
   for (int s : act.stats)
     if (recorder_.row(s).seconds == 0) recorder_.row(s).seconds = now_ - act.start;
   for (int s : act.streams) release(s);
-  for (int f : act.flows) free_flows_.push_back(f);
+  for (int f : act.flows) network_.free_flow(f);
   const bool held_core = act.holds_core;
   // Its vectors go to the next collective; what stays (finished, version)
   // is what late events are checked against.

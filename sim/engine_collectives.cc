@@ -49,25 +49,6 @@ void Engine::arrive(int si, const Task& t) {
   start_collective(std::move(act));
 }
 
-int Engine::new_flow(int activity, double bytes) {
-  int f;
-  if (!free_flows_.empty()) {
-    f = free_flows_.back();
-    free_flows_.pop_back();
-    flows_[f].links.clear();
-  } else {
-    f = static_cast<int>(flows_.size());
-    flows_.emplace_back(&arena_);
-  }
-  Flow& fl = flows_[f];
-  fl.activity = activity;
-  fl.remaining = bytes;
-  fl.rate = 0;
-  fl.last = now_;
-  fl.active = fl.done = false;
-  return f;
-}
-
 double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency) {
   const Command& c = *infos_[mi].cmd;
   const Collective& k = collective_of(c);
@@ -98,8 +79,8 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
       const int64_t s = pairs ? (*pairs)[i].first : fold_ ? part.position : static_cast<int64_t>(i);
       const int64_t t = pairs ? (*pairs)[i].second : shift_target(c, s, n);
       if (s == t || (fold_ && s != part.position)) continue;
-      const int f = new_flow(a, bytes);
-      std::pmr::vector<int>& links = flows_[f].links;
+      const int f = network_.new_flow(a, bytes, now_);
+      std::pmr::vector<int>& links = network_.flow(f).links;
       const int64_t from = part.ranks[s], to = part.ranks[t];
       const bool across = group > 0 && s / group != t / group;
       int64_t hops = 1;
@@ -127,8 +108,8 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
         // less than one launch of the rank's host thread.
         const NcclChoice p = with_host_floor(nccl_p2p(first, across, bytes), first.nccl_params, 1);
         double cap = std::numeric_limits<double>::infinity();
-        for (int l : links) cap = std::min(cap, capacity_[l]);
-        flows_[f].remaining = p.transfer_s * cap;
+        for (int l : links) cap = std::min(cap, network_.capacity(l));
+        network_.flow(f).remaining = p.transfer_s * cap;
         latency = std::max(latency, p.latency_s);
         algorithm_of(mi) = {p.latency_s, p.transfer_s, true, p.algo, p.proto};
       } else {
@@ -144,8 +125,8 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
   if (cost.nccl) algorithm_of(mi) = cost;
   // One flow over every link the collective drives, sized so that alone
   // it takes the closed-form transfer time at the slowest link's rate.
-  const int f = new_flow(a, 0);
-  std::pmr::vector<int>& links = flows_[f].links;
+  const int f = network_.new_flow(a, 0, now_);
+  std::pmr::vector<int>& links = network_.flow(f).links;
   double cap = std::numeric_limits<double>::infinity();
   for (int r : part.ranks) {
     // Folded, every rank's links fall in rank 0's classes.
@@ -172,10 +153,10 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
   std::sort(links.begin(), links.end());
   links.erase(std::unique(links.begin(), links.end()), links.end());
   // Alone, the flow runs at its slowest link's capacity.
-  for (int l : links) cap = std::min(cap, capacity_[l]);
-  flows_[f].remaining = transfer * cap;
-  if (flows_[f].remaining > 0 && !links.empty()) act.flows.push_back(f);
-  else free_flows_.push_back(f);
+  for (int l : links) cap = std::min(cap, network_.capacity(l));
+  network_.flow(f).remaining = transfer * cap;
+  if (network_.flow(f).remaining > 0 && !links.empty()) act.flows.push_back(f);
+  else network_.free_flow(f);
   return bytes;
 }
 

@@ -3,8 +3,12 @@
 // rank's streams; its parts live in files of their own:
 //   sim/engine.cc              construction, the event loop, issuing each rank's
 //                              program to its streams, compute sharing, events
-//   sim/engine_collectives.cc  rendezvous of a collective's ranks and its flows
-//   sim/engine_links.cc        links, and how concurrent flows share them (max-min)
+//   sim/engine_collectives.cc  a collective's flows, once its ranks have met
+//   sim/engine_links.cc        links as the machine lays them out, and when a
+//                              collective's flows next change
+//   sim/network.h              links and flows, shared by max-min (a part with
+//                              its own state)
+//   sim/compute_shares.h       kernels sharing each rank's throughput (a part)
 //   sim/rendezvous.h           where a collective's ranks meet (a part with its
 //                              own state)
 //   sim/recorder.h             what is kept of each finished command (a part
@@ -36,7 +40,7 @@
 #include "sim/collective_cost.h"
 #include "sim/compute_shares.h"
 #include "sim/event_queue.h"
-#include "sim/maxmin.h"
+#include "sim/network.h"
 #include "sim/recorder.h"
 #include "sim/rendezvous.h"
 #include "sim/sim_event.h"
@@ -164,17 +168,6 @@ struct Event {
   double ready = 0;     // when a stream waiting for it goes on: t plus the chip's event_latency_s
   int32_t stream = -1;  // the stream that recorded it
   int32_t waiter = -1;  // the stream waiting for it
-  bool done = false;
-};
-
-struct Flow {
-  explicit Flow(std::pmr::memory_resource* m) : links(m) {}
-  int activity = -1;
-  std::pmr::vector<int> links;
-  double remaining = 0;  // bytes
-  double rate = 0;
-  double last = 0;
-  bool active = false;  // moving bytes (after the additive latency)
   bool done = false;
 };
 
@@ -327,8 +320,9 @@ class Engine {
     }
   }
 
-  // ---- links ----
-  int link(uint64_t key, double capacity);
+  // ---- links (sim/network.h holds them and their flows) ----
+  // The network's id of link `key` (its class, folded).
+  int link(uint64_t key, double capacity) { return network_.link(fold_ ? link_class(key) : key, capacity); }
 
   const AxisLinks& axis_links(const std::string& axis) const;
 
@@ -357,8 +351,6 @@ class Engine {
   void arrive(int si, const Task& t);
 
   // ---- collectives ----
-  int new_flow(int activity, double bytes);
-
   // Adds the flows of one instance of collective `mi` (the one `rank` takes
   // part in, with participants `part`) to activity `a`; raises `latency` to
   // its latency; returns its payload bytes.
@@ -375,18 +367,14 @@ class Engine {
 
   // ---- link shares ----
   // The flows of activity `a` start moving bytes.
-  void activate(int a);
+  void activate(int a) { reschedule(network_.start(comms_[a].flows, a, now_)); }
 
-  void retire_flow(int f, std::vector<int>& seeds);
-
-  // Re-solves the max-min shares of the flows connected (through shared
-  // links) to the `seeds` links, brings them up to now, samples those
-  // links' utilisation and re-predicts the activities whose rates changed
-  // (and `also`).
-  void solve_links(const std::vector<int>& seeds, int also);
-
-  // The report's utilisation tracks: each link's share in use from now on.
-  void sample_links(const std::vector<int>& links);
+  // Re-solves the shares of the flows connected to the `seeds` links, and
+  // re-predicts the activities whose rates changed (and `also`).
+  void solve_links(const std::vector<int>& seeds, int also) { reschedule(network_.solve(seeds, also, now_)); }
+  void reschedule(const std::vector<int>& activities) {
+    for (int a : activities) reschedule_comm(a);
+  }
 
   // A collective's next change: the earliest end of one of its flows.
   void reschedule_comm(int a);
@@ -466,20 +454,11 @@ class Engine {
   Rendezvous rendezvous_;
   std::vector<Comm> comms_;
   std::vector<Comm> spare_comms_;  // finished ones' storage (new_comm)
-  std::vector<Flow> flows_;
-  std::pmr::vector<int> free_flows_{&arena_};
-  std::pmr::unordered_map<uint64_t, int> link_ids_{&arena_};
-  std::pmr::vector<uint64_t> link_keys_{&arena_};
-  std::pmr::vector<double> capacity_{&arena_};
-  std::pmr::vector<std::pmr::vector<int>> link_flows_{&arena_};  // live flows on each link
-  std::vector<std::vector<std::pair<double, double>>> link_series_;
-  std::pmr::vector<uint32_t> link_stamp_{&arena_}, flow_stamp_{&arena_};
-  uint32_t stamp_ = 0;
-  std::vector<int> local_, scratch_links_, scratch_flows_, scratch_dirty_, scratch_seeds_, retired_;
+  Network network_{&arena_};
+  std::vector<int> retired_;  // links that flows just left (handle, finish_comm)
   std::vector<AxisSpan> scratch_spans_;  // member_flows
   std::vector<uint32_t> rank_stamp_;  // start_collective: ranks whose instance of a member is built
   uint32_t rank_stamp_now_ = 0;
-  std::vector<double> scratch_rates_;
   // The algorithm and protocol each collective got under the NCCL model, by info.
   std::vector<CollectiveCost> algorithms_;
   CollectiveCost& algorithm_of(int info);
