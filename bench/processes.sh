@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What a run across processes costs against one process, on the cpu
 # backend: an all_reduce (sum, f32) over 4 ranks at three sizes, run by
-# thunky-exec in one process and by mpirun in 2 and 4 processes (blocks of
-# 2 and 1 ranks). Prints, per size and process count, the median
+# thunky-exec in one process and in 2 and 4 processes (blocks of 2 and 1
+# ranks), launched by mpirun (MPI carries the data) and as torchrun
+# launches (tests/launch_like_torchrun.sh: process 0's TCP store carries
+# it). Prints, per size, launcher and process count, the median
 # iteration's all_reduce time (rank 0's, from report.json) and the whole
-# command's wall time (mpirun's start included).
+# command's wall time (the launcher's start included).
 #
 #   bash bench/processes.sh [BUILD_DIR]     # default: build
 set -euo pipefail
@@ -28,20 +30,25 @@ schedule() {  # elements per rank
 EOF
 }
 
-printf '%-12s %-10s %16s %14s\n' "bytes/rank" processes "all_reduce_us" "wall_s"
+printf '%-12s %-10s %-10s %16s %14s\n' "bytes/rank" launcher processes "all_reduce_us" "wall_s"
+port=29700
 for elems in 1024 262144 1048576; do
   schedule $elems > "$work/s.json"
-  for n in 1 2 4; do
+  for run in "- 1" "mpirun 2" "mpirun 4" "torchrun 2" "torchrun 4"; do
+    read -r how n <<< "$run"
     rm -f "$work/r.json"
-    launch=()
-    [ $n -gt 1 ] && launch=(mpirun --oversubscribe -np $n)
+    case $how in
+      -) launch=() ;;
+      mpirun) launch=(mpirun --oversubscribe -np "$n") ;;
+      torchrun) port=$((port + 1)); launch=(bash tests/launch_like_torchrun.sh "$n" "$port" 5) ;;
+    esac
     start=$(date +%s.%N)
     "${launch[@]}" "$exec_bin" "$work/s.json" --warmup 3 --iters 20 --report "$work/r.json" > /dev/null
     end=$(date +%s.%N)
-    python3 - "$work/r.json" $((elems * 4)) $n "$start" "$end" <<'PY'
+    python3 - "$work/r.json" $((elems * 4)) "$how" "$n" "$start" "$end" <<'PY'
 import json, sys
 op = json.load(open(sys.argv[1]))["ranks"][0]["ops"][0]
-print("%-12s %-10s %16.1f %14.2f" % (sys.argv[2], sys.argv[3], (op["end_s"] - op["start_s"]) * 1e6, float(sys.argv[5]) - float(sys.argv[4])))
+print("%-12s %-10s %-10s %16.1f %14.2f" % (sys.argv[2], sys.argv[3], sys.argv[4], (op["end_s"] - op["start_s"]) * 1e6, float(sys.argv[6]) - float(sys.argv[5])))
 PY
   done
 done

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sim/event_queue.h"
+#include "sim/ids.h"
 
 namespace thunky::sim::internal {
 
@@ -41,7 +42,7 @@ class ComputeShares {
     int stream = -1;
     double start = 0;
   };
-  std::optional<Ended> end(int id, uint32_t version);
+  std::optional<Ended> end(KernelId id, uint32_t version);
 
   // Gives `rank`'s throughput anew among its kernels (on a host: the free
   // cores to those waiting), from `now`.
@@ -64,19 +65,19 @@ class ComputeShares {
     uint32_t version = 0;  // never reset, so stale predictions are recognised after reuse
   };
   // Brings kernel `i` up to `now` and gives it rate `r`.
-  void set_rate(int i, double r, double now);
+  void set_rate(KernelId i, double r, double now);
   void grant_cores(double now);
 
   EventQueue& queue_;
   int64_t host_cores_;
   std::function<void()> grant_collective_;
   std::vector<Kernel> kernels_;
-  std::vector<int> free_;
-  std::vector<std::vector<int>> live_;  // per rank: its running kernels
-  // On a host: the cores in use, and what waits for one (a kernel, or -1
+  std::vector<KernelId> free_;
+  std::vector<std::vector<KernelId>> live_;  // per rank: its running kernels
+  // On a host: the cores in use, and what waits for one (a kernel, or none
   // for a collective), collectives first.
   int64_t cores_busy_ = 0;
-  std::deque<int> core_queue_;
+  std::deque<KernelId> core_queue_;
   size_t collectives_asking_ = 0;  // at core_queue_'s front
 };
 

@@ -454,7 +454,7 @@ void Engine::grant_core_to_collective() {
 }
 
 bool Engine::flows_done(const Comm& act) const {
-  for (int f : act.flows)
+  for (FlowId f : act.flows)
     if (!network_.flow(f).done) return false;
   return true;
 }
@@ -463,7 +463,7 @@ void Engine::handle(SimEvent e) {
   const int a = e.id;
   switch (e.kind) {
     case SimEvent::Kind::compute:
-      if (const auto ended = compute_.end(a, e.version)) finish_compute(*ended);
+      if (const auto ended = compute_.end(KernelId(a), e.version)) finish_compute(*ended);
       return;
     case SimEvent::Kind::wake:
       streams_[a].state = Stream::State::ready;
@@ -484,7 +484,7 @@ void Engine::handle(SimEvent e) {
   if (act.version != e.version) return;  // a stale prediction
   // Flows with nothing left are done.
   retired_.clear();
-  for (int f : act.flows) {
+  for (FlowId f : act.flows) {
     const Flow& fl = network_.flow(f);
     if (!fl.active || fl.done) continue;
     const double left = fl.remaining - fl.rate * (now_ - fl.last);
@@ -504,9 +504,9 @@ void Engine::release(int stream) {
 void Engine::finish_comm(int a, bool fresh) {
   Comm& act = comms_[a];
   act.finished = true;
-  std::vector<int>& seeds = retired_;
+  std::vector<LinkId>& seeds = retired_;
   if (fresh) seeds.clear();
-  for (int f : act.flows) network_.retire(f, seeds);
+  for (FlowId f : act.flows) network_.retire(f, seeds);
   // Each stream of the collective reports each member.
   for (size_t k = 0; k < act.streams.size(); ++k) {
     const int si = act.streams[k];
@@ -523,7 +523,7 @@ void Engine::finish_comm(int a, bool fresh) {
   for (int s : act.stats)
     if (recorder_.row(s).seconds == 0) recorder_.row(s).seconds = now_ - act.start;
   for (int s : act.streams) release(s);
-  for (int f : act.flows) network_.free_flow(f);
+  for (FlowId f : act.flows) network_.free_flow(f);
   const bool held_core = act.holds_core;
   // Its vectors go to the next collective; what stays (finished, version)
   // is what late events are checked against.

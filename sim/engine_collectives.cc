@@ -4,21 +4,21 @@
 
 namespace thunky::sim::internal {
 
-int Engine::member_set(int info, int64_t rank) {
+SetId Engine::member_set(int info, int64_t rank) {
   CmdInfo& in = infos_[info];
   if (in.sets < 0) {
     in.sets = static_cast<int32_t>(set_of_rank_.size());
-    set_of_rank_.emplace_back(static_cast<size_t>(p_.mesh.size()), -1);
+    set_of_rank_.emplace_back(static_cast<size_t>(p_.mesh.size()), SetId());
   }
-  std::pmr::vector<int32_t>& set_of_rank = set_of_rank_[in.sets];
-  if (set_of_rank[rank] >= 0) return set_of_rank[rank];
+  std::pmr::vector<SetId>& set_of_rank = set_of_rank_[in.sets];
+  if (set_of_rank[rank].valid()) return set_of_rank[rank];
   std::vector<const Command*> members;
   if (in.cmd->op == Op::collective_group)
     for (int m = members_begin(info); m < members_end(info); ++m) members.push_back(infos_[m].cmd);
   else
     members.push_back(in.cmd);
   std::vector<int> set = launch_members(p_.mesh, rank, members);
-  const int id = rendezvous_.intern(set);
+  const SetId id = rendezvous_.intern(set);
   for (int q : set) set_of_rank[q] = id;
   return id;
 }
@@ -79,8 +79,8 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
       const int64_t s = pairs ? (*pairs)[i].first : fold_ ? part.position : static_cast<int64_t>(i);
       const int64_t t = pairs ? (*pairs)[i].second : shift_target(c, s, n);
       if (s == t || (fold_ && s != part.position)) continue;
-      const int f = network_.new_flow(a, bytes, now_);
-      std::pmr::vector<int>& links = network_.flow(f).links;
+      const FlowId f = network_.new_flow(CommId(a), bytes, now_);
+      std::pmr::vector<LinkId>& links = network_.flow(f).links;
       const int64_t from = part.ranks[s], to = part.ranks[t];
       const bool across = group > 0 && s / group != t / group;
       int64_t hops = 1;
@@ -108,7 +108,7 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
         // less than one launch of the rank's host thread.
         const NcclChoice p = with_host_floor(nccl_p2p(first, across, bytes), first.nccl_params, 1);
         double cap = std::numeric_limits<double>::infinity();
-        for (int l : links) cap = std::min(cap, network_.capacity(l));
+        for (LinkId l : links) cap = std::min(cap, network_.capacity(l));
         network_.flow(f).remaining = p.transfer_s * cap;
         latency = std::max(latency, p.latency_s);
         algorithm_of(mi) = {p.latency_s, p.transfer_s, true, p.algo, p.proto};
@@ -125,8 +125,8 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
   if (cost.nccl) algorithm_of(mi) = cost;
   // One flow over every link the collective drives, sized so that alone
   // it takes the closed-form transfer time at the slowest link's rate.
-  const int f = network_.new_flow(a, 0, now_);
-  std::pmr::vector<int>& links = network_.flow(f).links;
+  const FlowId f = network_.new_flow(CommId(a), 0, now_);
+  std::pmr::vector<LinkId>& links = network_.flow(f).links;
   double cap = std::numeric_limits<double>::infinity();
   for (int r : part.ranks) {
     // Folded, every rank's links fall in rank 0's classes.
@@ -153,7 +153,7 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
   std::sort(links.begin(), links.end());
   links.erase(std::unique(links.begin(), links.end()), links.end());
   // Alone, the flow runs at its slowest link's capacity.
-  for (int l : links) cap = std::min(cap, network_.capacity(l));
+  for (LinkId l : links) cap = std::min(cap, network_.capacity(l));
   network_.flow(f).remaining = transfer * cap;
   if (network_.flow(f).remaining > 0 && !links.empty()) act.flows.push_back(f);
   else network_.free_flow(f);

@@ -176,7 +176,7 @@ struct Comm {
   explicit Comm(std::pmr::memory_resource* m) : streams(m), since(m), flows(m), stats(m) {}
   std::pmr::vector<int> streams;  // in rank order
   std::pmr::vector<double> since;  // when each stream reached it (it holds the stream from then)
-  std::pmr::vector<int> flows;
+  std::pmr::vector<FlowId> flows;
   std::pmr::vector<int> stats;  // rows of the collective table it fills
   double start = 0, latency_end = 0;
   uint32_t version = 0;
@@ -322,7 +322,7 @@ class Engine {
 
   // ---- links (sim/network.h holds them and their flows) ----
   // The network's id of link `key` (its class, folded).
-  int link(uint64_t key, double capacity) { return network_.link(fold_ ? link_class(key) : key, capacity); }
+  LinkId link(uint64_t key, double capacity) { return network_.link(fold_ ? link_class(key) : key, capacity); }
 
   const AxisLinks& axis_links(const std::string& axis) const;
 
@@ -341,12 +341,12 @@ class Engine {
   // The rank one step from `rank` along mesh dimension `dim` (dir +1 or -1), round the ring.
   int64_t neighbour(int64_t rank, int dim, int dir) const;
 
-  int ring_link(int64_t from, int dim, int dir, const AxisLinks& a);
+  LinkId ring_link(int64_t from, int dim, int dir, const AxisLinks& a);
 
   // ---- rendezvous ----
   // The member set a collective's rank waits with (launch_members). It is
   // the same from each of its ranks, so one pass fills it for all of them.
-  int member_set(int info, int64_t rank);
+  SetId member_set(int info, int64_t rank);
 
   void arrive(int si, const Task& t);
 
@@ -367,13 +367,13 @@ class Engine {
 
   // ---- link shares ----
   // The flows of activity `a` start moving bytes.
-  void activate(int a) { reschedule(network_.start(comms_[a].flows, a, now_)); }
+  void activate(int a) { reschedule(network_.start(comms_[a].flows, CommId(a), now_)); }
 
   // Re-solves the shares of the flows connected to the `seeds` links, and
   // re-predicts the activities whose rates changed (and `also`).
-  void solve_links(const std::vector<int>& seeds, int also) { reschedule(network_.solve(seeds, also, now_)); }
-  void reschedule(const std::vector<int>& activities) {
-    for (int a : activities) reschedule_comm(a);
+  void solve_links(const std::vector<LinkId>& seeds, int also) { reschedule(network_.solve(seeds, CommId(also), now_)); }
+  void reschedule(const std::vector<CommId>& activities) {
+    for (CommId a : activities) reschedule_comm(a.v);
   }
 
   // A collective's next change: the earliest end of one of its flows.
@@ -437,7 +437,7 @@ class Engine {
   std::pmr::vector<const AxisLinks*> links_by_dim_{&arena_};  // the machine's model of each mesh axis, or null
   std::pmr::vector<CmdInfo> infos_{&arena_};  // reserved whole: no regrowth
   std::pmr::vector<int> block_starts_{&arena_};
-  std::pmr::vector<std::pmr::vector<int32_t>> set_of_rank_{&arena_};  // per collective: the member set each rank waits with
+  std::pmr::vector<std::pmr::vector<SetId>> set_of_rank_{&arena_};  // per collective: the member set each rank waits with
   ShapeCache shapes_{&arena_};
   WorkMemo work_memo_;
   std::pmr::vector<Issuer> issuers_{&arena_};  // per rank
@@ -455,7 +455,7 @@ class Engine {
   std::vector<Comm> comms_;
   std::vector<Comm> spare_comms_;  // finished ones' storage (new_comm)
   Network network_{&arena_};
-  std::vector<int> retired_;  // links that flows just left (handle, finish_comm)
+  std::vector<LinkId> retired_;  // links that flows just left (handle, finish_comm)
   std::vector<AxisSpan> scratch_spans_;  // member_flows
   std::vector<uint32_t> rank_stamp_;  // start_collective: ranks whose instance of a member is built
   uint32_t rank_stamp_now_ = 0;

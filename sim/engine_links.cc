@@ -36,7 +36,7 @@ int64_t Engine::neighbour(int64_t rank, int dim, int dir) const {
   return rank + ((c + dir + n) % n - c) * strides_[dim];
 }
 
-int Engine::ring_link(int64_t from, int dim, int dir, const AxisLinks& a) {
+LinkId Engine::ring_link(int64_t from, int dim, int dir, const AxisLinks& a) {
   return link(LinkKey::make(LinkKey::ring, from, neighbour(from, dim, dir)), a.link_bandwidth);
 }
 
@@ -45,7 +45,7 @@ void Engine::reschedule_comm(int a) {
   if (act.finished) return;
   ++act.version;
   double end = INFINITY;
-  for (int f : act.flows) {
+  for (FlowId f : act.flows) {
     const Flow& fl = network_.flow(f);
     if (fl.done || !fl.active || fl.rate <= 0) continue;
     // A flow too slow to end in a double's range (a link of 1e-300 B/s)

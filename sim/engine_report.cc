@@ -95,7 +95,7 @@ SimResult Engine::result() {
   std::vector<std::tuple<std::string, uint64_t, int>> names;  // name, key, series
   for (size_t l = 0; l < network_.links(); ++l)
     for (int64_t rank = 0; rank < (fold_ ? n : 1); ++rank) {
-      const uint64_t key = fold_ ? link_at(network_.key(static_cast<int>(l)), rank) : network_.key(static_cast<int>(l));
+      const uint64_t key = fold_ ? link_at(network_.key(LinkId(l)), rank) : network_.key(LinkId(l));
       names.emplace_back(LinkKey::name(key), key, static_cast<int>(l));
     }
   std::sort(names.begin(), names.end());
@@ -103,7 +103,7 @@ SimResult Engine::result() {
     LinkSeries ls;
     ls.rank = static_cast<int64_t>((key >> 60) == LinkKey::ingress ? key & 0x3fffffff : (key >> 30) & 0x3fffffff);
     ls.name = std::move(name);
-    ls.samples.assign(network_.samples(id).begin(), network_.samples(id).end());
+    ls.samples.assign(network_.samples(LinkId(id)).begin(), network_.samples(LinkId(id)).end());
     r.report.links.push_back(std::move(ls));
   }
   r.collectives = recorder_.take_rows();

@@ -4,10 +4,10 @@
 
 namespace thunky::sim::internal {
 
-int Rendezvous::intern(std::vector<int> members) {
+SetId Rendezvous::intern(std::vector<int> members) {
   std::sort(members.begin(), members.end());
   members.erase(std::unique(members.begin(), members.end()), members.end());
-  auto [it, fresh] = ids_.try_emplace(members, static_cast<int>(sets_.size()));
+  auto [it, fresh] = ids_.try_emplace(members, SetId(sets_.size()));
   if (fresh) {
     Set& s = sets_.emplace_back();
     s.reached.assign(members.size(), 0);
@@ -16,8 +16,8 @@ int Rendezvous::intern(std::vector<int> members) {
   return it->second;
 }
 
-std::optional<Rendezvous::Met> Rendezvous::arrive(int set, int64_t rank, int stream, double now) {
-  Set& s = sets_[static_cast<size_t>(set)];
+std::optional<Rendezvous::Met> Rendezvous::arrive(SetId set, int64_t rank, int stream, double now) {
+  Set& s = sets_[set.index()];
   const size_t n = s.members.size();
   const size_t member = static_cast<size_t>(std::lower_bound(s.members.begin(), s.members.end(), rank) - s.members.begin());
   const size_t k = static_cast<size_t>(s.reached[member]++ - s.first_open);

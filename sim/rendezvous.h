@@ -12,12 +12,14 @@
 #include <optional>
 #include <vector>
 
+#include "sim/ids.h"
+
 namespace thunky::sim::internal {
 
 class Rendezvous {
  public:
   // The id of the set of ranks `members` (in any order, repeats allowed).
-  int intern(std::vector<int> members);
+  SetId intern(std::vector<int> members);
 
   // A launch every member has reached: each member's stream, in rank
   // order, and when it arrived.
@@ -27,7 +29,7 @@ class Rendezvous {
   };
   // `rank`'s stream `stream` reaches its next launch with member set `set`
   // at `now`; the launch, once this was its last member.
-  std::optional<Met> arrive(int set, int64_t rank, int stream, double now);
+  std::optional<Met> arrive(SetId set, int64_t rank, int stream, double now);
 
  private:
   // A launch's members so far, by their place in the set.
@@ -44,7 +46,7 @@ class Rendezvous {
     std::deque<Waiting> open;       // launches first_open, first_open + 1, ...
     uint64_t first_open = 0;
   };
-  std::map<std::vector<int>, int> ids_;
+  std::map<std::vector<int>, SetId> ids_;
   std::vector<Set> sets_;
 };
 
