@@ -275,6 +275,7 @@ BENCHMARK(BM_EveryRankShifts)->Args({512, 10000})->Iterations(1)->Unit(benchmark
 // A tenth of it each way, for instruction counts under callgrind (A/B on a noisy machine).
 BENCHMARK(BM_EveryRankShifts)->Args({64, 1000})->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EveryRankShiftsEndToEnd)->Args({512, 10000})->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EveryRankShiftsEndToEnd)->Args({64, 1000})->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CompareReports)->Arg(1000000)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_SimReportRing)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);
