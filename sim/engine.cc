@@ -153,7 +153,10 @@ void Engine::start_recording(Keep keep) {
 std::vector<Diagnostic> Engine::simulate_all(Keep keep) {
   try {
     start_recording(keep);
-    start_issuing();
+    // Folded, only rank 0 runs.
+    const int64_t ranks = fold_ ? 1 : p_.mesh.size();
+    compute_.set_ranks(ranks);
+    issuer_.start(ranks, recorder_.limit(), recorder_.limit_verb());
     advance();
     while (auto e = queue_.pop()) {
       now_ = e->time.s;
@@ -281,171 +284,6 @@ double Engine::seconds(int info, int64_t rank) {
   return s;
 }
 
-int Engine::stream_index(int64_t rank, const StreamId& sid) {
-  auto& mine = issuers_[rank].streams;
-  for (const auto& [id, s] : mine)
-    if (id == sid) return s;
-  Stream s;
-  s.rank = rank;
-  s.sid = sid;
-  streams_.push_back(std::move(s));
-  const int idx = static_cast<int>(streams_.size()) - 1;
-  mine.emplace_back(sid, idx);
-  ready_.push_back(idx);
-  return idx;
-}
-
-int64_t Engine::decision(int64_t rank, const Command& c) {
-  if (decisions_) {
-    const auto& per = (*decisions_)[rank];
-    auto it = per.find(c.id());
-    size_t& cursor = issuers_[rank].cursors[&c];
-    if (it != per.end() && cursor < it->second.size()) return it->second[cursor++];
-    if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id() + " fewer times than the timing model expands it");
-  }
-  if (std::optional<int64_t> k = hinted_branch(c)) return *k;
-  if (const While* w = c.get_if<While>(); w && w->trip_count) {
-    const int64_t trips = *w->trip_count;
-    const int64_t limit = recorder_.limit();
-    if (trips > limit)
-      throw ThunkyError(c.pointer + "/sim/trip_count", "a trip count of " + std::to_string(trips) + " passes the " + std::to_string(limit) +
-                                                            " commands thunky-sim " + recorder_.limit_verb());
-    return trips;
-  }
-  if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id() + " needs a sim hint (" +
-                                                    (c.op == Op::cond ? "\"sim\": {\"taken\": true}" : c.op == Op::switch_ ? "\"sim\": {\"branch\": k}" : "\"sim\": {\"trip_count\": n}") +
-                                                    ") or inputs for the functional model");
-  // The functional model never reached this command (it sits in a branch not taken).
-  return 0;
-}
-
-void Engine::enter(int64_t rank, const Block& b, int base, int stream, bool in_loop) {
-  if (!b.empty()) issuers_[rank].stack.push_back({Frame::Kind::block, stream, in_loop, &b, 0, base});
-}
-
-bool Engine::issue_until(int si) {
-  const int64_t rank = streams_[si].rank;
-  auto& stack = issuers_[rank].stack;
-  // Indexed each time: issuing may add streams (and move them).
-  while (streams_[si].pc >= streams_[si].tasks.size()) {
-    if (stack.empty()) return false;
-    Frame& f = stack.back();
-    if (f.kind == Frame::Kind::async_end) {
-      const int done = new_event(), target = f.stream, i = f.info;
-      stack.pop_back();
-      push(target, {Task::Kind::record, true, i, -1, done});
-      auto& tokens = issuers_[rank].tokens;
-      auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == i; });
-      if (it != tokens.end()) it->second = done;
-      else tokens.emplace_back(i, done);
-      continue;
-    }
-    if (f.kind == Frame::Kind::loop) {
-      const Command& c = *infos_[f.info].cmd;
-      const int i = f.info, cur = f.stream;
-      if (!f.body_next) {
-        f.body_next = true;
-        enter(rank, c.as<While>().cond, block(i, 1), cur, true);
-      } else if (f.trip < f.trips) {
-        f.body_next = false;
-        ++f.trip;
-        enter(rank, c.as<While>().body, block(i, 0), cur, true);
-      } else {
-        stack.pop_back();
-      }
-      continue;
-    }
-    if (f.pos == f.block->size()) {
-      stack.pop_back();
-      continue;
-    }
-    prefetch_ahead(*f.block, f.pos);
-    const Command& c = (*f.block)[f.pos++];
-    const int i = f.info, cur = f.stream;
-    const bool in_loop = f.in_loop;
-    f.info += infos_[i].subtree;
-    // `f` may dangle from here on: the cases below push frames.
-    switch (c.op) {
-      case Op::async_start: {
-        const AsyncStart& a = c.as<AsyncStart>();
-        const int fork = new_event(), target = stream_index(rank, a.stream);
-        push(cur, {Task::Kind::record, false, i, -1, fork});
-        push(target, {Task::Kind::wait, false, i, -1, fork});
-        stack.push_back({Frame::Kind::async_end, target, in_loop, nullptr, 0, i});
-        enter(rank, a.body, block(i, 0), target, in_loop);
-        break;
-      }
-      case Op::async_done: {
-        auto& tokens = issuers_[rank].tokens;
-        const int start = infos_[i].partner;
-        auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == start; });
-        push(cur, {Task::Kind::wait, true, i, -1, it->second});
-        *it = tokens.back();
-        tokens.pop_back();
-        break;
-      }
-      case Op::call: enter(rank, c.as<Call>().body, block(i, 0), cur, in_loop); break;
-      case Op::cond:
-      case Op::switch_: {
-        // The block's position among the command's blocks: then 0, else 1; branch k at k.
-        const Branch b = take_branch(c, decision(rank, c));
-        const size_t slot = c.op == Op::cond ? (b.decision ? 0 : 1) : static_cast<size_t>(b.decision);
-        enter(rank, *b.block, block(i, slot), cur, in_loop);
-        break;
-      }
-      case Op::while_: {
-        Frame loop{Frame::Kind::loop, cur, true, nullptr, 0, i};
-        loop.trips = decision(rank, c);
-        stack.push_back(loop);
-        break;
-      }
-      case Op::memzero:  // every other command: one task of its stream
-      case Op::memset:
-      case Op::copy:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call:
-      case Op::transpose:
-      case Op::all_reduce:
-      case Op::all_gather:
-      case Op::reduce_scatter:
-      case Op::all_to_all:
-      case Op::collective_permute:
-      case Op::collective_group:
-        push(cur, {Task::Kind::op, false, i, instance(rank, i, in_loop), -1});
-        // A group's members run exactly as often as the group.
-        if (c.op == Op::collective_group)
-          for (int m = members_begin(i); m < members_end(i); ++m) instance(rank, m, in_loop);
-    }
-  }
-  return true;
-}
-
-void Engine::start_issuing() {
-  // Folded, only rank 0 runs.
-  const int64_t n = fold_ ? 1 : p_.mesh.size();
-  compute_.set_ranks(n);
-  issuers_.reserve(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) issuers_.emplace_back(&arena_);
-  for (int64_t r = 0; r < n; ++r) {
-    const int main = stream_index(r, StreamId{});
-    enter(r, p_.program, 0, main, false);
-  }
-}
-
-int Engine::new_event() {
-  if (!free_events_.empty()) {
-    const int e = free_events_.back();
-    free_events_.pop_back();
-    return e;
-  }
-  events_.emplace_back();
-  return static_cast<int>(events_.size()) - 1;
-}
-
 void Engine::grant_core_to_collective() {
   Comm act = std::move(waiting_for_core_.front());
   waiting_for_core_.pop_front();
@@ -554,7 +392,7 @@ void Engine::step(int si) {
       // Everything issued so far has run: reuse the storage.
       sp->tasks.clear();
       sp->pc = 0;
-      const bool more = issue_until(si);
+      const bool more = issuer_.issue_until(si);
       sp = &streams_[si];  // issuing may have added streams
       if (!more) {
         sp->state = Stream::State::done;

@@ -9,6 +9,8 @@
 //   sim/network.h              links and flows, shared by max-min (a part with
 //                              its own state)
 //   sim/compute_shares.h       kernels sharing each rank's throughput (a part)
+//   sim/issuer.h               each rank's program turned into its streams'
+//                              tasks (a part)
 //   sim/rendezvous.h           where a collective's ranks meet (a part with its
 //                              own state)
 //   sim/recorder.h             what is kept of each finished command (a part
@@ -40,6 +42,7 @@
 #include "sim/collective_cost.h"
 #include "sim/compute_shares.h"
 #include "sim/event_queue.h"
+#include "sim/issuer.h"
 #include "sim/network.h"
 #include "sim/recorder.h"
 #include "sim/rendezvous.h"
@@ -68,6 +71,14 @@ struct CmdInfo {
   int partner = -1;                  // async_done: its async_start
   int32_t sets = -1;  // collectives: into Engine::set_of_rank_
 };
+
+// Where the k-th sub-block of command `info` starts, in the order of its
+// op's description (for_each_sub_block). A command whose sub-blocks are
+// all empty has none recorded: any start serves, as nothing is issued from
+// an empty block.
+inline int block_start(const std::pmr::vector<CmdInfo>& infos, const std::pmr::vector<int>& starts, int info, size_t k) {
+  return infos[info].blocks < 0 ? 0 : starts[infos[info].blocks + k];
+}
 
 // The work and time of compute commands, by what command_work computes them
 // from: the op, each view it reads (ref syntax, shared by equal ref texts,
@@ -146,31 +157,6 @@ class WorkMemo {
   std::array<Slot, kSlots> slots_;
 };
 
-struct Task {
-  enum class Kind : uint8_t { op, record, wait };
-  Kind kind = Kind::op;
-  bool join = false;
-  int32_t info = -1;
-  int32_t instance = -1;  // k-th run inside a loop, -1 outside loops
-  int32_t event = -1;     // record / wait
-};
-
-struct Stream {
-  int64_t rank = 0;
-  StreamId sid;
-  std::vector<Task> tasks;
-  size_t pc = 0;
-  enum class State : uint8_t { ready, running, waiting_event, waiting_collective, done } state = State::ready;
-};
-
-struct Event {
-  double t = 0;
-  double ready = 0;     // when a stream waiting for it goes on: t plus the chip's event_latency_s
-  int32_t stream = -1;  // the stream that recorded it
-  int32_t waiter = -1;  // the stream waiting for it
-  bool done = false;
-};
-
 // A running collective (or collective_group) on all its ranks.
 struct Comm {
   explicit Comm(std::pmr::memory_resource* m) : streams(m), since(m), flows(m), stats(m) {}
@@ -247,11 +233,8 @@ class Engine {
 
   int number(const Block& b, std::pmr::vector<Scope>& scopes);
 
-  // Where the k-th sub-block of a command starts, in the order of its op's
-  // description (for_each_sub_block).
-  // A command whose sub-blocks are all empty has none recorded: any start
-  // serves, as nothing is issued from an empty block.
-  int block(int info, size_t k) const { return infos_[info].blocks < 0 ? 0 : block_starts_[infos_[info].blocks + k]; }
+  // Where the k-th sub-block of a command starts (block_start).
+  int block(int info, size_t k) const { return block_start(infos_, block_starts_, info, k); }
   int members_begin(int info) const { return block(info, 0); }
   int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->as<CollectiveGroup>().body.size()); }
 
@@ -264,47 +247,6 @@ class Engine {
   const Work& work(int info, int64_t rank, Work& scratch);
 
   double seconds(int info, int64_t rank);
-
-  // ---- issuing: each rank's program is turned into per-stream tasks on
-  // demand, as a host thread would enqueue it, so only the tasks between
-  // what a stream runs and what the issuer has reached are held ----
-  struct Frame {
-    enum class Kind : uint8_t { block, async_end, loop } kind;
-    int stream = 0;
-    bool in_loop = false;
-    const Block* block = nullptr;  // block: the commands, the next one and its number
-    size_t pos = 0;
-    int info = 0;                  // block: next command's number; async_end, loop: the command's
-    int64_t trips = 0, trip = 0;   // loop
-    bool body_next = false;        // loop: the body (not the cond) comes next
-  };
-
-  struct Issuer {
-    explicit Issuer(std::pmr::memory_resource* m) : stack(m), streams(m), tokens(m), cursors(m), instances(m) {}
-    std::pmr::vector<Frame> stack;
-    std::pmr::vector<std::pair<StreamId, int>> streams;
-    std::pmr::vector<std::pair<int, int>> tokens;  // live tokens: async_start number -> its done event
-    std::pmr::unordered_map<const Command*, size_t> cursors;
-    std::pmr::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
-  };
-
-  int stream_index(int64_t rank, const StreamId& sid);
-
-  int64_t decision(int64_t rank, const Command& c);
-
-  int32_t instance(int64_t rank, int info, bool in_loop) { return in_loop ? issuers_[rank].instances[info]++ : -1; }
-
-  void push(int stream, Task t) { streams_[stream].tasks.push_back(t); }
-
-  void enter(int64_t rank, const Block& b, int base, int stream, bool in_loop);
-
-  // Issues until stream `si` has a task to run; false when the rank's
-  // program is exhausted first.
-  bool issue_until(int si);
-
-  void start_issuing();
-
-  int new_event();
 
   // Runs `f`, which reads the machine model for command `c`: a field the
   // model lacks is its error, said with the command that needs it.
@@ -440,12 +382,12 @@ class Engine {
   std::pmr::vector<std::pmr::vector<SetId>> set_of_rank_{&arena_};  // per collective: the member set each rank waits with
   ShapeCache shapes_{&arena_};
   WorkMemo work_memo_;
-  std::pmr::vector<Issuer> issuers_{&arena_};  // per rank
   // streams and events
   std::pmr::vector<Stream> streams_{&arena_};
   std::pmr::vector<Event> events_{&arena_};
   std::pmr::vector<int> free_events_{&arena_};
   std::pmr::vector<int> ready_{&arena_};
+  Issuer issuer_{p_, decisions_, infos_, block_starts_, {streams_, events_, free_events_, ready_}, &arena_};
   // On a shared host (chip.host_cores): the collectives whose members
   // have all arrived, waiting for a core (the cpu backend moves a
   // collective's data on one core, as a command), in the order they asked.

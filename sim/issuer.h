@@ -1,0 +1,116 @@
+// The issuer: the engine's part that turns each rank's program into its
+// streams' tasks, on demand, as a host thread would enqueue them, so that
+// only the tasks between what a stream runs and what the issuer has
+// reached are held. It walks blocks, async regions and calls, and takes
+// the branches and trips that the sim hints or the functional model's
+// decisions give. It owns each rank's walk: a stack of frames, the rank's
+// streams by id, its live tokens, its cursors into the decisions, and the
+// runs so far of commands inside loops. It fills the engine's tables of
+// streams and events, which the engine runs.
+#pragma once
+
+#include <cstdint>
+#include <memory_resource>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/schedule.h"
+#include "sim/engine.h"
+
+namespace thunky::sim::internal {
+
+struct Task {
+  enum class Kind : uint8_t { op, record, wait };
+  Kind kind = Kind::op;
+  bool join = false;
+  int32_t info = -1;
+  int32_t instance = -1;  // k-th run inside a loop, -1 outside loops
+  int32_t event = -1;     // record / wait
+};
+
+struct Stream {
+  int64_t rank = 0;
+  StreamId sid;
+  std::vector<Task> tasks;
+  size_t pc = 0;
+  enum class State : uint8_t { ready, running, waiting_event, waiting_collective, done } state = State::ready;
+};
+
+struct Event {
+  double t = 0;
+  double ready = 0;     // when a stream waiting for it goes on: t plus the chip's event_latency_s
+  int32_t stream = -1;  // the stream that recorded it
+  int32_t waiter = -1;  // the stream waiting for it
+  bool done = false;
+};
+
+struct CmdInfo;  // sim/engine_internal.h
+
+// The tables the issuer fills and the engine runs.
+struct StreamTables {
+  std::pmr::vector<Stream>& streams;
+  std::pmr::vector<Event>& events;
+  std::pmr::vector<int>& free_events;  // event slots to reuse
+  std::pmr::vector<int>& ready;        // streams that can step
+};
+
+class Issuer {
+ public:
+  // `infos` and `block_starts` are the commands' facts, numbered in
+  // preorder (Engine::number).
+  Issuer(const Program& p, const Decisions* decisions, const std::pmr::vector<CmdInfo>& infos, const std::pmr::vector<int>& block_starts, StreamTables tables,
+         std::pmr::memory_resource* arena)
+      : p_(p), decisions_(decisions), infos_(infos), block_starts_(block_starts), t_(tables), arena_(arena), ranks_(arena) {}
+
+  // Ranks 0 to `ranks` - 1 start their programs on their main streams. A
+  // while loop whose trip count passes `trip_limit` is refused (`limit_verb`:
+  // what thunky-sim does with that many commands).
+  void start(int64_t ranks, int64_t trip_limit, const char* limit_verb);
+
+  // Issues until stream `si` has a task to run; false when its rank's
+  // program is exhausted first.
+  bool issue_until(int si);
+
+ private:
+  struct Frame {
+    enum class Kind : uint8_t { block, async_end, loop } kind;
+    int stream = 0;
+    bool in_loop = false;
+    const Block* block = nullptr;  // block: the commands, the next one and its number
+    size_t pos = 0;
+    int info = 0;                  // block: next command's number; async_end, loop: the command's
+    int64_t trips = 0, trip = 0;   // loop
+    bool body_next = false;        // loop: the body (not the cond) comes next
+  };
+  struct RankState {
+    explicit RankState(std::pmr::memory_resource* m) : stack(m), streams(m), tokens(m), cursors(m), instances(m) {}
+    std::pmr::vector<Frame> stack;
+    std::pmr::vector<std::pair<StreamId, int>> streams;
+    std::pmr::vector<std::pair<int, int>> tokens;  // live tokens: async_start number -> its done event
+    std::pmr::unordered_map<const Command*, size_t> cursors;
+    std::pmr::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
+  };
+
+  int block(int info, size_t k) const;
+  int members_begin(int info) const { return block(info, 0); }
+  int members_end(int info) const;
+  int stream_index(int64_t rank, const StreamId& sid);
+  int64_t decision(int64_t rank, const Command& c);
+  int32_t instance(int64_t rank, int info, bool in_loop) { return in_loop ? ranks_[static_cast<size_t>(rank)].instances[info]++ : -1; }
+  void push(int stream, Task t) { t_.streams[static_cast<size_t>(stream)].tasks.push_back(t); }
+  void enter(int64_t rank, const Block& b, int base, int stream, bool in_loop);
+  int new_event();
+
+  const Program& p_;
+  const Decisions* decisions_;
+  const std::pmr::vector<CmdInfo>& infos_;
+  const std::pmr::vector<int>& block_starts_;
+  StreamTables t_;
+  std::pmr::memory_resource* arena_;
+  std::pmr::vector<RankState> ranks_;
+  int64_t trip_limit_ = 0;
+  const char* limit_verb_ = "";
+};
+
+}  // namespace thunky::sim::internal
