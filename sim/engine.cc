@@ -451,6 +451,7 @@ void Engine::step(int si) {
       ++s.pc;
     } else {
       s.state = Stream::State::running;
+      s.since = now_;
       compute_.start(s.rank, si, seconds(t.info, s.rank), now_);
       return;
     }

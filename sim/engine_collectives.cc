@@ -25,6 +25,7 @@ SetId Engine::member_set(int info, int64_t rank) {
 
 void Engine::arrive(int si, const Task& t) {
   Stream& s = streams_[si];
+  s.since = now_;
   if (fold_) {
     // Every rank reaches it now.
     s.state = Stream::State::running;

@@ -339,7 +339,20 @@ class Engine {
   void finish_comm(int a, bool fresh = true);
 
   // A finished command: kept for the report, or only counted.
-  void record(int64_t rank, const Rec& r) { recorder_.record(rank, r, is_collective(infos_[r.info].cmd->op)); }
+  void record(int64_t rank, const Rec& r) {
+    recorder_.record(rank, r, is_collective(infos_[r.info].cmd->op));
+    if (recorder_.wants_fold(rank)) recorder_.fold(rank, horizon(rank));
+  }
+  // The earliest start of a command of `rank` still to finish: now, or an
+  // earlier start of one running or waiting in a collective.
+  double horizon(int64_t rank) const {
+    double h = now_;
+    for (const auto& [id, si] : issuer_.streams_of(rank)) {
+      const Stream& s = streams_[si];
+      if (s.state == Stream::State::running || s.state == Stream::State::waiting_collective) h = std::min(h, s.since);
+    }
+    return h;
+  }
 
 
   // ---- streams ----

@@ -94,6 +94,52 @@ TEST(SimWait, ACollectiveRecordsItsArrivalApartFromItsTransfer) {
   EXPECT_NEAR(t->report.ranks[0].stats.exposed_wait_s, 1e-6 - 4e-12, 1e-15);
 }
 
+TEST(SimWait, ALongRunsTableFoldsItsIntervalsAndAgreesWithItsTimeline) {
+  // Rounds of (a memset as long as the rank's number, a 1 ms shift on the
+  // communication stream under a 1.5 ms kernel, their join, an
+  // all_reduce): 5 commands a round, so thunky-sim's table folds its
+  // tallies every 256 intervals or so, each time at whatever command
+  // finishes then, sometimes while a kernel that began before the horizon
+  // still runs. A round adds 5 intervals to a tally (2 at the shift, 2 at
+  // the all_reduce, 1 at the cond; the memset and kernel join the cond's);
+  // a prefix of k (kernel, all_reduce) pairs adds 3k first, so that over
+  // k = 0..4 the folds fall at every phase of a round. Every figure of
+  // every rank must equal the one summarised from the full timeline; the
+  // shifts are hidden and the all_reduces are not, so the exposed
+  // communication lies strictly between none and all.
+  const int rounds = 600;
+  for (int k = 0; k < 5; ++k) {
+    std::string prefix;
+    for (int i = 0; i < k; ++i) prefix += R"({"op": "kernel", "cost": {"seconds": 1e-6}}, {"op": "all_reduce", "src": "o1", "dst": "o2", "axis": "x"}, )";
+    Program p = load_ok(mesh4("[" + prefix + R"({"op": "while", "cond_buf": "go", "sim": {"trip_count": )" + std::to_string(rounds) + R"(},
+         "cond": [{"op": "kernel", "writes": ["go"], "cost": {"seconds": 1e-7}}],
+         "body": [{"op": "memset", "dst": "b[0:x * 20000 + 1]", "value": 1},
+                  {"op": "async_start", "token": "t", "stream": {"kind": "communication", "id": 0}, "body": [
+                    {"op": "collective_permute", "src": "a", "dst": "c", "axis": "x", "shift": 1}]},
+                  {"op": "kernel", "reads": ["a"], "cost": {"seconds": 1.5e-3}},
+                  {"op": "async_done", "token": "t"},
+                  {"op": "all_reduce", "src": "o1", "dst": "o2", "axis": "x"}]}])",
+                              R"(, "go": {"shape": [], "dtype": "bool"})"));
+    auto full = simulate(p, ring_machine(), nullptr, folding(false));
+    ASSERT_TRUE(full) << full.errors()[0].str();
+    SimOptions stats_only = folding(false);
+    stats_only.timelines = false;
+    auto table = simulate(p, ring_machine(), nullptr, stats_only);
+    ASSERT_TRUE(table) << table.errors()[0].str();
+    ASSERT_EQ(table->report.ranks.size(), 4u);
+    for (size_t rank = 0; rank < 4; ++rank) {
+      const RankStats& want = full->report.ranks[rank].stats;
+      const RankStats& got = table->report.ranks[rank].stats;
+      EXPECT_EQ(got.ops, 2 * k + 1 + 5 * rounds);  // the prefix, the first cond, then memset, shift, kernel, all_reduce and cond a round
+      for (auto [a, b] : {std::pair{got.compute_s, want.compute_s}, {got.comm_s, want.comm_s}, {got.exposed_comm_s, want.exposed_comm_s},
+                          {got.transfer_s, want.transfer_s}, {got.wait_s, want.wait_s}, {got.exposed_wait_s, want.exposed_wait_s}})
+        ASSERT_NEAR(a, b, 1e-9 * std::max(1e-6, b)) << "prefix " << k << ", rank " << rank;
+      EXPECT_GT(want.exposed_comm_s, 0);
+      EXPECT_LT(want.exposed_comm_s, 0.9 * want.comm_s);
+    }
+  }
+}
+
 TEST(SimWait, TheCollectiveTableOfAnyRankReadsAsTheEnginesOfRankZero) {
   // thunky-sim tallies rank 0's collectives as they run; --ranks reads any
   // rank's from its timeline. For rank 0 the two agree, figure for figure:

@@ -34,6 +34,7 @@ struct Stream {
   StreamId sid;
   std::vector<Task> tasks;
   size_t pc = 0;
+  double since = 0;  // running or waiting in a collective: when its task began
   enum class State : uint8_t { ready, running, waiting_event, waiting_collective, done } state = State::ready;
 };
 
@@ -71,6 +72,9 @@ class Issuer {
   // Issues until stream `si` has a task to run; false when its rank's
   // program is exhausted first.
   bool issue_until(int si);
+
+  // The streams of `rank` that have been issued to.
+  const std::pmr::vector<std::pair<StreamId, int>>& streams_of(int64_t rank) const { return ranks_[static_cast<size_t>(rank)].streams; }
 
  private:
   struct Frame {

@@ -14,7 +14,10 @@ void Recorder::start(Keep keep, int64_t ranks, int64_t expected) {
     ops_.resize(static_cast<size_t>(ranks));
     edges_.resize(static_cast<size_t>(ranks));
   }
-  if (keep_ == Keep::stats) tallies_.resize(static_cast<size_t>(ranks));
+  if (keep_ == Keep::stats) {
+    tallies_.resize(static_cast<size_t>(ranks));
+    fold_at_.assign(static_cast<size_t>(ranks), kFoldAt);
+  }
 }
 
 int64_t Recorder::limit() const {

@@ -6,6 +6,7 @@
 // each command as it finishes, at the engine's clock.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -65,6 +66,19 @@ class Recorder {
   // A command of `rank` finished (`collective`: a collective, or a member
   // of one). Throws ThunkyError past the limits.
   void record(int64_t rank, const Rec& r, bool collective);
+  // Keep::stats: whether `rank`'s tally has grown enough to fold, and
+  // folding it under `horizon` (no command of the rank that finishes later
+  // started before it). Each fold lets the tally double before the next,
+  // so that a horizon held back by a long command costs no more than
+  // keeping every interval.
+  bool wants_fold(int64_t rank) const {
+    return keep_ == Keep::stats && tallies_[static_cast<size_t>(rank)].held() >= fold_at_[static_cast<size_t>(rank)];
+  }
+  void fold(int64_t rank, double horizon) {
+    TimelineTally& t = tallies_[static_cast<size_t>(rank)];
+    t.fold(horizon);
+    fold_at_[static_cast<size_t>(rank)] = std::max(kFoldAt, 2 * t.held());
+  }
   void edge(int64_t rank, const Edge& e) {
     if (keep_ == Keep::records) edges_[static_cast<size_t>(rank)].push_back(e);
   }
@@ -91,6 +105,7 @@ class Recorder {
  private:
   static constexpr int64_t kMaxTalliedCommands = int64_t{1} << 27;
   static constexpr int64_t kMaxSimulatedCommands = int64_t{1} << 30;
+  static constexpr size_t kFoldAt = 256;  // intervals a tally holds before it folds
   // Reports progress (options_.progress) if five seconds have passed.
   void maybe_report_progress();
 
@@ -104,6 +119,7 @@ class Recorder {
   std::vector<std::vector<Rec>> ops_;      // Keep::records: by rank
   std::vector<std::vector<Edge>> edges_;   // Keep::records: by rank
   std::vector<TimelineTally> tallies_;     // Keep::stats: by rank
+  std::vector<size_t> fold_at_;            // Keep::stats: by rank, the size that asks for a fold
   std::vector<CollectiveStat> rows_;       // rank 0's collectives; seconds filled in as they finish
   std::map<std::pair<int, int32_t>, int> rows_seen_;  // (command, instance) -> its row
 };

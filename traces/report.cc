@@ -66,6 +66,21 @@ double minus_length(const std::vector<Interval>& a, const std::vector<Interval>&
   return s;
 }
 
+// Moves what lies before h out of v into `below`, splitting the interval
+// that straddles h.
+void split_at(std::vector<Interval>& v, double h, std::vector<Interval>& below) {
+  size_t whole = 0;
+  for (; whole < v.size() && v[whole].first < h; ++whole) {
+    if (v[whole].second > h) {
+      below.push_back({v[whole].first, h});
+      v[whole].first = h;
+      break;
+    }
+    below.push_back(v[whole]);
+  }
+  v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(whole));
+}
+
 }  // namespace
 
 void TimelineTally::add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s) {
@@ -75,15 +90,29 @@ void TimelineTally::add(double start_s, double end_s, bool collective, std::opti
   last_end_s_ = std::max(last_end_s_, end_s);
 }
 
+void TimelineTally::fold(double horizon) {
+  std::vector<Interval> compute, comm, transfer;
+  split_at(compute_, horizon, compute);
+  split_at(comm_, horizon, comm);
+  split_at(transfer_, horizon, transfer);
+  // Before and after the horizon are disjoint: each length is the sum of
+  // its two parts, and so is each difference.
+  compute_s_ += length(compute);
+  comm_s_ += length(comm);
+  transfer_s_ += length(transfer);
+  exposed_comm_s_ += minus_length(comm, compute);
+  exposed_transfer_s_ += minus_length(transfer, compute);
+}
+
 RankStats TimelineTally::stats() const {
   RankStats s;
-  s.compute_s = length(compute_);
-  s.comm_s = length(comm_);
-  s.exposed_comm_s = minus_length(comm_, compute_);
+  s.compute_s = compute_s_ + length(compute_);
+  s.comm_s = comm_s_ + length(comm_);
+  s.exposed_comm_s = exposed_comm_s_ + minus_length(comm_, compute_);
   s.overlap_fraction = s.comm_s > 0 ? 1.0 - s.exposed_comm_s / s.comm_s : 0.0;
-  s.transfer_s = length(transfer_);
+  s.transfer_s = transfer_s_ + length(transfer_);
   s.wait_s = std::max(0.0, s.comm_s - s.transfer_s);
-  s.exposed_transfer_s = minus_length(transfer_, compute_);
+  s.exposed_transfer_s = exposed_transfer_s_ + minus_length(transfer_, compute_);
   s.exposed_wait_s = std::max(0.0, s.exposed_comm_s - s.exposed_transfer_s);
   s.ops = ops_;
   return s;

@@ -60,11 +60,19 @@ class TimelineTally {
  public:
   // A collective's transfer starts at `transfer_start_s` (its wait before).
   void add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s = std::nullopt);
+  // When no op added later starts before `horizon`, what lies before it
+  // is final: its lengths are summed and only what lies after is kept, so
+  // that a long run's tally stays small.
+  void fold(double horizon);
+  size_t held() const { return compute_.size() + comm_.size() + transfer_.size(); }
   RankStats stats() const;
   double last_end_s() const { return last_end_s_; }
 
  private:
   std::vector<std::pair<double, double>> compute_, comm_, transfer_;  // disjoint, in order
+  // Folded: the lengths of compute, communication and transfer, and of
+  // communication and transfer outside compute.
+  double compute_s_ = 0, comm_s_ = 0, transfer_s_ = 0, exposed_comm_s_ = 0, exposed_transfer_s_ = 0;
   int64_t ops_ = 0;
   double last_end_s_ = 0;
 };
