@@ -42,6 +42,9 @@ class Rendezvous {
   // `first_open`, and a completed one is always the first.
   struct Set {
     std::vector<int> members;       // sorted
+    // Members evenly spaced (an axis of the mesh: first + k * step): a
+    // member's place is worked out, not searched for. 0: not so spaced.
+    int64_t first = 0, step = 0;
     std::vector<uint64_t> reached;  // by member: launches it has reached
     std::deque<Waiting> open;       // launches first_open, first_open + 1, ...
     uint64_t first_open = 0;
