@@ -219,7 +219,7 @@ int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
       block_starts_.resize(block_starts_.size() + static_cast<size_t>(k));
       infos_[i].blocks = at;
       k = 0;
-      // The blocks in the order of the op's description (Engine::block
+      // The blocks in the order of the op's description (block_start
       // finds them by that position). An async_start's body and a call
       // share their issuer's tokens; the regions of control flow have
       // their own.
