@@ -86,7 +86,11 @@ uint64_t launch_key(const std::vector<int>& members, int64_t seq) {
 std::unique_ptr<Processes> start_processes() {
   const ProcessPlace place = place_from_environment();
   if (place.count <= 1) return nullptr;
-  if (place.from == "RANK/WORLD_SIZE") return start_store_processes(place, [](const char* n) -> const char* { return std::getenv(n); });
+  // torchrun's variables use the store; so does any launcher's in a build
+  // without MPI, where MASTER_ADDR names process 0's host.
+  const char* master = std::getenv("MASTER_ADDR");
+  if (place.from == "RANK/WORLD_SIZE" || (!processes_supported() && master && *master))
+    return start_store_processes(place, [](const char* n) -> const char* { return std::getenv(n); });
   return start_mpi_processes(place);
 }
 
@@ -96,7 +100,7 @@ bool processes_supported() { return false; }
 std::unique_ptr<Processes> start_mpi_processes(const ProcessPlace& place) {
   throw ThunkyError("", "launched as process " + std::to_string(place.index) + " of " + std::to_string(place.count) + " (" + place.from +
                             ") but this thunky-exec was built without MPI: install Open MPI (libopenmpi-dev) and rebuild, run one process, "
-                            "or launch with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+                            "or set MASTER_ADDR and MASTER_PORT (process 0's host and a free port) for thunky's own store");
 }
 #endif
 

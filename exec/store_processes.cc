@@ -424,7 +424,8 @@ std::unique_ptr<Processes> start_store_processes(const ProcessPlace& place, cons
   const char* addr = env("MASTER_ADDR");
   const char* port_text = env("MASTER_PORT");
   if (!addr || !*addr || !port_text || !*port_text)
-    throw ThunkyError("", "launched by torchrun's variables (" + place.from + ") without MASTER_ADDR and MASTER_PORT, which name process 0's host and port");
+    throw ThunkyError("", "launched as process " + std::to_string(place.index) + " of " + std::to_string(place.count) + " (" + place.from +
+                              ") without MASTER_ADDR and MASTER_PORT, which name process 0's host and the port of its store");
   auto port_of = [](const char* name, const char* text) {
     char* end = nullptr;
     const long p = std::strtol(text, &end, 10);
