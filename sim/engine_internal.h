@@ -79,6 +79,11 @@ struct CmdInfo {
 inline int block_start(const std::pmr::vector<CmdInfo>& infos, const std::pmr::vector<int>& starts, int info, size_t k) {
   return infos[info].blocks < 0 ? 0 : starts[infos[info].blocks + k];
 }
+// A collective_group's members are numbered from its first block's start
+// to this.
+inline int members_end(const std::pmr::vector<CmdInfo>& infos, const std::pmr::vector<int>& starts, int info) {
+  return block_start(infos, starts, info, 0) + static_cast<int>(infos[info].cmd->as<CollectiveGroup>().body.size());
+}
 
 // The work and time of compute commands, by what command_work computes them
 // from: the op, each view it reads (ref syntax, shared by equal ref texts,
@@ -236,7 +241,7 @@ class Engine {
   // Where the k-th sub-block of a command starts (block_start).
   int block(int info, size_t k) const { return block_start(infos_, block_starts_, info, k); }
   int members_begin(int info) const { return block(info, 0); }
-  int members_end(int info) const { return block(info, 0) + static_cast<int>(infos_[info].cmd->as<CollectiveGroup>().body.size()); }
+  int members_end(int info) const { return internal::members_end(infos_, block_starts_, info); }
 
   // A rank's coordinates, worked out when first asked for: folded, the
   // simulation asks only for rank 0's.

@@ -9,9 +9,7 @@ namespace thunky::sim::internal {
 
 int Issuer::block(int info, size_t k) const { return block_start(infos_, block_starts_, info, k); }
 
-int Issuer::members_end(int info) const {
-  return block(info, 0) + static_cast<int>(infos_[info].cmd->as<CollectiveGroup>().body.size());
-}
+int Issuer::members_end(int info) const { return internal::members_end(infos_, block_starts_, info); }
 
 int Issuer::stream_index(int64_t rank, const StreamId& sid) {
   auto& mine = ranks_[static_cast<size_t>(rank)].streams;
