@@ -1,6 +1,7 @@
 #include "core/init.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "core/mesh.h"
@@ -41,23 +42,42 @@ ShardLayout shard_layout(const Mesh& m, const GlobalLayout& g, int64_t rank) {
   return s;
 }
 
+namespace {
+// Reads buffer b's npy init (its header alone with header_only) and checks
+// its shape and element type against the buffer and the init's "dtype".
+NpyArray read_npy_init(const Program& p, const Buffer& b, bool header_only) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(p.file).parent_path();
+  const fs::path path = fs::path(b.init.path).is_absolute() ? fs::path(b.init.path) : base / b.init.path;
+  try {
+    NpyArray a = read_npy(path.string(), header_only);
+    const auto& want = b.global ? b.global->shape : b.shape;
+    if (a.shape != want)
+      throw ThunkyError("", "npy file '" + path.string() + "' has shape " + shape_str(a.shape) + ", the buffer's " + (b.global ? "global " : "") + "shape is " + shape_str(want));
+    if (b.init.bits) {
+      if (a.item_size != dtype_size(*b.init.bits))
+        throw ThunkyError("", "npy file '" + path.string() + "' holds elements of " + std::to_string(a.item_size) + " bytes ('" + a.descr + "'), not the bits of " +
+                                  std::string(dtype_name(*b.init.bits)) + " (" + std::to_string(dtype_size(*b.init.bits)) + " bytes)");
+      a.dtype = b.init.bits;
+    } else if (!a.dtype) {
+      throw ThunkyError("", "npy file '" + path.string() + "' has dtype '" + a.descr + "', which thunky has not: if it holds another dtype's raw bits (bf16 as <u2), name that dtype in the init's \"dtype\"");
+    }
+    return a;
+  } catch (const ThunkyError& e) {
+    throw ThunkyError(b.pointer + "/init/path", e.what());
+  }
+}
+}  // namespace
+
+void check_npy_inits(const Program& p) {
+  for (const auto& b : p.buffers)
+    if (b.init.kind == Init::Kind::npy) read_npy_init(p, b, true);
+}
+
 std::map<std::string, NpyArray> load_npy_inits(const Program& p) {
   std::map<std::string, NpyArray> out;
-  namespace fs = std::filesystem;
-  fs::path base = fs::path(p.file).parent_path();
-  for (const auto& b : p.buffers) {
-    if (b.init.kind != Init::Kind::npy || out.count(b.name)) continue;
-    fs::path path = fs::path(b.init.path).is_absolute() ? fs::path(b.init.path) : base / b.init.path;
-    try {
-      NpyArray a = read_npy(path.string());
-      const auto& want = b.global ? b.global->shape : b.shape;
-      if (a.shape != want)
-        throw ThunkyError("", "npy file '" + path.string() + "' has shape " + shape_str(a.shape) + ", the buffer's " + (b.global ? "global " : "") + "shape is " + shape_str(want));
-      out.emplace(b.name, std::move(a));
-    } catch (const ThunkyError& e) {
-      throw ThunkyError(b.pointer + "/init/path", e.what());
-    }
-  }
+  for (const auto& b : p.buffers)
+    if (b.init.kind == Init::Kind::npy && !out.count(b.name)) out.emplace(b.name, read_npy_init(p, b, false));
   return out;
 }
 
@@ -94,6 +114,12 @@ void init_buffer(const Program& p, const Buffer& b, int64_t rank, const std::map
     auto it = npy.find(b.name);
     if (it == npy.end()) throw ThunkyError(b.pointer + "/init/path", "npy file was not loaded");
     arr = &it->second;
+    if (arr->dtype == b.dtype) {  // the same type: its bytes, exactly (s64 past 2^53, NaN payloads)
+      const size_t size = dtype_size(b.dtype);
+      for (int64_t i = 0; i < n; ++i, advance())
+        std::memcpy(dst + static_cast<size_t>(i) * size, arr->data.data() + static_cast<size_t>(global_index()) * size, size);
+      return;
+    }
   }
   for (int64_t i = 0; i < n; ++i, advance()) {
     double v = 0;
@@ -112,7 +138,7 @@ void init_buffer(const Program& p, const Buffer& b, int64_t rank, const std::map
         v = std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * M_PI * u2);
         break;
       }
-      case Init::Kind::npy: v = load_as_double(arr->data.data(), arr->dtype, static_cast<size_t>(global_index())); break;
+      case Init::Kind::npy: v = load_as_double(arr->data.data(), *arr->dtype, static_cast<size_t>(global_index())); break;
     }
     store_from_double(dst, b.dtype, static_cast<size_t>(i), v);
   }

@@ -24,6 +24,8 @@ ShardLayout shard_layout(const Mesh& m, const GlobalLayout& g, int64_t rank);
 // Loads the npy files a program's inits name, once. Paths are relative to
 // the schedule file. Throws ThunkyError naming the buffer's init pointer.
 std::map<std::string, NpyArray> load_npy_inits(const Program& p);
+// Checks the npy files' headers alone (shapes, dtypes, lengths): the validator's check.
+void check_npy_inits(const Program& p);
 
 // Fills `dst` (buffer.bytes() bytes) with rank `rank`'s initial contents.
 void init_buffer(const Program& p, const Buffer& b, int64_t rank, const std::map<std::string, NpyArray>& npy, uint8_t* dst);

@@ -20,7 +20,7 @@ constexpr Descr kDescrs[] = {{"<f8", DType::f64}, {"<f4", DType::f32}, {"<f2", D
                              {"|u1", DType::u8},  {"|b1", DType::boolean}};
 }  // namespace
 
-NpyArray read_npy(const std::string& path) {
+NpyArray read_npy(const std::string& path, bool header_only) {
   auto fail = [&](const std::string& what) -> NpyArray { throw ThunkyError("", "cannot read npy file '" + path + "': " + what); };
   if (auto why = check_input_file(path); !why.empty()) return fail("it " + why);
   std::ifstream f(path, std::ios::binary);
@@ -59,13 +59,21 @@ NpyArray read_npy(const std::string& path) {
   if (!d || *d >= header.size() || header[*d] != '\'') return fail("no descr in header");
   const size_t d_end = header.find('\'', *d + 1);
   if (d_end == std::string::npos) return fail("no descr in header");
-  std::string descr = header.substr(*d + 1, d_end - *d - 1);
-  if (descr == "<u1" || descr == "|u1") descr = "|u1";
-  if (descr == "<i1") descr = "|i1";
-  bool found = false;
+  a.descr = header.substr(*d + 1, d_end - *d - 1);
+  // '<' or '|' (or '=' on this little-endian host), a kind letter, a size in bytes.
+  const std::string& t = a.descr;
+  if (t.size() < 3 || (t[0] != '<' && t[0] != '|' && t[0] != '=')) return fail("unsupported dtype '" + t + "' (big-endian or structured)");
+  size_t item = 0;
+  for (size_t i = 2; i < t.size(); ++i) {
+    if (t[i] < '0' || t[i] > '9' || item > 64) return fail("unsupported dtype '" + t + "'");
+    item = item * 10 + static_cast<size_t>(t[i] - '0');
+  }
+  if (item == 0 || item > 16 || std::string("fiubV").find(t[1]) == std::string::npos) return fail("unsupported dtype '" + t + "'");
+  a.item_size = item;
+  std::string canonical = t;
+  canonical[0] = item == 1 ? '|' : '<';
   for (const auto& e : kDescrs)
-    if (descr == e.text) { a.dtype = e.dtype; found = true; }
-  if (!found) return fail("unsupported dtype '" + descr + "'");
+    if (canonical == e.text) a.dtype = e.dtype;
   if (const auto fo = value_of("fortran_order"); fo && header.compare(*fo, 4, "True") == 0) return fail("Fortran-ordered arrays are not supported");
   const auto sh = value_of("shape");
   if (!sh || *sh >= header.size() || header[*sh] != '(') return fail("no shape in header");
@@ -90,9 +98,10 @@ NpyArray read_npy(const std::string& path) {
   std::error_code ec;
   const uint64_t file_bytes = std::filesystem::file_size(path, ec);
   const uint64_t data_at = static_cast<uint64_t>(f.tellg());
-  const uint64_t want = static_cast<uint64_t>(count) * dtype_size(a.dtype);
+  const uint64_t want = static_cast<uint64_t>(count) * a.item_size;
   if (!ec && file_bytes < data_at + want) return fail("file shorter than its shape says (" + std::to_string(want) + " bytes of data, " + std::to_string(file_bytes - data_at) + " present)");
-  a.data.resize(static_cast<size_t>(count) * dtype_size(a.dtype));
+  if (header_only) return a;
+  a.data.resize(static_cast<size_t>(want));
   if (!f.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(a.data.size())))
     return fail("file shorter than its shape says");
   return a;

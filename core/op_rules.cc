@@ -11,7 +11,7 @@ namespace thunky {
 namespace {
 
 const std::set<std::string>& map_functions() {
-  static const std::set<std::string> f = {"where", "sin", "cos", "tan", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh",
+  static const std::set<std::string> f = {"where", "sin", "cos", "tan", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "erf", "erfc", "erf_inv",
                                           "abs", "neg", "floor", "ceil", "round", "min", "max", "f64", "f32", "f16",
                                           "bf16", "f8e4m3", "f8e5m2", "s64", "s32", "s16", "s8", "u32", "u8", "bool"};
   return f;

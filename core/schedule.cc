@@ -125,6 +125,11 @@ Init parse_init(Value j, const std::string& ptr) {
   } else if (kind == "npy") {
     in.kind = Init::Kind::npy;
     in.path = o.str("path");
+    if (auto d = o.get("dtype")) {
+      if (!d->is_string()) fail(o.at("dtype"), "expected a dtype name such as \"bf16\"");
+      in.bits = parse_dtype(d->str());
+      if (!in.bits) fail(o.at("dtype"), "unknown dtype '" + std::string(d->str()) + "'");
+    }
   } else {
     fail(o.at("kind"), "unknown init kind '" + kind + "' (expected zeros, ones, iota, constant, values, uniform, normal, axis_index or npy)");
   }
@@ -556,7 +561,10 @@ json init_json(const Init& in) {
     case Init::Kind::uniform: j["low"] = in.low; j["high"] = in.high; j["seed"] = in.seed; break;
     case Init::Kind::normal: j["seed"] = in.seed; break;
     case Init::Kind::axis_index: j["axis"] = in.axis; break;
-    case Init::Kind::npy: j["path"] = in.path; break;
+    case Init::Kind::npy:
+      j["path"] = in.path;
+      if (in.bits) j["dtype"] = std::string(dtype_name(*in.bits));
+      break;
     default: break;
   }
   return j;

@@ -46,6 +46,9 @@ struct Init {
   uint64_t seed = 0;           // uniform, normal
   std::string axis;            // axis_index
   std::string path;            // npy, as written (relative to the schedule file)
+  // npy: the file holds the raw bits of this dtype (bf16 and the f8s, which
+  // NumPy itself lacks, saved as <u2 or |u1); empty: the file's own dtype.
+  std::optional<DType> bits;
 };
 
 struct GlobalLayout {

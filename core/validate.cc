@@ -80,8 +80,9 @@ void check_buffers(const Program& p) {
         throw ThunkyError(b.pointer + "/shape", "the spec splits global shape " + shape_str(b.global->shape) + " into shards of " + shape_str(l.local_shape) + ", but the buffer's shape is " + shape_str(b.shape));
     }
   }
-  // npy files exist and have the declared (global) shape.
-  load_npy_inits(p);
+  // npy files exist and have the declared (global) shape; their data is
+  // read only by what runs the schedule.
+  check_npy_inits(p);
 }
 
 }  // namespace

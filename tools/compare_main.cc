@@ -61,6 +61,9 @@ int run_main(int argc, char** argv) {
   thunky::Report predicted, measured;
   if (!read_report(predicted_path, predicted) || !read_report(measured_path, measured)) return 2;
   try {
+    if (measured.source == "exec" && measured.iteration_makespans_s.size() == 1 && measured.warmup_iterations.value_or(0) == 0)
+      std::cerr << "thunky-compare: warning: " << measured_path << " measured a single cold iteration: it counts first-run costs (allocation, "
+                   "thread start, caches) that a warm run does not pay; measure with thunky-exec --warmup 1 --iters 3\n";
     const thunky::Comparison c = thunky::compare_reports(predicted, measured);
     thunky::print_comparison(predicted, measured, c, std::cout, all_commands ? SIZE_MAX : 60);
     if (!svg_path.empty()) {

@@ -276,6 +276,7 @@ int run_main(int argc, char** argv) {
     }
     if (procs->place().index != 0) return 0;  // process 0 writes the run's outputs
   }
+  result->report.warmup_iterations = o.warmup;
   thunky::print_table(result->report, std::cout);
   // Each shown rank's collectives as nccl-tests reports them: count, mean,
   // spread, algBw and busBw of the transfer (its wait left out).

@@ -324,6 +324,7 @@ void write_report(const Report& r, std::ostream& os) {
   summary["critical_path"] = r.critical_path;
   w.member("summary", summary);
   if (!r.iteration_makespans_s.empty()) w.member("iteration_makespans_s", r.iteration_makespans_s);
+  if (r.warmup_iterations) w.member("warmup_iterations", *r.warmup_iterations);
   if (r.placement) w.member("placement", *r.placement);
   if (r.timing_overhead_s) w.member("timing_overhead_s", *r.timing_overhead_s);
   if (r.dispatch_s_per_command) w.member("dispatch_s_per_command", *r.dispatch_s_per_command);
@@ -486,6 +487,11 @@ Report parse_report(const std::string& text) {
     its->each_element([&](size_t i, Value e) {
       r.iteration_makespans_s.push_back(json_reader::non_negative(e, json_reader::child("/iteration_makespans_s", i)));
     });
+  }
+  if (j.has("warmup_iterations")) {
+    const double n = number(j, "warmup_iterations");
+    if (!(n >= 0 && n <= 1e6) || n != std::floor(n)) json_reader::fail("/warmup_iterations", "expected a whole number of iterations, 0 to 1000000");
+    r.warmup_iterations = static_cast<int64_t>(n);
   }
   r.placement = string_or_null(j, "placement");
   for (auto [key, field] : {std::pair{"timing_overhead_s", &r.timing_overhead_s}, std::pair{"dispatch_s_per_command", &r.dispatch_s_per_command},

@@ -107,6 +107,9 @@ struct Report {
   RankStats summary;  // mean over ranks
   std::vector<std::string> critical_path;
   std::vector<double> iteration_makespans_s;  // exec: every timed iteration
+  // exec: the untimed iterations run before them (--warmup). A single timed
+  // iteration without one is a cold run: thunky-compare warns of it.
+  std::optional<int64_t> warmup_iterations;
   // exec, cuda backend: "shared-device" (every rank on one GPU, so the
   // timings are not those of N GPUs) or "device-per-rank"; the device time
   // one pair of timing events adds to every measured command; the host

@@ -515,6 +515,61 @@ TEST(Inits, NpyFileRelativeToTheSchedule) {
 }
 
 
+// An .npy file written byte by byte: a raw-bits dtype ('<u2') that
+// write_npy has no reason to write.
+static void write_raw_npy(const std::filesystem::path& path, const std::string& descr, int64_t count, const void* data, size_t bytes) {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(count) + ",), }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::ofstream f(path, std::ios::binary);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const char len[2] = {static_cast<char>(h.size() & 0xff), static_cast<char>(h.size() >> 8)};
+  f.write(len, 2);
+  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+TEST(Inits, NpyRawBitsOfANamedDtypeAndSameTypeFilesAreCopiedBitForBit) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("thunky_npy_bits_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  // bf16 bits: 1.5 = 0x3fc0, -2.25 = 0xc010, 0.1 rounds to 0x3dcd (0.10009765625), a NaN with payload 0x7fc1.
+  const uint16_t bf16[4] = {0x3fc0, 0xc010, 0x3dcd, 0x7fc1};
+  write_raw_npy(dir / "h.npy", "<u2", 4, bf16, sizeof bf16);
+  // s64 extremes, which a double would round (2^63 - 1 is not a double).
+  const int64_t s64[3] = {INT64_MAX, INT64_MIN, INT64_MAX - 1};
+  write_npy((dir / "i.npy").string(), DType::s64, {3}, reinterpret_cast<const uint8_t*>(s64));
+  std::ofstream(dir / "s.json") << R"({"format": "thunky.sched/1", "buffers": {
+    "h": {"shape": [4], "dtype": "bf16", "role": "inout", "init": {"kind": "npy", "path": "h.npy", "dtype": "bf16"}},
+    "w": {"shape": [4], "dtype": "f32", "role": "inout", "init": {"kind": "npy", "path": "h.npy", "dtype": "bf16"}},
+    "i": {"shape": [3], "dtype": "s64", "role": "inout", "init": {"kind": "npy", "path": "i.npy"}}}, "program": []})";
+  Program p = testing::load_file_ok((dir / "s.json").string());
+  ExecResult r = testing::run_cpu(p);
+  const int hb = p.find_buffer("h"), ib = p.find_buffer("i");
+  EXPECT_EQ(std::memcmp(r.memory[0][hb].data(), bf16, sizeof bf16), 0);  // the bits, NaN payload and all
+  EXPECT_EQ(std::memcmp(r.memory[0][ib].data(), s64, sizeof s64), 0);
+  // Into another dtype the bits are read as bf16, then converted: 0x3dcd is 0.10009765625.
+  const auto w = values(p, r, "w");
+  EXPECT_EQ(w[0], 1.5);
+  EXPECT_EQ(w[1], -2.25);
+  EXPECT_EQ(w[2], 0.10009765625);
+  EXPECT_TRUE(std::isnan(w[3]));
+  // Raw bits without the dtype named, and bits of the wrong size, are refused at the init's pointer.
+  std::ofstream(dir / "bad.json") << R"({"format": "thunky.sched/1", "buffers": {"h": {"shape": [4], "dtype": "bf16", "role": "input",
+    "init": {"kind": "npy", "path": "h.npy"}}}, "program": []})";
+  auto bad = load_schedule_file((dir / "bad.json").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.errors()[0].pointer, "/buffers/h/init/path");
+  EXPECT_NE(bad.errors()[0].message.find("name that dtype in the init's \"dtype\""), std::string::npos) << bad.errors()[0].message;
+  std::ofstream(dir / "bad2.json") << R"({"format": "thunky.sched/1", "buffers": {"h": {"shape": [4], "dtype": "f8e4m3", "role": "input",
+    "init": {"kind": "npy", "path": "h.npy", "dtype": "f8e4m3"}}}, "program": []})";
+  auto bad2 = load_schedule_file((dir / "bad2.json").string());
+  ASSERT_FALSE(bad2.ok());
+  EXPECT_NE(bad2.errors()[0].message.find("holds elements of 2 bytes ('<u2'), not the bits of f8e4m3 (1 bytes)"), std::string::npos)
+      << bad2.errors()[0].message;
+  fs::remove_all(dir);
+}
+
 // ---- collectives against a reference ----
 // Random collectives on random one- and two-axis meshes (an axis list in
 // either order, axis index groups, explicit pairs with ranks that receive

@@ -29,6 +29,29 @@ void fill(const Tensor& dst, double value) {
 }
 
 namespace {
+// The inverse of erf: Giles' approximation ("Approximating the erfinv
+// function", GPU Computing Gems, 2011), then two Newton steps on erf itself
+// to double precision. erf_inv(+-1) is +-inf; outside [-1, 1], NaN.
+double erf_inv(double y) {
+  if (!(y >= -1 && y <= 1)) return std::nan("");
+  if (y == 1 || y == -1) return y * HUGE_VAL;
+  double w = -std::log((1.0 - y) * (1.0 + y)), x;
+  if (w < 5.0) {
+    w -= 2.5;
+    x = 2.81022636e-08;
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941}) x = c + x * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    x = -0.000200214257;
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682}) x = c + x * w;
+  }
+  x *= y;
+  for (int i = 0; i < 2; ++i) x -= (std::erf(x) - y) / (2.0 / std::sqrt(M_PI) * std::exp(-x * x));
+  return x;
+}
+}  // namespace
+
+namespace {
 
 template <typename T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -286,6 +309,9 @@ void eval(const Node& n, const std::vector<MapInput>& inputs, int64_t base, int6
   else if (op == "sqrt") f = [](double x) { return std::sqrt(x); };
   else if (op == "rsqrt") f = [](double x) { return 1.0 / std::sqrt(x); };
   else if (op == "tanh") f = [](double x) { return std::tanh(x); };
+  else if (op == "erf") f = [](double x) { return std::erf(x); };
+  else if (op == "erfc") f = [](double x) { return std::erfc(x); };
+  else if (op == "erf_inv") f = erf_inv;
   else if (op == "abs") f = [](double x) { return std::fabs(x); };
   else if (op == "neg") f = [](double x) { return -x; };
   else if (op == "floor") f = [](double x) { return std::floor(x); };

@@ -264,6 +264,7 @@ class MapEmitter {
     static const std::pair<const char*, const char*> kFloat[] = {
         {"sin", "sin"}, {"cos", "cos"}, {"tan", "tan"},     {"exp", "exp"},     {"log", "log"},     {"log1p", "log1p"}, {"sqrt", "sqrt"},
         {"tanh", "tanh"}, {"floor", "floor"}, {"ceil", "ceil"}, {"round", "rint"},  // rint: half to even, as jnp.round
+        {"erf", "erf"},   {"erfc", "erfc"},   {"erf_inv", "erfinv"},
     };
     for (auto [name, c] : kFloat)
       if (f == name) return {std::string(c) + "(" + k[0].code + ")", VT::f};
