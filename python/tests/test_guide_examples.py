@@ -601,6 +601,11 @@ _PRIMITIVES = [
     ("argmax_flat", lambda x: jnp.argmax(x)), ("transpose", lambda x: x.T * 1),
     ("dot_general", lambda x: x @ x.T), ("convert_element_type", lambda x: (x * 10).astype(jnp.int32)),
     ("div_rem", lambda x: (x * 10).astype(jnp.int32) // 3 + (x * 10).astype(jnp.int32) % 3),
+    # Common JAX that lowered to opaque kernels: exact GELU, autodiff's add_any, lax.platform_dependent.
+    ("erf", jax.lax.erf), ("erfc", jax.lax.erfc), ("erf_inv", lambda x: jax.lax.erf_inv(jnp.tanh(x) * 0.999)),
+    ("gelu_exact", lambda x: jax.nn.gelu(x, approximate=False)),
+    ("add_any", lambda x: jax.vjp(lambda y: y * y + jnp.sin(y), x)[1](jnp.ones_like(x))[0]),
+    ("platform_index", lambda x: jax.lax.platform_dependent(x, cpu=lambda v: v * 2, default=lambda v: v * 3)),
 ]
 
 
@@ -640,3 +645,33 @@ def test_argmax_and_argmin_give_the_first_nan_as_jax():
     np.testing.assert_array_equal(lo[...], [3, 1])
     np.testing.assert_array_equal(hi[...], np.asarray(jnp.argmax(x, axis=1)))
     np.testing.assert_array_equal(lo[...], np.asarray(jnp.argmin(x, axis=1)))
+
+
+def test_a_two_layer_mlp_forward_and_backward_lowers_to_the_commands_counted_by_hand():
+    def mlp(x, w1, w2):
+        return jnp.tanh(x @ w1) @ w2
+
+    def step(x, w1, w2, dy, y, dx, dw1, dw2):
+        out, vjp = jax.vjp(mlp, x[...], w1[...], w2[...])
+        gx, gw1, gw2 = vjp(dy[...])
+        y[...], dx[...], dw1[...], dw2[...] = out, gx, gw1, gw2
+
+    @thunky.jit
+    def prog(x, w1, w2, dy, y, dx, dw1, dw2):
+        thunky.call_jax(step, x, w1, w2, dy, y, dx, dw1, dw2)
+
+    rng = np.random.default_rng(7)
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (16, 32), (32, 4)))
+    dy = rng.standard_normal((8, 4)).astype(np.float32)
+    outs = [thunky.new_ref(np.zeros(s, np.float32)) for s in ((8, 4), (8, 16), (16, 32), (32, 4))]
+    doc = prog.trace(x, w1, w2, dy, *outs).to_dict()
+    ops = [c["op"] for c in doc["program"]]
+    # By hand: forward a = x w1 (gemm), h = tanh(a) (map), y = h w2 (gemm); backward dw2 = h^T dy and
+    # dh = dy w2^T (gemms, the transposes as their flags), da = dh * (1 - h^2) (one map, tanh not computed
+    # again), dw1 = x^T da and dx = da w1^T (gemms): 6 gemms and 2 maps, nothing else.
+    assert sorted(ops) == ["gemm"] * 6 + ["map"] * 2, ops
+    prog(x, w1, w2, dy, *outs)
+    want = jax.vjp(mlp, x, w1, w2)
+    grads = want[1](dy)
+    for got, w in zip(outs, [want[0], *grads]):
+        np.testing.assert_allclose(got[...], np.asarray(w), rtol=1e-4, atol=1e-5)

@@ -19,6 +19,7 @@ the user's line (it would compute nothing).
 """
 
 import math
+import re
 import types
 
 import numpy as np
@@ -31,8 +32,10 @@ MAX_OFFSETS = 1024  # a load or store at an offset computed on the device: a swi
 
 # Elementwise primitives: the expression of their operands' texts.
 _UNARY = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "log", "log1p": "log1p", "sqrt": "sqrt",
-          "rsqrt": "rsqrt", "tanh": "tanh", "abs": "abs", "floor": "floor", "ceil": "ceil", "round": "round"}
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "pow": "**", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
+          "rsqrt": "rsqrt", "tanh": "tanh", "abs": "abs", "floor": "floor", "ceil": "ceil", "round": "round", "erf": "erf",
+          "erfc": "erfc", "erf_inv": "erf_inv"}
+# add_any: the sum of two cotangents, as autodiff (jax.vjp, jax.grad) writes it.
+_BINARY = {"add": "+", "add_any": "+", "sub": "-", "mul": "*", "pow": "**", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">",
            "ge": ">="}
 _IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier", "reduce_precision"}
 _INLINE = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr", "remat": "jaxpr",
@@ -49,6 +52,83 @@ class _Offsets:
 
     def __init__(self, pos, index, count, item):
         self.pos, self.index, self.count, self.item = pos, index, count, item
+
+
+class _Transposed:
+    """A transpose that only GEMMs read: their transpose flag, not a copy.
+    Anything else that reads it writes the transpose out first."""
+
+    def __init__(self, src, perm, shape, dtype):
+        self.src, self.perm, self.shape, self.dtype = src, perm, tuple(shape), np.dtype(dtype)
+
+
+# Primitives kept even when nothing reads their results: they communicate.
+_COMMUNICATING = {"psum", "pmax", "pmin", "all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all"}
+
+
+def _pure(e):
+    """Whether equation `e` only computes its results from its operands:
+    no effect (a Ref read or written), no communication, no inner jaxpr."""
+    if e.effects or e.primitive.name in _COMMUNICATING or e.primitive.name in ("get", "swap", "addupdate"):
+        return False
+    return not any(hasattr(v, "jaxpr") or hasattr(v, "eqns") or isinstance(v, (tuple, list)) and any(hasattr(x, "jaxpr") for x in v)
+                   for v in e.params.values())
+
+
+def _inner_jaxprs(e):
+    for v in e.params.values():
+        for x in (v if isinstance(v, (tuple, list)) else (v,)):
+            inner = getattr(x, "jaxpr", x)
+            if hasattr(inner, "eqns"):
+                yield inner
+
+
+def _droppable(e):
+    """Whether nothing is lost when equation `e`'s results are not computed:
+    no effect and no communication, in it or in any jaxpr it holds."""
+    if e.effects or e.primitive.name in _COMMUNICATING or e.primitive.name in ("get", "swap", "addupdate"):
+        return False
+    return all(_droppable(i) for inner in _inner_jaxprs(e) for i in inner.eqns)
+
+
+def _plan(jaxpr):
+    """Which equations of `jaxpr` to lower: each pure equation equal to an
+    earlier one (same primitive, operands and parameters) is left out, its
+    results being the earlier one's (common-subexpression elimination), and
+    so is each pure one whose results nothing reads (dead-code
+    elimination: a GEMM jax.vjp computes and drops). Returns a flag per
+    equation and the map of left-out results to the ones kept."""
+    alias, seen, equal = {}, {}, set()
+    for k, e in enumerate(jaxpr.eqns):
+        if not _pure(e):
+            continue
+        operands = tuple(("literal", repr(a.val), str(a.aval.dtype)) if hasattr(a, "val") else id(alias.get(a, a)) for a in e.invars)
+        key = (e.primitive.name, operands, tuple(sorted((n, repr(v)) for n, v in e.params.items())))
+        if key in seen:
+            for v, w in zip(e.outvars, seen[key].outvars):
+                alias[v] = w
+            equal.add(k)
+        else:
+            seen[key] = e
+    needed = {id(alias.get(v, v)) for v in jaxpr.outvars if not hasattr(v, "val")}
+    live = [False] * len(jaxpr.eqns)
+    for k in reversed(range(len(jaxpr.eqns))):
+        e = jaxpr.eqns[k]
+        if k in equal or (_droppable(e) and not any(id(v) in needed for v in e.outvars)):
+            continue
+        live[k] = True
+        needed |= {id(alias.get(a, a)) for a in e.invars if not hasattr(a, "val")}
+    return live, alias
+
+
+def _static_int(v):
+    """The value of an integer known when tracing (a literal), else None."""
+    if isinstance(v, _Expr) and not v.ins:
+        try:
+            return int(v.text)
+        except ValueError:
+            return None
+    return None
 
 
 class Unsupported(Exception):
@@ -86,6 +166,22 @@ def _broadcasts(e, shape):
     return all(math.prod(r.shape) == 1 or _core(r.shape) == _core(e.shape) for r in e.ins.values())
 
 
+def _one_name_per_ref(e):
+    """A map's inputs with each view read once: names that read the same
+    view become one (x * x reads x once, and is priced so)."""
+    first, rename = {}, {}
+    for k, r in e.ins.items():
+        key = (r.text, np.dtype(r.dtype).str, tuple(r.shape))
+        if key in first:
+            rename[k] = first[key]
+        else:
+            first[key] = k
+    if not rename:
+        return e.ins, e.text
+    text = re.sub(r"\bv\d+\b", lambda m: rename.get(m.group(0), m.group(0)), e.text)
+    return {k: r for k, r in e.ins.items() if k not in rename}, text
+
+
 def _literal(value, dtype):
     v = np.asarray(value).item()
     if np.dtype(dtype).kind == "f":
@@ -101,6 +197,9 @@ def _literal(value, dtype):
 class Lowering:
     def __init__(self, tracer, where):
         self.t = tracer
+        self.live, self.aliases = [], {}
+        self.materialised = {}  # id of an expression -> (it, the scratch buffer that holds its value)
+        self.transposed = {}  # a transpose's result var -> the GEMM result that holds it already
         self.where = where  # the user's (file, line): every error names it
         self.names = 0
         self.used = set()  # ids of the vars the jaxpr being lowered reads
@@ -115,6 +214,8 @@ class Lowering:
         return f"v{self.names}"
 
     def as_expr(self, v):
+        if isinstance(v, _Expr) and id(v) in self.materialised:
+            v = self.materialised[id(v)][1]  # computed once already: read it
         if isinstance(v, _Expr):
             return v
         if isinstance(v, Ref):
@@ -123,12 +224,20 @@ class Lowering:
         raise TypeError(type(v))
 
     def written(self, v, shape=None, dtype=None):
-        """`v` held in a buffer: a Ref (a scratch buffer made for an expression)."""
+        """`v` held in a buffer: a Ref (a scratch buffer made for an
+        expression, once: later reads of the same value read that buffer)."""
+        if isinstance(v, _Transposed):
+            v = self.transpose(v.src, v.perm, self.scratch(v.shape, v.dtype))
         if isinstance(v, Ref) and (shape is None or tuple(shape) == v.shape):
             return v
+        kept = self.materialised.get(id(v))
+        if kept is not None and (shape is None or tuple(shape) == kept[1].shape) and (dtype is None or np.dtype(dtype) == kept[1].dtype):
+            return kept[1]
         e = self.as_expr(v)
         out = self.scratch(shape if shape is not None else e.shape, dtype if dtype is not None else e.dtype)
         self.store(e, out)
+        if isinstance(v, _Expr) and out.shape == v.shape and out.dtype == v.dtype:
+            self.materialised[id(v)] = (v, out)  # v kept alive with it, so its id stays its own
         return out
 
     def store(self, v, out):
@@ -150,8 +259,9 @@ class Lowering:
             if v.text != out.text:
                 self.t.emit({"op": "copy", "src": v.text, "dst": out.text}, reads=[v], writes=[out])
             return
-        self.t.emit({"op": "map", "out": out.text, "expr": e.text, "in": {k: r.text for k, r in e.ins.items()}},
-                    reads=list(e.ins.values()), writes=[out])
+        ins, text = _one_name_per_ref(e)
+        self.t.emit({"op": "map", "out": out.text, "expr": text, "in": {k: r.text for k, r in ins.items()}},
+                    reads=list(ins.values()), writes=[out])
 
     def scratch(self, shape, dtype):
         r = self.t.new_scratch("cj", tuple(int(d) for d in shape), np.dtype(dtype))
@@ -176,10 +286,19 @@ class Lowering:
             env[var] = self.constant(c)
         for var, a in zip(jaxpr.invars, args):
             env[var] = a
-        saved = self.used, self.scope
-        self.used = {id(v) for e in jaxpr.eqns for v in e.invars} | {id(v) for v in jaxpr.outvars}
+        live, alias = _plan(jaxpr)
+        read_var = read
+
+        def read(a):  # an equation computed twice reads the first one's value
+            return read_var(alias.get(a, a) if not hasattr(a, "val") else a)
+
+        saved = self.used, self.scope, self.live, self.aliases
+        self.live = [(k, e) for k, e in enumerate(jaxpr.eqns) if live[k]]
+        self.used = {id(alias.get(v, v)) for _, e in self.live for v in e.invars if not hasattr(v, "val")}
+        self.used |= {id(alias.get(v, v)) for v in jaxpr.outvars if not hasattr(v, "val")}
         self.scope = (jaxpr, env, read)
-        for k, eqn in enumerate(jaxpr.eqns):
+        self.aliases = alias
+        for k, eqn in self.live:
             self.at = k
             ins = [read(a) for a in eqn.invars]
             try:
@@ -189,8 +308,16 @@ class Lowering:
             for var, v in zip(eqn.outvars, outs):
                 env[var] = v
         result = [read(a) for a in jaxpr.outvars]
-        self.used, self.scope = saved
+        self.used, self.scope, self.live, self.aliases = saved
         return result
+
+    def canonical(self, a):
+        """The var whose value `a` is (itself, or the equal one kept); a literal as it is."""
+        return a if hasattr(a, "val") else self.aliases.get(a, a)
+
+    def uses(self, var):
+        """The equations still lowered that read `var` (or a value equal to it), with their places."""
+        return [(k, e) for k, e in self.live if any(self.canonical(v) is var for v in e.invars)]
 
     def result(self, eqn, shape, dtype):
         """Where a GEMM, reduce or collective writes: straight into the Ref
@@ -198,11 +325,12 @@ class Lowering:
         nothing reads or writes that Ref between; else a scratch buffer."""
         jaxpr, env, read = self.scope
         var = eqn.outvars[0]
-        uses = [(k, e) for k, e in enumerate(jaxpr.eqns) if any(v is var for v in e.invars)]
+        uses = self.uses(var)
         stored = False
         if len(uses) == 1 and all(v is not var for v in jaxpr.outvars):
             k, store = uses[0]
-            if store.primitive.name == "swap" and store.invars[1] is var and id(store.outvars[0]) not in self.used:
+            if store.primitive.name == "swap" and self.canonical(store.invars[1]) is var \
+                    and id(store.outvars[0]) not in self.used:
                 stored = True
                 ref = store.invars[0]
                 between = jaxpr.eqns[self.at + 1:k]
@@ -307,6 +435,11 @@ class Lowering:
                 return [wide]
         if name in ("broadcast_in_dim", "reshape", "squeeze", "expand_dims"):
             return [self.reshape(ins[0], aval)]
+        if name == "platform_index":
+            # lax.platform_dependent: thunky runs and prices the CPU's branch (the default where none names the CPU).
+            platforms = p["platforms"]
+            k = next((i for i, names in enumerate(platforms) if "cpu" in names), len(platforms) if p.get("has_default") else 0)
+            return [_Expr(str(k), {}, (), aval.dtype, atomic=True, idx=str(k))]
         if name == "axis_index":
             self.t.check_axis(p["axis_name"], self.where)
             return [_Expr(p["axis_name"], {}, (), aval.dtype, atomic=True, idx=p["axis_name"])]
@@ -321,11 +454,13 @@ class Lowering:
             values = np.broadcast_to(np.arange(shape[d]).reshape([-1 if k == d else 1 for k in range(len(shape))]), shape)
             return [self.t.new_constant("cj_iota", np.ascontiguousarray(values, dtype=p["dtype"]))]
         if name == "transpose":
+            if eqn.outvars[0] in self.transposed:  # the GEMM before computed it transposed
+                return [self.transposed.pop(eqn.outvars[0])]
+            perm = tuple(int(d) for d in p["permutation"])
             src = self.written(ins[0])
-            dst = self.result(eqn, aval.shape, aval.dtype)
-            self.t.emit({"op": "transpose", "src": src.text, "dst": dst.text, "perm": [int(d) for d in p["permutation"]]},
-                        reads=[src], writes=[dst])
-            return [dst]
+            if perm in ((1, 0), (0, 2, 1)) and self._only_gemms_read(eqn.outvars[0]):
+                return [_Transposed(src, perm, aval.shape, aval.dtype)]  # folded into the GEMMs' transpose flags
+            return [self.transpose(src, perm, self.result(eqn, aval.shape, aval.dtype))]
         if name in ("dynamic_slice", "dynamic_update_slice"):
             return [self.dynamic_slice(name, ins, p, aval)]
         if name == "dot_general":
@@ -344,6 +479,11 @@ class Lowering:
     def cond(self, eqn, ins):
         """lax.cond and lax.switch: a switch on the s32 index; each branch
         writes the results into the same buffers."""
+        branches = eqn.params["branches"]
+        known = _static_int(ins[0])
+        if known is not None:  # an index known when tracing (platform_index): that branch alone, clamped as a switch clamps
+            closed = branches[min(max(known, 0), len(branches) - 1)]
+            return self.run(closed.jaxpr, closed.consts, ins[1:])
         index = self.written(ins[0], (), np.int32)
         outs = [self.scratch(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
 
@@ -353,7 +493,7 @@ class Lowering:
                     self.store(v, o)
             return body
 
-        blocks = [self.t.region(f"branches/{k}", branch(b)) for k, b in enumerate(eqn.params["branches"])]
+        blocks = [self.t.region(f"branches/{k}", branch(b)) for k, b in enumerate(branches)]
         self.t.emit({"op": "switch", "index": index.text, "branches": blocks}, reads=[index])
         return outs
 
@@ -634,16 +774,40 @@ class Lowering:
         return out
 
     # ---- non-elementwise
+    def transpose(self, src, perm, dst):
+        self.t.emit({"op": "transpose", "src": src.text, "dst": dst.text, "perm": list(perm)}, reads=[src], writes=[dst])
+        return dst
+
+    def _only_gemms_read(self, var):
+        """Whether every use of `var` in this jaxpr is a dot_general operand."""
+        jaxpr = self.scope[0]
+        if any(v is var for v in jaxpr.outvars):
+            return False
+        uses = self.uses(var)
+        return bool(uses) and all(e.primitive.name == "dot_general" for _, e in uses)
+
     def dot(self, ins, p, aval):
         (lc, rc), (lb, rb) = p["dimension_numbers"]
-        a, b = self.written(ins[0]), self.written(ins[1])
+        # A transposed operand is its source with the GEMM's flag flipped.
+        flip_a, flip_b = (isinstance(v, _Transposed) for v in ins[:2])
+        a, b = (v.src if isinstance(v, _Transposed) else self.written(v) for v in ins[:2])
         batch = len(lb)
         if len(lc) != 1 or len(rc) != 1 or batch > 1 or (batch and (tuple(lb) != (0,) or tuple(rb) != (0,))):
             raise Unsupported("dot_general with these dimension numbers")
         if len(a.shape) != 2 + batch or len(b.shape) != 2 + batch:
             raise Unsupported("dot_general of vectors")
-        ta = lc[0] == batch  # A's contraction first: op(A) = A^T
-        tb = rc[0] == batch + 1
+        ta = (lc[0] == batch) != flip_a  # A's contraction first: op(A) = A^T
+        tb = (rc[0] == batch + 1) != flip_b
+        uses = self.uses(self._eqn.outvars[0])
+        if not batch and len(uses) == 1 and uses[0][1].primitive.name == "transpose" and tuple(uses[0][1].params["permutation"]) == (1, 0) \
+                and not any(v is self._eqn.outvars[0] for v in self.scope[0].outvars):
+            # Its one use is a transpose: (op(A) op(B))^T = op(B)^T op(A)^T, one GEMM with the operands swapped.
+            t = uses[0][1]
+            c = self.result(t, t.outvars[0].aval.shape, aval.dtype)
+            self.t.emit({"op": "gemm", "a": b.text, "b": a.text, "c": c.text, "transpose_a": not tb, "transpose_b": not ta},
+                        reads=[a, b], writes=[c])
+            self.transposed[t.outvars[0]] = c
+            return c  # read by nothing but that transpose
         c = self.result(self._eqn, aval.shape, aval.dtype)
         self.t.emit({"op": "gemm", "a": a.text, "b": b.text, "c": c.text, "transpose_a": bool(ta), "transpose_b": bool(tb)},
                     reads=[a, b], writes=[c])
@@ -702,7 +866,7 @@ class Lowering:
     def kernel(self, eqn, ins, why):
         """An opaque kernel for what call_jax does not lower: priced by the
         bytes it reads and writes, refused by execute."""
-        reads = [self.written(v) for v in ins if isinstance(v, (Ref, _Expr)) and (not isinstance(v, _Expr) or v.ins)]
+        reads = [self.written(v) for v in ins if isinstance(v, (Ref, _Expr, _Transposed)) and (not isinstance(v, _Expr) or v.ins)]
         if len(eqn.outvars) == 1 and eqn.primitive.name not in ("swap", "addupdate"):
             outs = [self.result(eqn, eqn.outvars[0].aval.shape, eqn.outvars[0].aval.dtype)]
         else:

@@ -17,7 +17,11 @@ import numpy as np
 from . import _source
 from ._refs import AxisIndexValue, new_ref
 
-RENDEZVOUS_TIMEOUT_S = 600  # how long the first shard waits for the last
+import os
+
+# How long the first device's callback waits for the last (seconds);
+# THUNKY_RENDEZVOUS_TIMEOUT sets it.
+RENDEZVOUS_TIMEOUT_S = float(os.environ.get("THUNKY_RENDEZVOUS_TIMEOUT", 600))
 
 
 def is_jax_value(a):
@@ -58,7 +62,8 @@ def call(jf, args):
         rank = sum(jax.lax.axis_index(n) * int(np.prod([axes[m] for m in list(axes)[i + 1:]], dtype=np.int64))
                    for i, n in enumerate(axes))
         meet = _Rendezvous(int(np.prod(list(axes.values()))), lambda per_rank: _run_mesh(jf, axes, is_ref, written, per_rank))
-        outs = jax.pure_callback(meet, out_shapes, jax.numpy.int32(rank), *values)
+        result_avals = tuple(jax.typeof(v) for v, w in zip(values, written) if w)
+        outs = _host_call().bind(jax.numpy.int32(rank), *values, fn=meet, result_avals=result_avals)
     else:
         outs = jax.pure_callback(lambda *vs: _run_one(jf, is_ref, vs), out_shapes, *values)
     outs = iter(outs)
@@ -66,6 +71,45 @@ def call(jf, args):
         if w:
             a[...] = next(outs)
     return None
+
+
+_HOST_CALL = None
+
+
+def _host_call():
+    """A primitive that calls fn(*arrays) on the host with each device's
+    operands as the NumPy arrays XLA hands its callback, and returns fn's
+    arrays as its results.
+
+    jax.pure_callback first puts its operands on the CPU device as
+    jax.Arrays, and turning those into NumPy waits on the CPU client's
+    threads; inside shard_map every device's callback holds one of them
+    while it waits for the others, so past a small size (about 128 KB a
+    shard, on a 2-core host with 4 devices) nothing is left to do the
+    transfer and the mesh hangs. This primitive lowers as pure_callback
+    does (the same custom call, the same sharding) but skips that step."""
+    global _HOST_CALL
+    if _HOST_CALL is None:
+        from jax.extend.core import Primitive
+        from jax.interpreters import mlir
+        from jax._src.callback import _callback_op_sharding  # the sharding pure_callback gives its custom call
+
+        prim = Primitive("thunky_host_call")
+        prim.multiple_results = True
+        prim.def_abstract_eval(lambda *avals, fn, result_avals: list(result_avals))
+
+        def lowering(ctx, *args, fn, result_avals):
+            def call(*arrays):
+                return tuple(np.ascontiguousarray(r, dtype=a.dtype) for r, a in zip(fn(*arrays), result_avals))
+
+            sharding = _callback_op_sharding(ctx.module_context.axis_context, None, ctx.avals_out)
+            result, _, _ = mlir.emit_python_callback(ctx, call, None, list(args), ctx.avals_in, ctx.avals_out, has_side_effect=False,
+                                                     returns_token=False, sharding=sharding)
+            return result
+
+        mlir.register_lowering(prim, lowering, cacheable=False)
+        _HOST_CALL = prim
+    return _HOST_CALL
 
 
 def _refuse_what_the_cpu_backend_cannot_run(program):
@@ -141,6 +185,10 @@ class _Rendezvous:
 
     def __call__(self, rank, *values):
         rank = int(rank)
+        # This device's data becomes NumPy here, in its own callback: JAX may
+        # hand a callback a view of the device's buffer that only this thread
+        # may read, so the run never reads another device's argument.
+        values = tuple(v if isinstance(v, AxisIndexValue) else np.array(v, copy=True) for v in values)
         with self.cv:
             gen = self.generation
             self.arrived[rank] = values
@@ -154,8 +202,11 @@ class _Rendezvous:
                 self.generation += 1
                 self.cv.notify_all()
             elif not self.cv.wait_for(lambda: self.generation != gen, RENDEZVOUS_TIMEOUT_S):
+                arrived = sorted(self.arrived)
                 missing = sorted(set(range(self.n)) - set(self.arrived))
-                raise RuntimeError(f"thunky: devices {missing} never reached this call within {RENDEZVOUS_TIMEOUT_S} s")
+                del self.arrived[rank]  # a later run of the mesh starts afresh
+                raise RuntimeError(f"thunky: only devices {arrived} of {self.n} reached this call within {RENDEZVOUS_TIMEOUT_S:g} s; "
+                                   f"devices {missing} never did (THUNKY_RENDEZVOUS_TIMEOUT sets the wait)")
             got = self.results[gen]
             if isinstance(got, Exception):
                 raise got

@@ -1,13 +1,21 @@
 """thunky.jit: a function that issues commands, traced into a schedule,
 then predicted (simulate) or run (execute) by thunky's tools."""
 
+from __future__ import annotations
+
 import functools
 import math
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _jax, _source, _tools, _trace
 from ._refs import AxisIndexValue, HostBuffer, Ref, dtype_name
+
+
+# What a mesh may be given as, and a shape-only argument's fill.
+MeshLike = Union["Mesh", Dict[str, int], Any, None]
+Fill = Union[str, Dict[str, Any], None]
 
 
 class Mesh:
@@ -83,11 +91,15 @@ class JitFunction:
         functools.update_wrapper(self, fn)
 
     # ---- tracing
-    def trace(self, *args, mesh=None, in_specs=None):
+    def trace(self, *args: Any, mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None, fill: Fill = None) -> _trace.Program:
         """The schedule this function issues for `args` (arrays, Refs, or
         anything with .shape and .dtype) on `mesh` (axis sizes), each
-        argument split as its `in_specs` entry says (None: replicated)."""
+        argument split as its `in_specs` entry says (None: replicated).
+        An argument given by its shape alone starts as `fill` says:
+        "zeros" (the default), "ones", "uniform" ([0, 1), seeded),
+        "normal", or an init of the schedule format as a dict."""
         axes = _mesh_axes(mesh)
+        fill_init = _fill_init(fill)
         if in_specs is not None and not isinstance(in_specs, (tuple, list)):
             in_specs = (in_specs,)
         if in_specs is not None and len(in_specs) != len(args):
@@ -110,8 +122,9 @@ class JitFunction:
         for tok in t.tokens:
             if not tok.done:
                 raise ValueError(f"{tok.where[0]}:{tok.where[1]}: the token of this async_start is never awaited (thunky.async_done)")
-        program = _trace.Program(self._document(t), t.buffers, t.sources, self.__name__)
+        program = _trace.Program(self._document(t, fill_init), t.buffers, t.sources, self.__name__)
         program.opaque = t.opaque
+        program.value_dependent = t.value_dependent
         return program
 
     def _argument(self, t, name, a, spec, axes):
@@ -134,7 +147,7 @@ class JitFunction:
         elif isinstance(a, np.ndarray) or np.isscalar(a):
             data = np.asarray(a)
         elif hasattr(a, "shape") and hasattr(a, "dtype"):
-            data = np.asarray(a) if hasattr(a, "__array__") else None
+            data = np.asarray(a) if _has_values(a) else None
         else:
             raise TypeError(_source.here(f"argument '{name}' is an array, a Ref or has .shape and .dtype, not {type(a).__name__}"))
         shape = tuple(data.shape) if data is not None else tuple(a.shape)
@@ -146,9 +159,8 @@ class JitFunction:
         entries = _spec_entries(spec, len(shape), axes, f"argument '{name}'")
         local = _local_shape(shape, entries, axes, f"argument '{name}'") if entries else shape
         b = _trace.Buffer(_trace._unique(name, t.buffers), local, dtype, "arg", data=data, host=host, spec=entries)
-        # A read-only argument with no values (a ShapeDtypeStruct) may still be written.
-        if data is None:
-            b.host = HostBuffer(np.zeros(shape, dtype))
+        if data is None:  # a shape alone: it starts as `fill` says, and what it decides is not known
+            t.unknown[b.name] = b.name
         if entries:
             b.global_shape = shape
         t.buffers[b.name] = b
@@ -159,7 +171,7 @@ class JitFunction:
         t.buffers[b.name] = b
         return Ref(b, b.shape)
 
-    def _document(self, t, npy_dir=None):
+    def _document(self, t, fill_init):
         doc = {"format": "thunky.sched/1", "name": self.__name__}
         if t.mesh:
             doc["mesh"] = {"axis_names": list(t.mesh), "shape": list(t.mesh.values())}
@@ -171,9 +183,13 @@ class JitFunction:
                 if b.axis_index is not None:
                     entry["init"] = {"kind": "axis_index", "axis": b.axis_index}
                 elif entry["role"] != "output" and b.data is not None:
-                    finite = np.asarray(b.data).dtype.kind != "f" or bool(np.all(np.isfinite(b.data)))
-                    # Values that JSON cannot hold (NaN, inf) go to an .npy file: Program.save writes it.
-                    entry["init"] = {"kind": "values", "values": _values(b.data)} if finite else {"kind": "npy", "path": b.name + ".npy"}
+                    # The values go as a binary file beside the schedule (Program.save writes it), never as
+                    # JSON: bf16 and the f8s, which NumPy lacks, as their raw bits with the dtype named.
+                    entry["init"] = {"kind": "npy", "path": b.name + ".npy"}
+                    if entry["dtype"] in _trace.RAW_BITS:
+                        entry["init"]["dtype"] = entry["dtype"]
+                elif entry["role"] != "output":
+                    entry["init"] = dict(fill_init)
                 if b.global_shape is not None:
                     entry["global"] = {"shape": list(b.global_shape), "spec": b.spec}
             doc["buffers"][b.name] = entry
@@ -236,31 +252,73 @@ class JitFunction:
         return fname, params, accesses
 
     # ---- running
-    def execute(self, *args, mesh=None, in_specs=None, backend="cpu", iters=1, warmup=0, timeout=None, ranks=False):
-        """Runs the schedule with thunky-exec; returns a Result whose
+    def execute(self, *args: Any, mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None, backend: str = "cpu", iters: int = 3,
+                warmup: int = 1, timeout: Optional[float] = None, ranks: bool = False, fill: Fill = None) -> _tools.Result:
+        """Runs the schedule with thunky-exec (`warmup` runs, then `iters`
+        measured; the report is their mean); returns a Result whose
         .outputs are the written arguments (global for sharded ones) and
         whose .report is the measured Report. Refs passed are updated.
         With ranks=True, .rank_outputs also holds each rank's values."""
-        program = self.trace(*args, mesh=mesh, in_specs=in_specs)
+        program = self.trace(*args, mesh=mesh, in_specs=in_specs, fill=fill)
         for _, primitive, why, (file, line) in program.opaque:
             raise ValueError(f"{file}:{line}: call_jax: {primitive} is not lowered ({why}): it is an opaque kernel, which "
                              "thunky-sim prices but no backend computes; simulate() predicts this program")
         return _tools.execute(program, backend=backend, iters=iters, warmup=warmup, timeout=timeout, ranks=ranks)
 
-    def simulate(self, *args, machine="h100-8gpu", mesh=None, in_specs=None, timeout=None):
-        """The predicted Report of thunky-sim on `machine`."""
-        program = self.trace(*args, mesh=mesh, in_specs=in_specs)
+    def simulate(self, *args: Any, machine: str = "h100-8gpu", mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None,
+                 timeout: Optional[float] = None, fill: Fill = None) -> _tools.Report:
+        """The predicted Report of thunky-sim on `machine`. Arguments may be
+        shapes alone (thunky.ShapeDtypeStruct, jax.ShapeDtypeStruct):
+        nothing is allocated for them."""
+        program = self.trace(*args, mesh=mesh, in_specs=in_specs, fill=fill)
+        _refuse_unknown_decisions(program)
         return _tools.simulate(program, machine=machine, timeout=timeout)
 
+    def check(self, *args: Any, mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None, fill: Fill = None,
+              timeout: Optional[float] = None) -> str:
+        """thunky-check's verdict on the schedule (views, roles, races,
+        collective order on every rank): its report as text; a ToolError
+        naming the user's line where it refuses."""
+        program = self.trace(*args, mesh=mesh, in_specs=in_specs, fill=fill)
+        return _tools.check(program, timeout=timeout)
 
-def _values(data):
-    v = np.asarray(data)
-    if v.dtype == np.bool_:
-        v = v.astype(np.int64)
-    return v.astype(np.float64).tolist() if v.dtype.kind == "f" else v.astype(np.int64).tolist()
+
+def _has_values(a):
+    """Whether `a` holds values (an array) rather than a shape alone
+    (jax.ShapeDtypeStruct, thunky.ShapeDtypeStruct, jax's abstract values)."""
+    if type(a).__name__ in ("ShapeDtypeStruct", "ShapedArray"):
+        return False
+    return hasattr(a, "__array__")
 
 
-def jit(fn=None, *, scratch_shapes=()):
+_FILLS = ("zeros", "ones", "uniform", "normal")
+
+
+def _fill_init(fill):
+    """The init of a shape-only argument: fill=None or "zeros", "ones",
+    "uniform" (seeded, [0, 1)), "normal", or a schedule init as a dict."""
+    if fill is None:
+        return {"kind": "zeros"}
+    if isinstance(fill, dict):
+        if "kind" not in fill:
+            raise ValueError(_source.here(f"fill as a dict is an init of the schedule format, with a 'kind': not {fill!r}"))
+        return dict(fill)
+    if fill not in _FILLS:
+        raise ValueError(_source.here(f"fill is one of {', '.join(_FILLS)} or an init dict, not {fill!r}"))
+    return {"kind": fill, **({"seed": 0} if fill in ("uniform", "normal") else {})}
+
+
+def _refuse_unknown_decisions(program):
+    """Control flow that depends on an argument given by its shape alone
+    cannot be decided: say where, and how to decide it."""
+    for what, (file, line), arg in program.value_dependent:
+        hint = {"cond": "thunky.cond(..., taken=True)", "switch": "thunky.switch(..., branch=k)",
+                "while": "thunky.while_loop(..., trip_count=N)"}[what]
+        raise ValueError(f"{file}:{line}: this {what} decides on values computed from argument '{arg}', which was given by its "
+                         f"shape alone: pass an array for '{arg}', or give the simulator a hint: {hint}")
+
+
+def jit(fn: Optional[Callable[..., None]] = None, *, scratch_shapes: Any = ()) -> Any:
     """@thunky.jit or @thunky.jit(scratch_shapes=...): the function's
     parameters are Refs, then its scratch buffers (a list or tuple gives
     trailing arguments, a dict keyword arguments)."""

@@ -23,14 +23,25 @@ class ToolError(RuntimeError):
         self.code = code
 
 
-def find_tool(name):
-    """The path of tool `name`: THUNKY_BIN, then PATH, then the
-    repository's build/."""
+def bundled_tool(name):
+    """Tool `name` as a wheel ships it, inside the package (thunky/bin), or
+    None: THUNKY_BIN first, when set."""
     env = os.environ.get("THUNKY_BIN")
     if env:
         path = os.path.join(env, name)
-        if os.access(path, os.X_OK):
-            return path
+        return path if os.access(path, os.X_OK) else None
+    path = os.path.join(_HERE, "bin", name)
+    return path if os.access(path, os.X_OK) else None
+
+
+def find_tool(name):
+    """The path of tool `name`: THUNKY_BIN, then the package's own (a
+    wheel's thunky/bin), then PATH, then the repository's build/."""
+    env = os.environ.get("THUNKY_BIN")
+    found = bundled_tool(name)
+    if found:
+        return found
+    if env:
         raise ToolError(f"THUNKY_BIN is {env}, which has no {name}", 2)
     found = shutil.which(name)
     if found:
@@ -38,8 +49,8 @@ def find_tool(name):
     build = os.path.join(_HERE, "..", "..", "build", name)
     if os.access(build, os.X_OK):
         return os.path.abspath(build)
-    raise ToolError(f"cannot find {name}: build thunky (bash scripts/test.sh, or cmake -S . -B build && cmake --build build), "
-                    "then put its build/ on PATH or set THUNKY_BIN", 2)
+    raise ToolError(f"cannot find {name}: pip install thunky's repository root (it builds the tools into the package), or build "
+                    "them (bash scripts/test.sh, or cmake -S . -B build && cmake --build build) and put build/ on PATH or set THUNKY_BIN", 2)
 
 
 def _run(tool, args, program, timeout):
@@ -73,8 +84,9 @@ def _explain(stderr, program):
 class Report:
     """A report of thunky-sim (predicted) or thunky-exec (measured)."""
 
-    def __init__(self, doc, table="", svg_text="", trace_text=""):
+    def __init__(self, doc, table="", svg_text="", trace_text="", program=None):
         self._doc = doc
+        self._sources = program.sources if program is not None else None
         self.table = table
         self._svg = svg_text
         self._trace = trace_text
@@ -96,19 +108,31 @@ class Report:
         out = []
         for r in self._doc["ranks"]:
             s = r.get("stats", {})
-            out.append({"rank": r["rank"], **{k: s.get(k, 0.0) for k in keys}, "overlap": s.get("overlap_fraction", 0.0)})
+            # overlap_fraction as report.json names it; overlap, its older name here, stays for the scripts that read it.
+            fraction = s.get("overlap_fraction", 0.0)
+            out.append({"rank": r["rank"], **{k: s.get(k, 0.0) for k in keys}, "overlap_fraction": fraction, "overlap": fraction})
         return out
+
+    # Columns of ops beyond the timing, from each command's record where it has them.
+    _OP_FIELDS = ("bytes", "flops", "algorithm", "solo_s", "interference_s")
 
     @property
     def ops(self):
         """Every command of every rank: rank, id, op, name, stream, start_s,
-        end_s, and for a collective transfer_start_s (when its data began to
-        move; before it, the rank waited for the others), else None."""
+        end_s, for a collective transfer_start_s (when its data began to
+        move; before it, the rank waited for the others), bytes, flops,
+        algorithm (a collective's, under the NCCL model), and the user's
+        source line (file:line) where the program was traced from Python;
+        None where a command has no such figure."""
         out = []
         for r in self._doc["ranks"]:
             for o in r.get("ops", []):
-                out.append({"rank": r["rank"], "id": o["id"], "op": o["op"], "name": o.get("name", ""), "stream": o["stream"],
-                            "start_s": o["start_s"], "end_s": o["end_s"], "transfer_start_s": o.get("transfer_start_s")})
+                row = {"rank": r["rank"], "id": o["id"], "op": o["op"], "name": o.get("name", ""), "stream": o["stream"],
+                       "start_s": o["start_s"], "end_s": o["end_s"], "transfer_start_s": o.get("transfer_start_s")}
+                row.update({k: o.get(k) for k in self._OP_FIELDS})
+                where = self._sources.get(o["id"].split("#")[0]) if self._sources else None
+                row["source"] = f"{where[0]}:{where[1]}" if where else None
+                out.append(row)
         return out
 
     _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
@@ -176,7 +200,9 @@ class Result:
         self.rank_outputs = rank_outputs  # per written argument, each rank's values (execute(..., ranks=True))
 
 
-def execute(program, backend="cpu", iters=1, warmup=0, timeout=None, ranks=False):
+def execute(program, backend="cpu", iters=3, warmup=1, timeout=None, ranks=False):
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"execute runs warmup >= 0 unmeasured and iters >= 1 measured iterations, not warmup={warmup}, iters={iters}")
     with tempfile.TemporaryDirectory(prefix="thunky_") as d:
         sched = program.save(d)
         out = os.path.join(d, "out")
@@ -184,7 +210,7 @@ def execute(program, backend="cpu", iters=1, warmup=0, timeout=None, ranks=False
         table = _run("thunky-exec", [sched, "--backend", backend, "--iters", str(iters), "--warmup", str(warmup), "--dump", out,
                                      "--report", report, "--svg", os.path.join(d, "t.svg"), "--trace", os.path.join(d, "t.json")],
                      program, timeout)
-        rep = _read_report(d, table)
+        rep = _read_report(d, table, program)
         n_ranks = math.prod(program.to_dict().get("mesh", {}).get("shape", [1])) if ranks else 0
         outputs, rank_outputs = [], []
         for name, b in program.buffers.items():
@@ -201,7 +227,8 @@ def execute(program, backend="cpu", iters=1, warmup=0, timeout=None, ranks=False
 
 def _load(path, dtype):
     value = np.load(path)
-    return value.astype(dtype) if value.dtype != dtype else value  # bf16 and f8 are dumped widened to f32
+    # bf16 and f8 are dumped widened to f32, which holds each of their values exactly: narrowing gives the bits back.
+    return value.astype(dtype) if value.dtype != dtype else value
 
 
 def simulate(program, machine="h100-8gpu", timeout=None):
@@ -210,22 +237,42 @@ def simulate(program, machine="h100-8gpu", timeout=None):
         report = os.path.join(d, "report.json")
         table = _run("thunky-sim", [sched, "--machine", machine, "--report", report, "--svg", os.path.join(d, "t.svg"), "--trace",
                                     os.path.join(d, "t.json")], program, timeout)
-        return _read_report(d, table)
+        return _read_report(d, table, program)
 
 
-def _read_report(d, table):
+def check(program, timeout=None):
+    with tempfile.TemporaryDirectory(prefix="thunky_") as d:
+        return _run("thunky-check", [program.save(d)], program, timeout)
+
+
+def _read_report(d, table, program=None):
     texts = []
     for name in ("report.json", "t.svg", "t.json"):
         with open(os.path.join(d, name)) as f:
             texts.append(f.read())
-    return Report(json.loads(texts[0]), table, texts[1], texts[2])
+    return Report(json.loads(texts[0]), table, texts[1], texts[2], program)
+
+
+def _as_report(x, what):
+    if isinstance(x, Result):
+        return x.report
+    if isinstance(x, Report):
+        return x
+    raise TypeError(f"thunky.compare's {what} is a Report (simulate) or a Result (execute), not {type(x).__name__}")
 
 
 def compare(predicted, measured):
     """thunky-compare's figures (makespan error, mean error per command,
-    commands matched) and its table."""
+    commands matched) and its table. Each side is a Report or the Result
+    of execute. A measurement of one cold iteration warns: it counts
+    start-up costs that a warm run does not pay."""
+    predicted, measured = _as_report(predicted, "predicted"), _as_report(measured, "measured")
     with tempfile.TemporaryDirectory(prefix="thunky_") as d:
         table = _run("thunky-compare", [predicted.save(os.path.join(d, "p.json")), measured.save(os.path.join(d, "m.json"))], None, None)
+    if measured.source == "exec" and len(measured._doc.get("iteration_makespans_s", [])) == 1 and not measured._doc.get("warmup_iterations"):
+        import warnings
+        warnings.warn("thunky.compare: the measurement is a single cold iteration (execute(..., warmup=0, iters=1)); it counts "
+                      "first-run costs a warm run does not pay: measure with warmup=1, iters=3 (the default)", stacklevel=2)
     m = re.search(r"makespan error ([-+0-9.]+)%; (\d+) commands matched, mean \|error\| per command ([0-9.]+)%", table)
     figures = {"table": table}
     if m:

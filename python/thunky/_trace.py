@@ -13,6 +13,10 @@ from ._refs import dtype_name
 
 _active = []  # the tracers of the traces under way, innermost last
 
+# The dtypes NumPy lacks (ml_dtypes has them): their .npy files hold the raw
+# bits, as this unsigned type, and the schedule's init names the dtype.
+RAW_BITS = {"bf16": np.uint16, "f8e4m3": np.uint8, "f8e5m2": np.uint8}
+
 
 def active():
     return _active[-1] if _active else None
@@ -80,20 +84,23 @@ class Program:
         return json.dumps(self._doc, indent=indent)
 
     def save(self, directory):
-        """Writes sched.json and, beside it, an .npy file of every argument's
-        values (exact, whatever they hold); returns the schedule's path."""
+        """Writes sched.json and, beside it, the .npy file of every
+        argument's values that its init names (exact, bit for bit: bf16
+        and the f8s as their raw bits); returns the schedule's path."""
         import os
         os.makedirs(directory, exist_ok=True)
-        doc = self.to_dict()
         for name, b in self.buffers.items():
-            entry = doc["buffers"][name]
-            # .npy holds the dtypes NumPy itself has; bf16 and f8 stay as values.
-            if "init" in entry and b.data is not None and dtype_name(b.dtype) not in ("bf16", "f8e4m3", "f8e5m2"):
-                np.save(os.path.join(directory, name + ".npy"), _global_or_local(b))
-                entry["init"] = {"kind": "npy", "path": name + ".npy"}
+            init = self._doc["buffers"].get(name, {}).get("init", {})
+            if init.get("kind") == "npy" and b.data is not None:
+                data = np.ascontiguousarray(b.data)
+                shape = b.global_shape if b.global_shape is not None else b.shape
+                if data.shape != tuple(shape) and data.size == math.prod(shape):  # a (1,) array for a scalar buffer
+                    data = data.reshape(shape)
+                bits = RAW_BITS.get(init.get("dtype"))
+                np.save(os.path.join(directory, init["path"]), data.view(bits) if bits is not None else data)
         path = os.path.join(directory, "sched.json")
         with open(path, "w") as f:
-            json.dump(doc, f)
+            json.dump(self._doc, f)
         return path
 
     def source_of(self, pointer):
@@ -104,10 +111,6 @@ class Program:
             if (pointer == p or pointer.startswith(p + "/")) and (best is None or len(p) > len(best[0])):
                 best = (p, where)
         return best[1] if best else None
-
-
-def _global_or_local(b):
-    return np.asarray(b.data)
 
 
 class Tracer:
@@ -124,6 +127,11 @@ class Tracer:
         self.param_access = None  # while tracing a function body: its params' first accesses
         self.conditional = 0  # how many branches and loop bodies enclose the command being traced
         self.opaque = []  # call_jax's kernels: (pointer, primitive, why, (file, line)); execute refuses them
+        # Buffers whose values come from an argument given by its shape alone
+        # (name -> that argument), and the control flow that decides on them
+        # without a sim hint: (op, (file, line), argument).
+        self.unknown = {}
+        self.value_dependent = []
 
     # ---- buffers that call_jax makes
     def new_scratch(self, hint, shape, dtype):
@@ -169,8 +177,20 @@ class Tracer:
             self.access(r, "read")
         for r in writes:
             self.access(r, "write")
+        self._follow_unknown(cmd, reads, writes, self.sources[pointer])
         block.append(cmd)
         return pointer
+
+    def _follow_unknown(self, cmd, reads, writes, where):
+        """What a command computes from values not given is not known
+        either; a decision on it (without a sim hint) is noted."""
+        source = next((self.unknown[r._buffer.name] for r in reads if r._buffer.name in self.unknown), None)
+        if source is None:
+            return
+        for w in writes:
+            self.unknown.setdefault(w._buffer.name, source)
+        if cmd.get("op") in ("cond", "switch", "while") and "sim" not in cmd:
+            self.value_dependent.append((cmd["op"], where, source))
 
     def region(self, pointer_suffix, body_fn, new_region=True, conditional=None):
         """Traces body_fn() into a new command list at `pointer_suffix` of the

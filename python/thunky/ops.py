@@ -26,14 +26,14 @@ def _size(r):
     return math.prod(r.shape) * r.dtype.itemsize
 
 
-def memzero(dst):
+def memzero(dst, *, name=None):
     """Zeroes `dst` (cudaMemsetAsync)."""
     t = _tracer("memzero")
     _ref(dst, "memzero's dst")
-    t.emit({"op": "memzero", "dst": dst.text}, writes=[dst])
+    t.emit({"op": "memzero", "dst": dst.text, **_name(name)}, writes=[dst])
 
 
-def memset(dst, value):
+def memset(dst, value, *, name=None):
     """Fills `dst` with the 32-bit pattern of `value` (cuMemsetD32Async), as
     upstream: `value` is a 32-bit scalar (np.float32, np.int32, np.uint32,
     or a Python float or int, taken as float32 and int32), and `dst` has a
@@ -51,19 +51,19 @@ def memset(dst, value):
     if np.asarray(as_dst).dtype.kind == "f" and not np.isfinite(as_dst):
         # NaN (with its payload) and infinities go as the pattern itself.
         bits = int(v.reshape(1).view(np.uint32)[0])
-        t.emit({"op": "memset", "dst": dst.text, "bits": f"0x{bits:08x}"}, writes=[dst])
+        t.emit({"op": "memset", "dst": dst.text, "bits": f"0x{bits:08x}", **_name(name)}, writes=[dst])
         return
-    t.emit({"op": "memset", "dst": dst.text, "value": as_dst.item()}, writes=[dst])
+    t.emit({"op": "memset", "dst": dst.text, "value": as_dst.item(), **_name(name)}, writes=[dst])
 
 
-def copy(src, dst):
+def copy(src, dst, *, name=None):
     """Copies `src` into `dst` (cudaMemcpyAsync); their byte sizes match."""
     t = _tracer("copy")
     _ref(src, "copy's src")
     _ref(dst, "copy's dst")
     if _size(src) != _size(dst):
         raise ValueError(_source.here(f"copy of {_size(src)} bytes ({src.text}) into {_size(dst)} ({dst.text}): the sizes differ"))
-    t.emit({"op": "copy", "src": src.text, "dst": dst.text}, reads=[src], writes=[dst])
+    t.emit({"op": "copy", "src": src.text, "dst": dst.text, **_name(name)}, reads=[src], writes=[dst])
 
 
 class Token:
@@ -73,7 +73,7 @@ class Token:
         self._inner, self.stream = inner, stream
 
 
-def async_start(fn, *, stream_id=0, stream_kind="computation", is_communication=None):
+def async_start(fn, *, stream_id=0, stream_kind="computation", is_communication=None, name=None):
     """Runs fn() on stream (stream_kind, stream_id), after what this stream
     issued so far; returns the token that async_done awaits."""
     t = _tracer("async_start")
@@ -85,7 +85,7 @@ def async_start(fn, *, stream_id=0, stream_kind="computation", is_communication=
         raise ValueError(_source.here(f"stream_id is a non-negative integer, not {stream_id!r}"))
     tok = t.new_token()
     body = t.region("body", fn, new_region=False)
-    t.emit({"op": "async_start", "token": tok.name, "stream": {"kind": stream_kind, "id": int(stream_id)}, "body": body})
+    t.emit({"op": "async_start", "token": tok.name, "stream": {"kind": stream_kind, "id": int(stream_id)}, "body": body, **_name(name)})
     return Token(tok, (stream_kind, int(stream_id)))
 
 
@@ -108,35 +108,63 @@ def _scalar(r, dtypes, what):
         raise TypeError(_source.here(f"{what} is a scalar {' or '.join(dtypes)} Ref, not {dtype_name(r.dtype)}{list(r.shape)}"))
 
 
-def cond(pred, true_fn, false_fn=None):
-    """true_fn() where the bool scalar `pred` holds on the device, else false_fn()."""
+def _hint(key, value, what):
+    """A sim hint: how thunky-sim decides this command without values."""
+    if value is None:
+        return {}
+    if key == "taken":
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(_source.here(f"{what}'s taken= is True or False, not {value!r}"))
+        return {"sim": {"taken": bool(value)}}
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(_source.here(f"{what}'s {key}= is a non-negative integer, not {value!r}"))
+    return {"sim": {key: int(value)}}
+
+
+def _name(name):
+    if name is None:
+        return {}
+    if not isinstance(name, str) or not name:
+        raise TypeError(_source.here(f"name= is a non-empty string, not {name!r}"))
+    return {"name": name}
+
+
+def cond(pred, true_fn, false_fn=None, *, taken=None, name=None):
+    """true_fn() where the bool scalar `pred` holds on the device, else
+    false_fn(). `taken` tells thunky-sim the branch without values."""
     t = _tracer("cond")
     _scalar(pred, ("bool",), "cond's predicate")
+    hint = _hint("taken", taken, "cond")
     then = t.region("then", true_fn)
     other = t.region("else", false_fn) if false_fn is not None else []
-    t.emit({"op": "cond", "pred": pred.text, "then": then, "else": other}, reads=[pred])
+    t.emit({"op": "cond", "pred": pred.text, "then": then, "else": other, **hint, **_name(name)}, reads=[pred])
 
 
-def switch(index, branches):
-    """branches[index]() for the s32 scalar `index` (clamped, as lax.switch)."""
+def switch(index, branches, *, branch=None, name=None):
+    """branches[index]() for the s32 scalar `index` (clamped, as
+    lax.switch). `branch` tells thunky-sim the branch without values."""
     t = _tracer("switch")
     _scalar(index, ("s32",), "switch's index")
     if not branches:
         raise ValueError(_source.here("switch needs at least one branch"))
+    hint = _hint("branch", branch, "switch")
     blocks = [t.region(f"branches/{k}", fn) for k, fn in enumerate(branches)]
-    t.emit({"op": "switch", "index": index.text, "branches": blocks}, reads=[index])
+    t.emit({"op": "switch", "index": index.text, "branches": blocks, **hint, **_name(name)}, reads=[index])
 
 
-def while_loop(cond_buf, cond_fn, body_fn):
-    """cond_fn(), then body_fn() while the bool scalar `cond_buf` holds, then cond_fn() again."""
+def while_loop(cond_buf, cond_fn, body_fn, *, trip_count=None, name=None):
+    """cond_fn(), then body_fn() while the bool scalar `cond_buf` holds,
+    then cond_fn() again. `trip_count` tells thunky-sim how many times
+    the body runs, without values."""
     t = _tracer("while_loop")
     _scalar(cond_buf, ("bool",), "while_loop's cond_buf")
+    hint = _hint("trip_count", trip_count, "while_loop")
     c = t.region("cond", cond_fn, conditional=False)  # runs at least once
     b = t.region("body", body_fn)
-    t.emit({"op": "while", "cond_buf": cond_buf.text, "cond": c, "body": b}, reads=[cond_buf])
+    t.emit({"op": "while", "cond_buf": cond_buf.text, "cond": c, "body": b, **hint, **_name(name)}, reads=[cond_buf])
 
 
-def _collective(op, src, dst, axis_name, extra, what):
+def _collective(op, src, dst, axis_name, extra, what, name=None):
     t = _tracer(op)
     _ref(src, f"{what}'s src")
     _ref(dst, f"{what}'s dst")
@@ -145,6 +173,7 @@ def _collective(op, src, dst, axis_name, extra, what):
         _trace.check_axis(n)
     cmd = {"op": op, "src": src.text, "dst": dst.text, "axis": axis_name if isinstance(axis_name, str) else names}
     cmd.update(extra)
+    cmd.update(_name(name))
     return t.emit(cmd, reads=[src], writes=[dst])
 
 
@@ -158,30 +187,30 @@ def _reduction(reduction):
     return {"reduction": reduction}
 
 
-def all_reduce(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None):
-    _collective("all_reduce", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "all_reduce")
+def all_reduce(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None, name=None):
+    _collective("all_reduce", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "all_reduce", name)
 
 
-def all_gather(src_ref, dst_ref, axis_name, *, axis_index_groups=None):
-    _collective("all_gather", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_gather")
+def all_gather(src_ref, dst_ref, axis_name, *, axis_index_groups=None, name=None):
+    _collective("all_gather", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_gather", name)
 
 
-def reduce_scatter(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None):
-    _collective("reduce_scatter", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "reduce_scatter")
+def reduce_scatter(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None, name=None):
+    _collective("reduce_scatter", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "reduce_scatter", name)
 
 
-def all_to_all(src_ref, dst_ref, axis_name, *, axis_index_groups=None, has_split_dimension=True):
+def all_to_all(src_ref, dst_ref, axis_name, *, axis_index_groups=None, has_split_dimension=True, name=None):
     if not has_split_dimension:
         raise ValueError(_source.here("all_to_all without a split dimension is not in thunky's format"))
-    _collective("all_to_all", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_to_all")
+    _collective("all_to_all", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_to_all", name)
 
 
-def collective_permute(src_ref, dst_ref, axis_name, source_target_pairs=((0, 1), (1, 0)), *, axis_index_groups=None):
+def collective_permute(src_ref, dst_ref, axis_name, source_target_pairs=((0, 1), (1, 0)), *, axis_index_groups=None, name=None):
     pairs = [[int(a), int(b)] for a, b in source_target_pairs]
-    _collective("collective_permute", src_ref, dst_ref, axis_name, {"pairs": pairs, **_groups(axis_index_groups)}, "collective_permute")
+    _collective("collective_permute", src_ref, dst_ref, axis_name, {"pairs": pairs, **_groups(axis_index_groups)}, "collective_permute", name)
 
 
-def collective_group(fn):
+def collective_group(fn, *, name=None):
     """The collectives fn() issues, as one NCCL group (ncclGroupStart/End)."""
     t = _tracer("collective_group")
     body = t.region("body", fn, new_region=False)
@@ -189,7 +218,7 @@ def collective_group(fn):
         if not c["op"] in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"):
             file, line = t.sources.get(f"{t.blocks[-1][1]}/{len(t.blocks[-1][0])}/body/{k}", ("<unknown>", 0))
             raise ValueError(f"{file}:{line}: collective_group holds collectives only, not {c['op']}")
-    t.emit({"op": "collective_group", "body": body})
+    t.emit({"op": "collective_group", "body": body, **_name(name)})
 
 
 def ptx_kernel(*args, written, kernel_name, ptx, grid_dim, block_dim, shmem_bytes=0, cpu=None):
@@ -209,7 +238,7 @@ def ptx_kernel(*args, written, kernel_name, ptx, grid_dim, block_dim, shmem_byte
     t.emit(cmd, reads=[r for r, w in zip(refs, written) if not w], writes=[r for r, w in zip(refs, written) if w])
 
 
-def custom_call(target, *, operands, results, backend_config=None):
+def custom_call(target, *, operands, results, backend_config=None, name=None):
     """An XLA FFI handler: thunky runs cholesky ("cusolver_potrf_ffi")."""
     t = _tracer("custom_call")
     ops = [_ref(r, "a custom_call operand") for r in operands]
@@ -217,4 +246,5 @@ def custom_call(target, *, operands, results, backend_config=None):
     cmd = {"op": "custom_call", "target": target, "operands": [r.text for r in ops], "results": [r.text for r in res]}
     if backend_config is not None:
         cmd["backend_config"] = dict(backend_config)
+    cmd.update(_name(name))
     t.emit(cmd, reads=ops, writes=res)

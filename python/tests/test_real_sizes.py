@@ -1,0 +1,288 @@
+"""Python at the sizes and dtypes users run: every dtype kept bit for bit,
+shapes alone enough to predict, decisions on values not given refused at
+the user's line, shard_map at any shard size, and the small conveniences
+(check, name=, compare of Results, a cold run warned of)."""
+
+import inspect
+import os
+import shutil
+import subprocess
+import tracemalloc
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import thunky
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+@thunky.jit
+def copy_all(src_ref, dst_ref):
+    thunky.copy(src_ref, dst_ref, name="the_copy")
+
+
+def _edges(dtype):
+    """Edge values of each dtype: NaN, +-inf, +-0, the smallest subnormal,
+    the largest finite, the extremes of integers."""
+    d = np.dtype(dtype)
+    if d == np.bool_:
+        return np.array([True, False, True, True], d)
+    if d.kind in "iu":
+        info = np.iinfo(d)
+        return np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1], d)
+    info = ml_dtypes.finfo(d) if d.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else np.finfo(d)
+    vals = [0.0, -0.0, float(info.max), -float(info.max), float(info.smallest_subnormal), -float(info.smallest_subnormal),
+            float(info.smallest_normal), 1.5, -2.25, 3.0, 0.1, np.nan]
+    if d.name != "float8_e4m3fn":  # the "fn" variant has no infinities
+        vals += [np.inf, -np.inf]
+    return np.array(vals, np.float64).astype(d)
+
+
+DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, np.int64, np.int32,
+          np.int16, np.int8, np.uint32, np.uint8, np.bool_]
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
+def test_every_dtype_goes_through_execute_and_back_bit_for_bit(dtype):
+    x = _edges(dtype)
+    out = thunky.new_ref(np.zeros_like(x))
+    r = copy_all.execute(x, out)
+    got = r.outputs[0]
+    assert got.dtype == x.dtype
+    if x.dtype.kind == "f" or x.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        nan = np.isnan(x.astype(np.float64))
+        # NaN stays NaN (its payload aside); every other element keeps its bits: -0 stays -0, subnormals and extremes stay.
+        np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), nan)
+        np.testing.assert_array_equal(_bits(got)[~nan], _bits(x)[~nan])
+    else:
+        # int64's extremes are past 2^53: through a double they would come back rounded.
+        np.testing.assert_array_equal(_bits(got), _bits(x))
+
+
+def test_bf16_values_are_not_truncated_to_integers():
+    x = np.array([1.5, -2.25, 3, 0.1], ml_dtypes.bfloat16)
+    out = thunky.new_ref(np.zeros_like(x))
+    copy_all.execute(x, out)
+    # 0.1 in bf16 is 0.10009765625 (0x3dcd); 1.5 and -2.25 are exact: nothing rounds to [1, -2, 3, 0].
+    np.testing.assert_array_equal(out[...].astype(np.float64), [1.5, -2.25, 3.0, 0.10009765625])
+
+
+def test_a_bf16_matmul_agrees_with_numpy_in_f32_to_bf16_precision():
+    jnp = pytest.importorskip("jax.numpy")
+
+    @thunky.jit
+    def mm(a_ref, b_ref, c_ref):
+        thunky.call_jax(lambda a, b, c: c.__setitem__(Ellipsis, jnp.dot(a[...], b[...], preferred_element_type=jnp.float32)),
+                        a_ref, b_ref, c_ref)
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((32, 8)).astype(ml_dtypes.bfloat16)
+    c = thunky.new_ref(np.zeros((16, 8), np.float32))
+    mm.execute(a, b, c)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    # The bf16 inputs are exact in f32, so the products are too: only the sum's order differs (relative 1e-5).
+    np.testing.assert_allclose(c[...], want, rtol=1e-5, atol=1e-5)
+
+
+def test_arguments_travel_as_npy_files_never_as_json_lists():
+    x = np.arange(6, dtype=ml_dtypes.bfloat16)
+    doc = copy_all.trace(x, thunky.new_ref(np.zeros_like(x))).to_dict()
+    assert doc["buffers"]["src_ref"]["init"] == {"kind": "npy", "path": "src_ref.npy", "dtype": "bf16"}
+
+
+# ---- shapes alone
+
+@thunky.jit
+def gemm_layer(x_ref, w_ref, y_ref):
+    thunky.call_jax(lambda x, w, y: y.__setitem__(Ellipsis, x[...] @ w[...]), x_ref, w_ref, y_ref)
+
+
+def test_shapes_alone_predict_what_arrays_predict():
+    jax = pytest.importorskip("jax")
+    x, w = np.ones((256, 512), np.float32), np.ones((512, 128), np.float32)
+    y = thunky.new_ref(np.zeros((256, 128), np.float32))
+    with_arrays = gemm_layer.simulate(x, w, y).makespan_s
+    shapes = [thunky.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype), thunky.ShapeDtypeStruct((256, 128), np.float32)]
+    # A GEMM's time depends on its shapes and dtype alone: the same figure, to the last bit.
+    assert gemm_layer.simulate(*shapes).makespan_s == with_arrays
+
+
+class _Shaped:
+    """Anything with .shape and .dtype."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+
+
+def test_two_gigabytes_of_shapes_are_predicted_without_allocating_them():
+    # x is 16384 x 32768 bf16 = 1 GiB, w 32768 x 16384 bf16 = 1 GiB: 2 GiB of arguments.
+    args = (_Shaped((16384, 32768), ml_dtypes.bfloat16), _Shaped((32768, 16384), ml_dtypes.bfloat16), _Shaped((16384, 16384), ml_dtypes.bfloat16))
+    tracemalloc.start()
+    report = gemm_layer.simulate(*args)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # Nothing of their size is allocated in Python: well under 64 MB, where one of them alone is 1 GiB.
+    assert peak < 64 << 20, peak
+    # 2 * 16384 * 32768 * 16384 flops = 1.76e13 on an H100 (about 1e15 bf16 flop/s dense): milliseconds, not nothing.
+    assert 5e-3 < report.makespan_s < 0.2
+
+
+def test_shape_only_inputs_start_as_fill_says():
+    @thunky.jit
+    def keep(x_ref, y_ref):
+        thunky.copy(x_ref, y_ref)
+
+    y = thunky.new_ref(np.full(4, -1, np.float32))
+    doc = keep.trace(thunky.ShapeDtypeStruct((4,), np.float32), y, fill="uniform").to_dict()
+    assert doc["buffers"]["x_ref"]["init"] == {"kind": "uniform", "seed": 0}
+    r = keep.execute(thunky.ShapeDtypeStruct((4,), np.float32), y)
+    np.testing.assert_array_equal(r.outputs[0], [0, 0, 0, 0])  # zeros, the default fill
+    r = keep.execute(thunky.ShapeDtypeStruct((4,), np.float32), y, fill="uniform")
+    assert np.all((r.outputs[0] >= 0) & (r.outputs[0] < 1)) and len(set(r.outputs[0].tolist())) == 4
+    with pytest.raises(ValueError, match="fill is one of zeros, ones, uniform, normal"):
+        keep.trace(thunky.ShapeDtypeStruct((4,), np.float32), y, fill="random")
+
+
+@thunky.jit(scratch_shapes=[thunky.ShapeDtypeStruct((), np.bool_)])
+def maybe_copy(x_ref, y_ref, p_ref):
+    thunky.call_jax(lambda x, p: p.__setitem__(Ellipsis, x[0] > 0), x_ref, p_ref)
+    thunky.cond(p_ref, lambda: thunky.copy(x_ref, y_ref))
+
+
+LINE_OF_COND = inspect.getsourcelines(maybe_copy.fn)[1] + 3
+
+
+def test_a_decision_on_values_not_given_names_the_users_line_and_the_fix():
+    pytest.importorskip("jax")
+    y = thunky.new_ref(np.zeros(4, np.float32))
+    with pytest.raises(ValueError) as e:
+        maybe_copy.simulate(thunky.ShapeDtypeStruct((4,), np.float32), y)
+    msg = str(e.value)
+    assert msg.startswith(f"{__file__}:{LINE_OF_COND}: this cond decides on values computed from argument 'x_ref'"), msg
+    assert "thunky.cond(..., taken=True)" in msg
+    # With the values, the simulator decides it by running the schedule.
+    assert maybe_copy.simulate(np.ones(4, np.float32), y).makespan_s > 0
+
+
+def test_sim_hints_decide_without_values():
+    pytest.importorskip("jax")
+
+    @thunky.jit(scratch_shapes=[thunky.ShapeDtypeStruct((), np.bool_), thunky.ShapeDtypeStruct((), np.int32)])
+    def hinted(x_ref, y_ref, p_ref, i_ref):
+        thunky.call_jax(lambda x, p, i: (p.__setitem__(Ellipsis, x[0] > 0), i.__setitem__(Ellipsis, x[1].astype("int32"))),
+                        x_ref, p_ref, i_ref)
+        thunky.cond(p_ref, lambda: thunky.copy(x_ref, y_ref), taken=True)
+        thunky.switch(i_ref, [lambda: None, lambda: thunky.copy(x_ref, y_ref)], branch=1)
+
+    y = thunky.new_ref(np.zeros(1 << 20, np.float32))
+    shape = thunky.ShapeDtypeStruct((1 << 20,), np.float32)
+    doc = hinted.trace(shape, y).to_dict()
+    assert [c.get("sim") for c in doc["program"][-2:]] == [{"taken": True}, {"branch": 1}]
+    # Both copies of 4 MiB run by the hints: about twice the time of one.
+    one = copy_all.simulate(shape, y).makespan_s
+    assert hinted.simulate(shape, y).makespan_s > 1.9 * one
+    with pytest.raises(TypeError, match="taken= is True or False"):
+        thunky.jit(lambda p: thunky.cond(p, lambda: None, taken=1)).trace(thunky.new_ref(np.zeros((), np.bool_)))
+    with pytest.raises(ValueError, match="trip_count= is a non-negative integer"):
+        thunky.jit(lambda p: thunky.while_loop(p, lambda: None, lambda: None, trip_count=-1)).trace(thunky.new_ref(np.zeros((), np.bool_)))
+
+
+# ---- shard_map
+
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("shard_bytes", [4, 128 << 10, 64 << 20], ids=["4B", "128KB", "64MB"])
+def test_shard_map_runs_at_every_shard_size(devices, shard_bytes):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    mesh = Mesh(jax.devices()[:devices], ("x",))
+
+    @thunky.jit
+    def total(x_ref, out_ref):
+        thunky.all_reduce(x_ref, out_ref, "x", reduction="sum")
+
+    @jax.jit
+    @jax.shard_map(mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    def run(x_local):
+        out = jax.new_ref(jnp.zeros_like(x_local))
+        total(x_local, out)
+        return out[...]
+
+    n = shard_bytes // 4
+    x = jnp.arange(n * devices, dtype=jnp.float32) % 7
+    got = np.asarray(run(x))
+    # Every device gets the sum of the shards, elementwise: shard r is x[r n:(r + 1) n].
+    want = np.asarray(x).reshape(devices, n).sum(axis=0)
+    np.testing.assert_array_equal(got.reshape(devices, n), np.broadcast_to(want, (devices, n)))
+
+
+def test_a_device_that_never_arrives_is_an_error_naming_those_that_did(monkeypatch):
+    from thunky import _jax
+    monkeypatch.setattr(_jax, "RENDEZVOUS_TIMEOUT_S", 0.2)
+    meet = _jax._Rendezvous(4, lambda per_rank: [() for _ in per_rank])
+    with pytest.raises(RuntimeError, match=r"only devices \[2\] of 4 reached this call within 0.2 s; devices \[0, 1, 3\] never did"):
+        meet(np.int32(2), np.zeros(3, np.float32))
+
+
+# ---- small conveniences
+
+def test_check_passes_a_sound_program_and_names_the_line_of_a_race():
+    x = np.ones(4, np.float32)
+    assert "no race, no deadlock" in copy_all.check(x, thunky.new_ref(np.zeros(4, np.float32)))
+
+    @thunky.jit
+    def racy(x_ref, y_ref):
+        tok = thunky.async_start(lambda: thunky.copy(x_ref, y_ref), stream_id=1)
+        thunky.memzero(y_ref)  # races with the copy on stream 1
+        thunky.async_done(tok)
+
+    with pytest.raises(thunky.ToolError, match=r"test_real_sizes.py:\d+: .*race"):
+        racy.check(x, thunky.new_ref(np.zeros(4, np.float32)))
+
+
+def test_names_reach_the_report_and_its_rows_carry_bytes_and_the_source_line():
+    x = np.ones(1024, np.float32)
+    rep = copy_all.simulate(x, thunky.new_ref(np.zeros(1024, np.float32)))
+    (row,) = rep.ops
+    assert row["name"] == "the_copy"
+    assert row["bytes"] == 2 * 4096  # read 4 KiB and write 4 KiB
+    assert row["source"].endswith(f"test_real_sizes.py:{inspect.getsourcelines(copy_all.fn)[1] + 2}")
+    assert "overlap_fraction" in rep.ranks[0]
+
+
+def test_compare_takes_results_and_warns_of_a_single_cold_run():
+    x = np.ones(64, np.float32)
+    out = thunky.new_ref(np.zeros(64, np.float32))
+    predicted = copy_all.simulate(x, out, machine="h100-8gpu")
+    warm = copy_all.execute(x, out)  # warmup=1, iters=3 by default
+    assert len(warm.report.to_dict()["iteration_makespans_s"]) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert thunky.compare(predicted, warm)["commands_matched"] == 1
+    cold = copy_all.execute(x, out, warmup=0, iters=1)
+    with pytest.warns(UserWarning, match="single cold iteration"):
+        thunky.compare(predicted, cold)
+
+
+def test_a_tool_without_models_names_the_places_it_looked_and_a_build_note_finds_them(tmp_path):
+    sim = shutil.copy(thunky.find_tool("thunky-sim"), tmp_path / "thunky-sim")
+    sched = os.path.join(REPO, "examples", "init_and_copy.json")
+    env = {k: v for k, v in os.environ.items() if k != "THUNKY_MODELS"}
+    r = subprocess.run([sim, sched, "--machine", "h100-8gpu"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2
+    assert "none of the places looked at exists: THUNKY_MODELS is not set, " in r.stderr and str(tmp_path / "models") in r.stderr
+    # The build writes where its source tree is: a build folder outside the tree finds the models by it.
+    (tmp_path / "thunky-models-dir.txt").write_text(os.path.join(REPO, "models") + "\n")
+    r = subprocess.run([sim, sched, "--machine", "h100-8gpu"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
