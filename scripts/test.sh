@@ -17,3 +17,9 @@ cmake --build "$dir" -j2
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 300
 # The Python package, against the tools just built.
 THUNKY_BIN=$PWD/$dir .venv/bin/python -m pytest -q python/tests
+# What a Python user does: pip install the repository root in a fresh venv
+# (the wheel compiles the tools into the package), then import thunky and
+# run the README's example and the console scripts from it alone.
+if [ "${THUNKY_SANITIZE:-0}" != 1 ]; then
+  bash scripts/wheel-check.sh
+fi

@@ -286,3 +286,51 @@ def test_a_tool_without_models_names_the_places_it_looked_and_a_build_note_finds
     (tmp_path / "thunky-models-dir.txt").write_text(os.path.join(REPO, "models") + "\n")
     r = subprocess.run([sim, sched, "--machine", "h100-8gpu"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
+
+
+def test_array_math_in_a_body_says_to_wrap_it_in_call_jax_at_the_users_line():
+    c = np.ones(4, np.float32)
+
+    @thunky.jit
+    def direct(x_ref, y_ref):
+        y_ref[...] = c * x_ref[...]
+
+    line = inspect.getsourcelines(direct.fn)[1] + 2
+    with pytest.raises(ValueError, match=rf"test_real_sizes.py:{line}: Unsupported primitive 'mul' inside @thunky.jit. "
+                                         r"Wrap JAX array operations in thunky.call_jax."):
+        direct.trace(np.ones(4, np.float32), thunky.new_ref(np.zeros(4, np.float32)))
+
+
+def test_a_list_in_scratch_shapes_gives_its_argument_as_a_list_of_refs():
+    @thunky.jit(scratch_shapes=([thunky.ShapeDtypeStruct((4,), np.float32)] * 3, thunky.ShapeDtypeStruct((4,), np.float32)))
+    def chain(x_ref, y_ref, hops, last):
+        src = x_ref
+        for h in hops:  # x -> hops0 -> hops1 -> hops2 -> last -> y
+            thunky.copy(src, h)
+            src = h
+        thunky.copy(src, last)
+        thunky.copy(last, y_ref)
+
+    doc = chain.trace(np.ones(4, np.float32), thunky.new_ref(np.zeros(4, np.float32))).to_dict()
+    assert [n for n, b in doc["buffers"].items() if "role" not in b] == ["hops0", "hops1", "hops2", "last"]  # scratch: no role
+    y = thunky.new_ref(np.zeros(4, np.float32))
+    chain(np.arange(4, dtype=np.float32), y)
+    np.testing.assert_array_equal(y[...], [0, 1, 2, 3])
+
+
+def test_a_second_eager_call_with_the_same_shapes_runs_the_same_trace_on_the_new_values():
+    traced = []
+
+    @thunky.jit
+    def double(x_ref, y_ref):
+        traced.append(1)
+        thunky.copy(x_ref, y_ref.at[:4])
+        thunky.copy(x_ref, y_ref.at[4:])
+
+    y = thunky.new_ref(np.zeros(8, np.float32))
+    double(np.arange(4, dtype=np.float32), y)
+    double(np.arange(4, 8, dtype=np.float32), y)
+    assert len(traced) == 1  # traced once: the second call reused it
+    np.testing.assert_array_equal(y[...], [4, 5, 6, 7, 4, 5, 6, 7])  # with the second call's values
+    double(np.arange(4, dtype=np.float64), thunky.new_ref(np.zeros(8, np.float64)))
+    assert len(traced) == 2  # another dtype: traced again

@@ -131,6 +131,25 @@ def _static_int(v):
     return None
 
 
+# What to write instead of a primitive call_jax leaves opaque, nearest first.
+_ALTERNATIVES = {
+    "gather": "a view of a Ref (x_ref[2:6], x_ref.at[i]), or x[i] with i computed on the device (a switch over the views)",
+    "scatter": "a store into a view of a Ref (o_ref[2:6] = v)",
+    "scatter-add": "o_ref[2:6] = o_ref[2:6] + v, a map on a view",
+    "cumsum": "a GEMM with a triangular matrix of ones (x @ jnp.triu(jnp.ones((n, n)))), or lax.fori_loop over the prefix",
+    "cumprod": "lax.fori_loop over the prefix",
+    "cummax": "lax.fori_loop over the prefix",
+    "cumlogsumexp": "lax.fori_loop over the prefix",
+    "sort": "jnp.argmax or jnp.max in a lax.fori_loop for the top k; thunky has no sort command",
+    "concatenate": "writes of each part into views of one Ref (o_ref[:n] = a; o_ref[n:] = b)",
+    "pad": "a zeroed Ref (thunky.memzero) and a store of the data into its view",
+    "rng_bit_generator": "an input initialised by the schedule (a seeded uniform or normal init)",
+    "conv_general_dilated": "a GEMM over an im2col view, or a kernel priced by its FLOPs",
+    "select_and_scatter_add": "jnp.where(x == max, g, 0) as a map, for a max-pool gradient of non-overlapping windows",
+    "reduce_window": "a reduce over a reshaped view (x.reshape(n, k).max(axis=1)) for non-overlapping windows",
+}
+
+
 class Unsupported(Exception):
     """A primitive call_jax does not lower (yet): it becomes a kernel."""
 
@@ -355,125 +374,13 @@ class Lowering:
         return self.t.new_constant("cj_const", c)
 
     def eqn(self, eqn, ins):
+        """Lowers one equation by the rule registered for its primitive
+        (RULES, below); a primitive without one becomes an opaque kernel."""
         self._eqn = eqn
-        name, p = eqn.primitive.name, eqn.params
-        aval = eqn.outvars[0].aval if eqn.outvars else None
-        if name in ("jit", "pjit") and p.get("name") in ("remainder", "floor_divide") and len(ins) == 2 \
-                and all(np.dtype(v.aval.dtype).kind in "iu" for v in eqn.invars):
-            # jnp's % and // on integers are thunky's: Python's floor semantics.
-            op = "%" if p["name"] == "remainder" else "//"
-            return [self.combine("({0} " + op + " {1})", ins, aval, idx_form="({0} " + op + " {1})")]
-        if name in _INLINE and _INLINE[name] in p:
-            closed = p[_INLINE[name]]
-            inner = getattr(closed, "jaxpr", closed)
-            consts = getattr(closed, "consts", getattr(closed, "literals", []))
-            return self.run(inner, consts, ins)
-        if name == "get":
-            v = self.view(ins[0], eqn, ins[1:], dynamic=True)
-            if isinstance(v, tuple):
-                return [self.load_at(*v)]
-            b = v._buffer
-            if getattr(b, "axis_index", None) and v.shape == ():
-                b.read_as_axis = True  # this rank's index: the axis' name, in expressions and views
-                return [_Expr(b.axis_index, {}, (), v.dtype, atomic=True, idx=b.axis_index)]
-            return [v]
-        if name == "swap":
-            target = self.view(ins[0], eqn, ins[2:], dynamic=True)
-            if isinstance(target, tuple):
-                return [self.store_at(*target, ins[1], old=bool(eqn.outvars) and id(eqn.outvars[0]) in self.used)]
-            old = None
-            if eqn.outvars and id(eqn.outvars[0]) in self.used:  # the old value is used: keep it apart first
-                old = self.scratch(target.shape, target.dtype)
-                self.store(target, old)
-            self.store(ins[1], target)
-            return [old]
-        if name in _IDENTITY:
-            return [ins[0]]
-        if name in _UNARY:
-            return [self.unary(_UNARY[name] + "({})", ins[0], aval)]
-        if name == "neg":
-            return [self.unary("(-{})", ins[0], aval)]
-        if name == "logistic":
-            return [self.unary("(1.0 / (1.0 + exp(-{})))", ins[0], aval)]
-        if name == "square":
-            return [self.combine("({0} * {0})", ins, aval)]
-        if name == "sign":
-            return [self.combine("where({0} > 0, 1, where({0} < 0, -1, 0))", ins, aval)]
-        if name == "integer_pow":
-            return [self.combine("({0} ** " + str(int(p["y"])) + ")", ins, aval)]
-        if name in _BINARY:
-            form = "({0} " + _BINARY[name] + " {1})"
-            return [self.combine(form, ins, aval, idx_form=form if name in ("add", "sub", "mul") else None)]
-        if name in ("max", "min"):
-            form = name + "({0}, {1})"
-            return [self.combine(form, ins, aval, idx_form=form)]
-        if name in ("and", "or", "not"):
-            if np.dtype(aval.dtype) != np.bool_:
-                raise Unsupported(f"bitwise {name} on {aval.dtype}")
-            return [self.combine("(not {0})" if name == "not" else "({0} " + name + " {1})", ins, aval)]
-        if name == "div":
-            if np.dtype(aval.dtype).kind in "iu":  # C division: toward zero
-                return [self.combine("where(({0} / {1}) < 0, ceil({0} / {1}), floor({0} / {1}))", ins, aval)]
-            return [self.combine("({0} / {1})", ins, aval)]
-        if name == "rem":  # C remainder: the dividend's sign
-            return [self.combine("({0} - {1} * where(({0} / {1}) < 0, ceil({0} / {1}), floor({0} / {1})))", ins, aval)]
-        if name == "select_n":
-            if len(ins) != 3:
-                raise Unsupported("select_n of more than two cases")
-            return [self.combine("where({0}, {2}, {1})", ins, aval)]
-        if name == "convert_element_type":
-            e = self.as_expr(ins[0])
-            idx = e.idx if np.dtype(aval.dtype).kind in "iu" else None
-            return [_Expr(f"{dtype_name(aval.dtype)}({e.text})", e.ins, e.shape, aval.dtype, e.depth + 1, atomic=True, idx=idx)]
-        if name == "slice" and isinstance(ins[0], Ref) and not any(s not in (None, 1) for s in (p.get("strides") or ())):
-            items = tuple(slice(None) if (a, b) == (0, n) else slice(a, b)
-                          for a, b, n in zip(p["start_indices"], p["limit_indices"], ins[0].shape))
-            return [ins[0]._view(items)]
-        if name == "broadcast_in_dim":
-            wide = self.broadcast(ins[0], p["broadcast_dimensions"], aval)
-            if wide is not None:
-                return [wide]
-        if name in ("broadcast_in_dim", "reshape", "squeeze", "expand_dims"):
-            return [self.reshape(ins[0], aval)]
-        if name == "platform_index":
-            # lax.platform_dependent: thunky runs and prices the CPU's branch (the default where none names the CPU).
-            platforms = p["platforms"]
-            k = next((i for i, names in enumerate(platforms) if "cpu" in names), len(platforms) if p.get("has_default") else 0)
-            return [_Expr(str(k), {}, (), aval.dtype, atomic=True, idx=str(k))]
-        if name == "axis_index":
-            self.t.check_axis(p["axis_name"], self.where)
-            return [_Expr(p["axis_name"], {}, (), aval.dtype, atomic=True, idx=p["axis_name"])]
-        if name == "cond":
-            return self.cond(eqn, ins)
-        if name == "while":
-            return self.while_(eqn, ins)
-        if name == "scan":
-            return self.scan(eqn, ins)
-        if name == "iota" and p.get("sharding") is None:
-            shape, d = tuple(p["shape"]), p["dimension"]
-            values = np.broadcast_to(np.arange(shape[d]).reshape([-1 if k == d else 1 for k in range(len(shape))]), shape)
-            return [self.t.new_constant("cj_iota", np.ascontiguousarray(values, dtype=p["dtype"]))]
-        if name == "transpose":
-            if eqn.outvars[0] in self.transposed:  # the GEMM before computed it transposed
-                return [self.transposed.pop(eqn.outvars[0])]
-            perm = tuple(int(d) for d in p["permutation"])
-            src = self.written(ins[0])
-            if perm in ((1, 0), (0, 2, 1)) and self._only_gemms_read(eqn.outvars[0]):
-                return [_Transposed(src, perm, aval.shape, aval.dtype)]  # folded into the GEMMs' transpose flags
-            return [self.transpose(src, perm, self.result(eqn, aval.shape, aval.dtype))]
-        if name in ("dynamic_slice", "dynamic_update_slice"):
-            return [self.dynamic_slice(name, ins, p, aval)]
-        if name == "dot_general":
-            return [self.dot(ins, p, aval)]
-        if name in _REDUCE:
-            return [self.reduce(ins[0], _REDUCE[name], p["axes"], aval)]
-        if name in ("argmax", "argmin"):  # one axis; the index of the first extreme (the first NaN), as thunky's own
-            return [self.reduce(ins[0], name, p["axes"], aval)]
-        if name in _REDUCING:
-            return self.all_reduce(ins, _REDUCING[name], p, eqn)
-        if name in ("all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all"):
-            return [self.collective(name, ins[0], p, aval)]
-        raise Unsupported(name)
+        lower = RULES.get(eqn.primitive.name)
+        if lower is None:
+            raise Unsupported(eqn.primitive.name)
+        return lower(self, eqn, ins, eqn.params, eqn.outvars[0].aval if eqn.outvars else None)
 
     # ---- control flow: thunky's own switch and while
     def cond(self, eqn, ins):
@@ -565,9 +472,6 @@ class Lowering:
         return carries
 
     # ---- elementwise
-    def unary(self, form, v, aval):
-        return self.combine(form.replace("{}", "{0}"), [v], aval)
-
     def combine(self, form, ins, aval, idx_form=None):
         es = [self.as_expr(v) for v in ins]
         shape = tuple(aval.shape)
@@ -880,7 +784,8 @@ class Lowering:
         pointer = self.t.emit({"op": "kernel", "name": eqn.primitive.name, "reads": [r.text for r in reads],
                                "writes": [o.text for o in outs], "cost": {"flops": flops, "bytes": nbytes}},
                               reads=reads, writes=outs)
-        self.t.opaque.append((pointer, eqn.primitive.name, why, self.where))
+        hint = _ALTERNATIVES.get(eqn.primitive.name)
+        self.t.opaque.append((pointer, eqn.primitive.name, f"{why}; instead: {hint}" if hint else why, self.where))
         return outs
 
 
@@ -900,6 +805,202 @@ def _cost_analysis(eqn):
         return None, None
 
 
+
+# ---- the rules: primitive name -> rule(lowering, eqn, ins, params, aval),
+# which returns the equation's results (Refs or expressions), or raises
+# Unsupported for what it cannot lower (an opaque kernel then). As JAX
+# registers a primitive's lowering, a new primitive is one rule here.
+RULES = {}
+
+
+def rule(*names):
+    def register(fn):
+        for n in names:
+            RULES[n] = fn
+        return fn
+    return register
+
+
+@rule("jit", "pjit", *_INLINE)
+def _inline(lw, eqn, ins, p, aval):
+    if eqn.primitive.name in ("jit", "pjit") and p.get("name") in ("remainder", "floor_divide") and len(ins) == 2 \
+            and all(np.dtype(v.aval.dtype).kind in "iu" for v in eqn.invars):
+        # jnp's % and // on integers are thunky's: Python's floor semantics.
+        op = "%" if p["name"] == "remainder" else "//"
+        return [lw.combine("({0} " + op + " {1})", ins, aval, idx_form="({0} " + op + " {1})")]
+    key = _INLINE.get(eqn.primitive.name)
+    if key not in p:
+        raise Unsupported(eqn.primitive.name)
+    closed = p[key]
+    inner = getattr(closed, "jaxpr", closed)
+    consts = getattr(closed, "consts", getattr(closed, "literals", []))
+    return lw.run(inner, consts, ins)
+
+
+@rule("get")
+def _get(lw, eqn, ins, p, aval):
+    v = lw.view(ins[0], eqn, ins[1:], dynamic=True)
+    if isinstance(v, tuple):
+        return [lw.load_at(*v)]
+    b = v._buffer
+    if getattr(b, "axis_index", None) and v.shape == ():
+        b.read_as_axis = True  # this rank's index: the axis' name, in expressions and views
+        return [_Expr(b.axis_index, {}, (), v.dtype, atomic=True, idx=b.axis_index)]
+    return [v]
+
+
+@rule("swap")
+def _swap(lw, eqn, ins, p, aval):
+    target = lw.view(ins[0], eqn, ins[2:], dynamic=True)
+    if isinstance(target, tuple):
+        return [lw.store_at(*target, ins[1], old=bool(eqn.outvars) and id(eqn.outvars[0]) in lw.used)]
+    old = None
+    if eqn.outvars and id(eqn.outvars[0]) in lw.used:  # the old value is used: keep it apart first
+        old = lw.scratch(target.shape, target.dtype)
+        lw.store(target, old)
+    lw.store(ins[1], target)
+    return [old]
+
+
+@rule(*_IDENTITY)
+def _identity(lw, eqn, ins, p, aval):
+    return [ins[0]]
+
+
+def _elementwise(form, idx=False):
+    """A rule that fuses the primitive into the expression `form` of its
+    operands ({0}, {1}, ...); with idx, it is also a ref index expression."""
+    return lambda lw, eqn, ins, p, aval: [lw.combine(form, ins, aval, idx_form=form if idx else None)]
+
+
+for _name, _f in _UNARY.items():
+    RULES[_name] = _elementwise(_f + "({0})")
+for _name, _op in _BINARY.items():
+    RULES[_name] = _elementwise("({0} " + _op + " {1})", idx=_name in ("add", "add_any", "sub", "mul"))
+RULES.update({
+    "neg": _elementwise("(-{0})"),
+    "logistic": _elementwise("(1.0 / (1.0 + exp(-{0})))"),
+    "square": _elementwise("({0} * {0})"),
+    "sign": _elementwise("where({0} > 0, 1, where({0} < 0, -1, 0))"),
+    "max": _elementwise("max({0}, {1})", idx=True),
+    "min": _elementwise("min({0}, {1})", idx=True),
+    # C's remainder: the dividend's sign.
+    "rem": _elementwise("({0} - {1} * where(({0} / {1}) < 0, ceil({0} / {1}), floor({0} / {1})))"),
+})
+
+
+@rule("integer_pow")
+def _integer_pow(lw, eqn, ins, p, aval):
+    return [lw.combine("({0} ** " + str(int(p["y"])) + ")", ins, aval)]
+
+
+@rule("and", "or", "not")
+def _logical(lw, eqn, ins, p, aval):
+    name = eqn.primitive.name
+    if np.dtype(aval.dtype) != np.bool_:
+        raise Unsupported(f"bitwise {name} on {aval.dtype}: thunky's maps have logical and, or and not on bools only")
+    return [lw.combine("(not {0})" if name == "not" else "({0} " + name + " {1})", ins, aval)]
+
+
+@rule("div")
+def _div(lw, eqn, ins, p, aval):
+    if np.dtype(aval.dtype).kind in "iu":  # C division: toward zero
+        return [lw.combine("where(({0} / {1}) < 0, ceil({0} / {1}), floor({0} / {1}))", ins, aval)]
+    return [lw.combine("({0} / {1})", ins, aval)]
+
+
+@rule("select_n")
+def _select_n(lw, eqn, ins, p, aval):
+    if len(ins) != 3:
+        raise Unsupported("select_n of more than two cases: use jnp.where, or lax.switch")
+    return [lw.combine("where({0}, {2}, {1})", ins, aval)]
+
+
+@rule("convert_element_type")
+def _convert(lw, eqn, ins, p, aval):
+    e = lw.as_expr(ins[0])
+    idx = e.idx if np.dtype(aval.dtype).kind in "iu" else None
+    return [_Expr(f"{dtype_name(aval.dtype)}({e.text})", e.ins, e.shape, aval.dtype, e.depth + 1, atomic=True, idx=idx)]
+
+
+@rule("slice")
+def _slice(lw, eqn, ins, p, aval):
+    if not isinstance(ins[0], Ref) or any(s not in (None, 1) for s in (p.get("strides") or ())):
+        raise Unsupported("slice of a computed value, or with a stride: slice a Ref (x_ref[2:6]), which is a view")
+    items = tuple(slice(None) if (a, b) == (0, n) else slice(a, b) for a, b, n in zip(p["start_indices"], p["limit_indices"], ins[0].shape))
+    return [ins[0]._view(items)]
+
+
+@rule("broadcast_in_dim", "reshape", "squeeze", "expand_dims")
+def _reshape(lw, eqn, ins, p, aval):
+    if eqn.primitive.name == "broadcast_in_dim":
+        wide = lw.broadcast(ins[0], p["broadcast_dimensions"], aval)
+        if wide is not None:
+            return [wide]
+    return [lw.reshape(ins[0], aval)]
+
+
+@rule("platform_index")
+def _platform_index(lw, eqn, ins, p, aval):
+    # lax.platform_dependent: thunky runs and prices the CPU's branch (the default where none names the CPU).
+    platforms = p["platforms"]
+    k = next((i for i, names in enumerate(platforms) if "cpu" in names), len(platforms) if p.get("has_default") else 0)
+    return [_Expr(str(k), {}, (), aval.dtype, atomic=True, idx=str(k))]
+
+
+@rule("axis_index")
+def _axis_index(lw, eqn, ins, p, aval):
+    lw.t.check_axis(p["axis_name"], lw.where)
+    return [_Expr(p["axis_name"], {}, (), aval.dtype, atomic=True, idx=p["axis_name"])]
+
+
+RULES.update({
+    "cond": lambda lw, eqn, ins, p, aval: lw.cond(eqn, ins),
+    "while": lambda lw, eqn, ins, p, aval: lw.while_(eqn, ins),
+    "scan": lambda lw, eqn, ins, p, aval: lw.scan(eqn, ins),
+    "dynamic_slice": lambda lw, eqn, ins, p, aval: [lw.dynamic_slice(eqn.primitive.name, ins, p, aval)],
+    "dynamic_update_slice": lambda lw, eqn, ins, p, aval: [lw.dynamic_slice(eqn.primitive.name, ins, p, aval)],
+    "dot_general": lambda lw, eqn, ins, p, aval: [lw.dot(ins, p, aval)],
+})
+
+
+@rule("iota")
+def _iota(lw, eqn, ins, p, aval):
+    if p.get("sharding") is not None:
+        raise Unsupported("a sharded iota")
+    shape, d = tuple(p["shape"]), p["dimension"]
+    values = np.broadcast_to(np.arange(shape[d]).reshape([-1 if k == d else 1 for k in range(len(shape))]), shape)
+    return [lw.t.new_constant("cj_iota", np.ascontiguousarray(values, dtype=p["dtype"]))]
+
+
+@rule("transpose")
+def _transpose(lw, eqn, ins, p, aval):
+    if eqn.outvars[0] in lw.transposed:  # the GEMM before computed it transposed
+        return [lw.transposed.pop(eqn.outvars[0])]
+    perm = tuple(int(d) for d in p["permutation"])
+    src = lw.written(ins[0])
+    if perm in ((1, 0), (0, 2, 1)) and lw._only_gemms_read(eqn.outvars[0]):
+        return [_Transposed(src, perm, aval.shape, aval.dtype)]  # folded into the GEMMs' transpose flags
+    return [lw.transpose(src, perm, lw.result(eqn, aval.shape, aval.dtype))]
+
+
+@rule(*_REDUCE, "argmax", "argmin")
+def _reduce(lw, eqn, ins, p, aval):
+    # argmax and argmin: one axis; the index of the first extreme (the first NaN), as thunky's own.
+    name = eqn.primitive.name
+    return [lw.reduce(ins[0], _REDUCE.get(name, name), p["axes"], aval)]
+
+
+@rule(*_REDUCING)
+def _all_reduce(lw, eqn, ins, p, aval):
+    return lw.all_reduce(ins, _REDUCING[eqn.primitive.name], p, eqn)
+
+
+@rule("all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all")
+def _collective(lw, eqn, ins, p, aval):
+    return [lw.collective(eqn.primitive.name, ins[0], p, aval)]
+
+
 def call_jax(fn, *args):
     """Calls the JAX function `fn` inside a thunky.jit function, as
     upstream: Ref arguments arrive as Refs (read with `ref[...]`, written
@@ -910,7 +1011,6 @@ def call_jax(fn, *args):
         raise RuntimeError(_source.here("thunky.call_jax is called inside a thunky.jit function"))
     try:
         import jax
-        from jax._src import core
         from jax.ref import AbstractRef
     except ImportError:
         raise ImportError(_source.here("thunky.call_jax needs JAX: pip install -e python[jax]")) from None
@@ -918,7 +1018,7 @@ def call_jax(fn, *args):
     avals, values = [], []
     for k, a in enumerate(args):
         if isinstance(a, Ref):
-            avals.append(AbstractRef(core.ShapedArray(a.shape, a.dtype)))
+            avals.append(AbstractRef(jax.core.ShapedArray(a.shape, a.dtype)))
             values.append(a)
         elif isinstance(a, _Read):
             avals.append(jax.ShapeDtypeStruct(a.ref.shape, a.ref.dtype))

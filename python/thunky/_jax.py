@@ -40,7 +40,7 @@ def call(jf, args):
     mesh = jax.sharding.get_abstract_mesh()
     manual = tuple(n for n, kind in zip(mesh.axis_names, mesh.axis_types) if getattr(kind, "name", str(kind)) == "Manual")
     if mesh.axis_names and not manual:
-        raise ValueError(_source.here(f"{jf.__name__} runs per device: call it inside shard_map, not under an automatic mesh "
+        raise ValueError(_source.here(f"{jf.__name__} runs per device, in manual mode: call it inside shard_map, not under an automatic mesh "
                                       f"{dict(zip(mesh.axis_names, mesh.axis_sizes))}"))
     axes = {n: s for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n in manual}
 

@@ -110,7 +110,9 @@ class JitFunction:
         for k, a in enumerate(args):
             refs.append(self._argument(t, names[k], a, None if in_specs is None else in_specs[k], axes))
         for k, s in enumerate(self.scratch):
-            refs.append(self._scratch(t, names[len(args) + k], s))
+            name = names[len(args) + k]
+            refs.append([self._scratch(t, f"{name}{i}", x) for i, x in enumerate(s)] if isinstance(s, (list, tuple))
+                        else self._scratch(t, name, s))
         kwrefs = {name: self._scratch(t, name, s) for name, s in self.scratch_kw.items()}
         _trace._active.append(t)
         try:
@@ -205,11 +207,36 @@ class JitFunction:
             return _jax.call(self, args)  # from jax.jit, shard_map, or with jax arrays and Refs
         if t is None:
             # Called eagerly, as upstream runs it on a GPU: on the cpu backend.
-            self.execute(*args, **kwargs)
+            if kwargs:
+                self.execute(*args, **kwargs)
+            else:
+                self._run_eagerly(args)
             return None
         if kwargs:
             raise TypeError(_source.here("a nested thunky.jit call takes its Refs positionally"))
         return self._call(t, args)
+
+    def _run_eagerly(self, args):
+        """Runs the schedule for `args` on the cpu backend, tracing the body
+        once for each signature of arguments (kinds, shapes, dtypes), as
+        upstream caches a trace: a second call with the same shapes runs the
+        same schedule on the new values."""
+        key = _signature(args)
+        cache = self.__dict__.setdefault("_eager_traces", {})
+        program = cache.get(key) if key is not None else None
+        if program is None:
+            program = self.trace(*args)
+            if key is not None and len(cache) < 16:
+                cache[key] = program
+        else:
+            for a, name in zip(args, list(program.buffers)[: len(args)]):
+                b = program.buffers[name]
+                if isinstance(a, Ref):
+                    b.host, b.data = a._buffer, a._buffer.data
+                elif not isinstance(a, AxisIndexValue) and b.data is not None:
+                    b.data = np.asarray(a)
+        _refuse_opaque(program)
+        _tools.execute(program)
 
     def _call(self, t, args):
         for k, a in enumerate(args):
@@ -234,10 +261,14 @@ class JitFunction:
             params.append(_trace._unique(name, taken | set(params)))
         refs = [Ref(_trace.Buffer(p, a.shape, a.dtype, "param"), a.shape) for p, a in zip(params, args)]
         scratch = {}
-        for k, s in enumerate(self.scratch):
-            name = _trace._unique(_trace._param_names(self.fn, len(args) + len(self.scratch))[len(args) + k], taken | set(params) | set(scratch))
+        def one(base, s):
+            name = _trace._unique(base, taken | set(params) | set(scratch))
             scratch[name] = {"shape": list(s.shape), "dtype": dtype_name(s.dtype)}
-            refs.append(Ref(_trace.Buffer(name, s.shape, s.dtype, "scratch"), tuple(s.shape)))
+            return Ref(_trace.Buffer(name, s.shape, s.dtype, "scratch"), tuple(s.shape))
+
+        for k, s in enumerate(self.scratch):
+            base = _trace._param_names(self.fn, len(args) + len(self.scratch))[len(args) + k]
+            refs.append([one(f"{base}{i}", x) for i, x in enumerate(s)] if isinstance(s, (list, tuple)) else one(base, s))
         body = []
         t.functions[fname] = {"params": params, "program": body}
         if scratch:
@@ -260,9 +291,7 @@ class JitFunction:
         whose .report is the measured Report. Refs passed are updated.
         With ranks=True, .rank_outputs also holds each rank's values."""
         program = self.trace(*args, mesh=mesh, in_specs=in_specs, fill=fill)
-        for _, primitive, why, (file, line) in program.opaque:
-            raise ValueError(f"{file}:{line}: call_jax: {primitive} is not lowered ({why}): it is an opaque kernel, which "
-                             "thunky-sim prices but no backend computes; simulate() predicts this program")
+        _refuse_opaque(program)
         return _tools.execute(program, backend=backend, iters=iters, warmup=warmup, timeout=timeout, ranks=ranks)
 
     def simulate(self, *args: Any, machine: str = "h100-8gpu", mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None,
@@ -281,6 +310,30 @@ class JitFunction:
         naming the user's line where it refuses."""
         program = self.trace(*args, mesh=mesh, in_specs=in_specs, fill=fill)
         return _tools.check(program, timeout=timeout)
+
+
+def _refuse_opaque(program):
+    """No backend computes an opaque kernel: running one is refused at its line."""
+    for _, primitive, why, (file, line) in program.opaque:
+        raise ValueError(f"{file}:{line}: call_jax: {primitive} is not lowered ({why}): it is an opaque kernel, which "
+                         "thunky-sim prices but no backend computes; simulate() predicts this program")
+
+
+def _signature(args):
+    """What a trace of `args` depends on (kind, shape and dtype of each),
+    or None where it depends on more (a view of a Ref, a rank's index)."""
+    out = []
+    for a in args:
+        if isinstance(a, Ref):
+            if a._groups or not isinstance(a._buffer, HostBuffer):
+                return None
+            out.append(("ref", a.shape, a.dtype.str))
+        elif isinstance(a, np.ndarray) or np.isscalar(a):
+            v = np.asarray(a)
+            out.append(("array", v.shape, v.dtype.str))
+        else:
+            return None
+    return tuple(out)
 
 
 def _has_values(a):

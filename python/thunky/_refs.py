@@ -284,10 +284,29 @@ class Ref:
 
 
 class _Read:
-    """`src[...]` inside a trace: the view, to be copied by an assignment."""
+    """`src[...]` inside a trace: the view, to be copied by an assignment.
+    Array math on it belongs in thunky.call_jax: it says so, as upstream
+    does, at the user's line."""
+
+    __array_ufunc__ = None  # numpy defers to the refusal below (c + x_ref[...])
 
     def __init__(self, ref):
         self.ref = ref
+
+    def _math(self, name):
+        def refuse(*args, **kwargs):
+            raise ValueError(_source.here(f"Unsupported primitive '{name}' inside @thunky.jit. Wrap JAX array operations in "
+                                          "thunky.call_jax."))
+        return refuse
+
+
+_MATH = {"add": ("__add__", "__radd__"), "sub": ("__sub__", "__rsub__"), "mul": ("__mul__", "__rmul__"),
+         "div": ("__truediv__", "__rtruediv__"), "floor_divide": ("__floordiv__", "__rfloordiv__"), "rem": ("__mod__", "__rmod__"),
+         "pow": ("__pow__", "__rpow__"), "dot_general": ("__matmul__", "__rmatmul__"), "neg": ("__neg__",), "abs": ("__abs__",),
+         "lt": ("__lt__",), "le": ("__le__",), "gt": ("__gt__",), "ge": ("__ge__",)}
+for _prim, _methods in _MATH.items():
+    for _m in _methods:
+        setattr(_Read, _m, property(lambda self, _p=_prim: self._math(_p)))
 
 
 class HostBuffer:

@@ -234,7 +234,8 @@ class Tracer:
                 kind = "update"  # what a function's caller learns: part of the parameter
         if kind != "read":
             if b.kind == "arg" and b.host is None and b.data is not None:
-                raise TypeError(_source.here(f"argument '{b.name}' is written but was passed as a plain array: pass thunky.new_ref(...) for it"))
+                raise TypeError(_source.here(f"argument '{b.name}' is written but was passed as a plain array: it must be passed as a Ref "
+                                              "(thunky.new_ref(...), or jax.new_ref(...) under JAX)"))
             b.written = True
         if b.kind == "param" and self.param_access is not None:
             self.param_access.setdefault(b.name, []).append(kind)
@@ -258,8 +259,11 @@ def _scratch_list(scratch_shapes):
         return [], dict(scratch_shapes)
     if isinstance(scratch_shapes, (list, tuple)):
         for s in scratch_shapes:
-            if not (hasattr(s, "shape") and hasattr(s, "dtype")):
-                raise TypeError(f"scratch_shapes entries need .shape and .dtype (a ShapeDtypeStruct), not {type(s).__name__}")
+            # An entry may itself be a list of shapes: its argument is then a list of Refs.
+            for x in (s if isinstance(s, (list, tuple)) else (s,)):
+                if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+                    raise TypeError(f"scratch_shapes entries need .shape and .dtype (a ShapeDtypeStruct), or are lists of such, "
+                                    f"not {type(x).__name__}")
         return list(scratch_shapes), {}
     raise TypeError(f"scratch_shapes is a ShapeDtypeStruct, a list, a tuple or a dict, not {type(scratch_shapes).__name__}")
 

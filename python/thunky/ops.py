@@ -1,7 +1,10 @@
 """The commands a thunky.jit function issues, as the user guide names them."""
 
+from __future__ import annotations
+
 import math
 import numbers
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -26,14 +29,14 @@ def _size(r):
     return math.prod(r.shape) * r.dtype.itemsize
 
 
-def memzero(dst, *, name=None):
+def memzero(dst: Ref, *, name: Optional[str] = None) -> None:
     """Zeroes `dst` (cudaMemsetAsync)."""
     t = _tracer("memzero")
     _ref(dst, "memzero's dst")
     t.emit({"op": "memzero", "dst": dst.text, **_name(name)}, writes=[dst])
 
 
-def memset(dst, value, *, name=None):
+def memset(dst: Ref, value: Any, *, name: Optional[str] = None) -> None:
     """Fills `dst` with the 32-bit pattern of `value` (cuMemsetD32Async), as
     upstream: `value` is a 32-bit scalar (np.float32, np.int32, np.uint32,
     or a Python float or int, taken as float32 and int32), and `dst` has a
@@ -56,7 +59,7 @@ def memset(dst, value, *, name=None):
     t.emit({"op": "memset", "dst": dst.text, "value": as_dst.item(), **_name(name)}, writes=[dst])
 
 
-def copy(src, dst, *, name=None):
+def copy(src: Ref, dst: Ref, *, name: Optional[str] = None) -> None:
     """Copies `src` into `dst` (cudaMemcpyAsync); their byte sizes match."""
     t = _tracer("copy")
     _ref(src, "copy's src")
@@ -73,7 +76,8 @@ class Token:
         self._inner, self.stream = inner, stream
 
 
-def async_start(fn, *, stream_id=0, stream_kind="computation", is_communication=None, name=None):
+def async_start(fn: Callable[[], Any], *, stream_id: int = 0, stream_kind: str = "computation", is_communication: Optional[bool] = None,
+                name: Optional[str] = None) -> "Token":
     """Runs fn() on stream (stream_kind, stream_id), after what this stream
     issued so far; returns the token that async_done awaits."""
     t = _tracer("async_start")
@@ -89,7 +93,7 @@ def async_start(fn, *, stream_id=0, stream_kind="computation", is_communication=
     return Token(tok, (stream_kind, int(stream_id)))
 
 
-def async_done(token):
+def async_done(token: "Token") -> None:
     """Makes this stream wait for `token`'s body."""
     t = _tracer("async_done")
     if not isinstance(token, Token):
@@ -129,7 +133,8 @@ def _name(name):
     return {"name": name}
 
 
-def cond(pred, true_fn, false_fn=None, *, taken=None, name=None):
+def cond(pred: Ref, true_fn: Callable[[], Any], false_fn: Optional[Callable[[], Any]] = None, *, taken: Optional[bool] = None,
+         name: Optional[str] = None) -> None:
     """true_fn() where the bool scalar `pred` holds on the device, else
     false_fn(). `taken` tells thunky-sim the branch without values."""
     t = _tracer("cond")
@@ -140,7 +145,7 @@ def cond(pred, true_fn, false_fn=None, *, taken=None, name=None):
     t.emit({"op": "cond", "pred": pred.text, "then": then, "else": other, **hint, **_name(name)}, reads=[pred])
 
 
-def switch(index, branches, *, branch=None, name=None):
+def switch(index: Ref, branches: Sequence[Callable[[], Any]], *, branch: Optional[int] = None, name: Optional[str] = None) -> None:
     """branches[index]() for the s32 scalar `index` (clamped, as
     lax.switch). `branch` tells thunky-sim the branch without values."""
     t = _tracer("switch")
@@ -152,7 +157,8 @@ def switch(index, branches, *, branch=None, name=None):
     t.emit({"op": "switch", "index": index.text, "branches": blocks, **hint, **_name(name)}, reads=[index])
 
 
-def while_loop(cond_buf, cond_fn, body_fn, *, trip_count=None, name=None):
+def while_loop(cond_buf: Ref, cond_fn: Callable[[], Any], body_fn: Callable[[], Any], *, trip_count: Optional[int] = None,
+               name: Optional[str] = None) -> None:
     """cond_fn(), then body_fn() while the bool scalar `cond_buf` holds,
     then cond_fn() again. `trip_count` tells thunky-sim how many times
     the body runs, without values."""
@@ -187,30 +193,36 @@ def _reduction(reduction):
     return {"reduction": reduction}
 
 
-def all_reduce(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None, name=None):
+def all_reduce(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[str]], *, reduction: str = "sum",
+               axis_index_groups: Optional[Sequence[Sequence[int]]] = None, name: Optional[str] = None) -> None:
     _collective("all_reduce", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "all_reduce", name)
 
 
-def all_gather(src_ref, dst_ref, axis_name, *, axis_index_groups=None, name=None):
+def all_gather(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[str]], *, axis_index_groups: Optional[Sequence[Sequence[int]]] = None,
+               name: Optional[str] = None) -> None:
     _collective("all_gather", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_gather", name)
 
 
-def reduce_scatter(src_ref, dst_ref, axis_name, *, reduction="sum", axis_index_groups=None, name=None):
+def reduce_scatter(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[str]], *, reduction: str = "sum",
+                   axis_index_groups: Optional[Sequence[Sequence[int]]] = None, name: Optional[str] = None) -> None:
     _collective("reduce_scatter", src_ref, dst_ref, axis_name, {**_reduction(reduction), **_groups(axis_index_groups)}, "reduce_scatter", name)
 
 
-def all_to_all(src_ref, dst_ref, axis_name, *, axis_index_groups=None, has_split_dimension=True, name=None):
+def all_to_all(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[str]], *, axis_index_groups: Optional[Sequence[Sequence[int]]] = None,
+               has_split_dimension: bool = True, name: Optional[str] = None) -> None:
     if not has_split_dimension:
         raise ValueError(_source.here("all_to_all without a split dimension is not in thunky's format"))
     _collective("all_to_all", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_to_all", name)
 
 
-def collective_permute(src_ref, dst_ref, axis_name, source_target_pairs=((0, 1), (1, 0)), *, axis_index_groups=None, name=None):
+def collective_permute(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[str]],
+                       source_target_pairs: Sequence[Tuple[int, int]] = ((0, 1), (1, 0)), *,
+                       axis_index_groups: Optional[Sequence[Sequence[int]]] = None, name: Optional[str] = None) -> None:
     pairs = [[int(a), int(b)] for a, b in source_target_pairs]
     _collective("collective_permute", src_ref, dst_ref, axis_name, {"pairs": pairs, **_groups(axis_index_groups)}, "collective_permute", name)
 
 
-def collective_group(fn, *, name=None):
+def collective_group(fn: Callable[[], Any], *, name: Optional[str] = None) -> None:
     """The collectives fn() issues, as one NCCL group (ncclGroupStart/End)."""
     t = _tracer("collective_group")
     body = t.region("body", fn, new_region=False)
