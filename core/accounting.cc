@@ -1,5 +1,7 @@
 #include "core/accounting.h"
 
+#include <string_view>
+
 namespace thunky {
 
 namespace {
@@ -8,8 +10,22 @@ int64_t count(std::span<const int64_t> shape) {
   for (auto d : shape) n *= d;
   return n;
 }
+// The flops of one element of a map: an operator or a cheap function is
+// one; a transcendental function, and `**`, is kTranscendentalFlops, the
+// ratio of an H100 or A100 SM's FP32 lanes to its special-function units
+// (128 to 16 a clock), which evaluate them.
+constexpr int64_t kTranscendentalFlops = 8;
+bool transcendental(const Expr& e) {
+  static constexpr std::string_view kNames[] = {"sin", "cos", "tan", "exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "erf", "erfc", "erf_inv"};
+  if (e.kind == Expr::Kind::binary) return e.text == "**";
+  if (e.kind != Expr::Kind::call) return false;
+  for (auto n : kNames)
+    if (e.text == n) return true;
+  return false;
+}
 int64_t expr_ops(const Expr& e) {
   int64_t n = (e.kind == Expr::Kind::unary || e.kind == Expr::Kind::binary || e.kind == Expr::Kind::call) ? 1 : 0;
+  if (transcendental(e)) n = kTranscendentalFlops;
   for (const auto& a : e.args) n += expr_ops(*a);
   return n;
 }

@@ -4,7 +4,9 @@
 # makespan, rank 0's compute, communication and exposed seconds, and every
 # op's start and end summed (so that a change of any op's timing shows).
 # tests/sim_fingerprint.txt holds these figures from before commands and
-# the engine were restructured; a ctest compares.
+# the engine were restructured, with the five examples whose GEMMs are
+# skinny (a side of C of at most 64) priced anew when thin tiles and
+# split-K came in (docs/machines.md); a ctest compares.
 # Usage: sim-fingerprint.sh BUILD_DIR [SOURCE_DIR]
 set -euo pipefail
 bin=$1

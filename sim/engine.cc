@@ -1,3 +1,5 @@
+#include <span>
+
 #include "core/control_flow.h"
 #include "sim/engine_internal.h"
 
@@ -5,10 +7,13 @@ namespace thunky::sim {
 
 namespace {
 
-// The dtype whose peak rate bounds a command's flops: a GEMM's operands', f32 otherwise.
+// The dtype whose peak rate bounds a command's flops: a GEMM's operands',
+// f64 for a map into f64, f32 otherwise (a map of narrower types computes
+// in f32).
 DType flop_dtype(const Program& p, const Command& c) {
-  const Gemm* g = c.get_if<Gemm>();
-  return g ? ref_dtype(p, g->a) : DType::f32;
+  if (const Gemm* g = c.get_if<Gemm>()) return ref_dtype(p, g->a);
+  if (const Map* m = c.get_if<Map>(); m && ref_dtype(p, m->out) == DType::f64) return DType::f64;
+  return DType::f32;
 }
 
 // compute_seconds with the machine's peak for a dtype given by `peak`.
@@ -18,7 +23,8 @@ double seconds_with(const Program& p, const Machine& m, const Command& c, const 
   double flops_time = 0;
   if (w.flops > 0) {
     const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
-    const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel;
+    // A map is priced by roofline too: its flops (transcendentals count several) or its bytes, whichever is slower.
+    const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel || c.op == Op::map;
     if (flop_bound) flops_time = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
   }
   return std::max(flops_time, static_cast<double>(w.bytes) / m.hbm_bandwidth) + m.launch_overhead_s;
@@ -29,18 +35,28 @@ double seconds_with(const Program& p, const Machine& m, const Command& c, const 
 double gemm_flops_by_shape(const Machine& m, const Work& w) {
   if (m.sm_count <= 0 || w.gemm_m <= 0 || w.gemm_n <= 0 || w.gemm_k <= 0) return w.flops;
   auto up = [](int64_t x, int64_t q) { return (x + q - 1) / q; };
-  const double k = static_cast<double>(up(w.gemm_k, m.gemm_tile_k) * m.gemm_tile_k + m.gemm_k_overhead);
   struct Tile {
     int64_t tm, tn;
     double rate;
   };
-  const Tile tiles[] = {{m.gemm_tile_m, m.gemm_tile_n, 1.0},
-                        {m.gemm_tile_m, std::max<int64_t>(1, m.gemm_tile_n / 2), 0.9},
-                        {std::max<int64_t>(1, m.gemm_tile_m / 2), std::max<int64_t>(1, m.gemm_tile_n / 2), 0.75}};
+  Tile tiles[4] = {{m.gemm_tile_m, m.gemm_tile_n, 1.0},
+                   {m.gemm_tile_m, std::max<int64_t>(1, m.gemm_tile_n / 2), 0.9},
+                   {std::max<int64_t>(1, m.gemm_tile_m / 2), std::max<int64_t>(1, m.gemm_tile_n / 2), 0.75},
+                   {}};
+  // A skinny problem (a GEMV, or a side of C of at most kSkinny) is what a
+  // library gives a GEMV kernel or thin tiles with split-K: tiles 8 wide
+  // along the thin side, and K cut into slices for the SMs the tiles leave
+  // idle. Such a problem is bound by its bytes, as on the GPU.
+  constexpr int64_t kSkinny = 64, kThin = 8;
+  const bool skinny = std::min(w.gemm_m, w.gemm_n) <= kSkinny;
+  if (skinny) tiles[3] = w.gemm_m <= w.gemm_n ? Tile{kThin, m.gemm_tile_n, 1.0} : Tile{m.gemm_tile_m, kThin, 1.0};
   double best = std::numeric_limits<double>::infinity();
-  for (const Tile& t : tiles) {
-    const double count = static_cast<double>(up(w.gemm_m, t.tm) * up(w.gemm_n, t.tn)) * static_cast<double>(std::max<int64_t>(1, w.gemm_batch));
-    const double waves = std::ceil(count / static_cast<double>(m.sm_count));
+  for (const Tile& t : std::span(tiles, skinny ? 4 : 3)) {
+    const int64_t count = up(w.gemm_m, t.tm) * up(w.gemm_n, t.tn) * std::max<int64_t>(1, w.gemm_batch);
+    // Split-K: as many slices of K as the idle SMs take, each at least one k-tile deep.
+    const int64_t slices = skinny && count < m.sm_count ? std::max<int64_t>(1, std::min(m.sm_count / count, up(w.gemm_k, m.gemm_tile_k))) : 1;
+    const double k = static_cast<double>(up(up(w.gemm_k, slices), m.gemm_tile_k) * m.gemm_tile_k + m.gemm_k_overhead);
+    const double waves = std::ceil(static_cast<double>(count * slices) / static_cast<double>(m.sm_count));
     best = std::min(best, 2.0 * waves * static_cast<double>(m.sm_count) * static_cast<double>(t.tm * t.tn) * k / t.rate);
   }
   return best;

@@ -8,16 +8,21 @@
 namespace thunky::sim {
 namespace {
 
-// Seconds of one bf16 GEMM [m, k] x [k, n] on `machine`, as thunky-sim prices it.
-double gemm_seconds(const std::string& machine, int64_t m, int64_t n, int64_t k) {
-  const std::string s = R"({"format": "thunky.sched/1", "buffers": {
-      "a": {"shape": [)" + std::to_string(m) + ", " + std::to_string(k) + R"(], "dtype": "bf16", "role": "input", "init": {"kind": "zeros"}},
-      "b": {"shape": [)" + std::to_string(k) + ", " + std::to_string(n) + R"(], "dtype": "bf16", "role": "input", "init": {"kind": "zeros"}},
-      "c": {"shape": [)" + std::to_string(m) + ", " + std::to_string(n) + R"(], "dtype": "bf16", "role": "output"}},
-    "program": [{"op": "gemm", "a": "a", "b": "b", "c": "c"}]})";
+// Seconds of the one command of schedule `s` on `machine`, as thunky-sim prices it.
+double command_seconds(const std::string& machine, const std::string& s) {
   Program p = testing::load_ok(s);
   const Machine mach = load_machine(machine, std::string(THUNKY_SOURCE_DIR) + "/models").value();
   return compute_seconds(p, mach, p.program[0], command_work(p, p.program[0], rank_ctx(p.mesh, 0)));
+}
+
+// Seconds of one GEMM [m, k] x [k, n] of `dtype` (bf16 unless said) on `machine`.
+double gemm_seconds(const std::string& machine, int64_t m, int64_t n, int64_t k, const std::string& dtype = "bf16") {
+  const std::string t = R"(, "dtype": ")" + dtype + R"(")";
+  return command_seconds(machine, R"({"format": "thunky.sched/1", "buffers": {
+      "a": {"shape": [)" + std::to_string(m) + ", " + std::to_string(k) + "]" + t + R"(, "role": "input", "init": {"kind": "zeros"}},
+      "b": {"shape": [)" + std::to_string(k) + ", " + std::to_string(n) + "]" + t + R"(, "role": "input", "init": {"kind": "zeros"}},
+      "c": {"shape": [)" + std::to_string(m) + ", " + std::to_string(n) + "]" + t + R"(, "role": "output"}},
+    "program": [{"op": "gemm", "a": "a", "b": "b", "c": "c"}]})");
 }
 
 TEST(GemmByShape, LargeSquareRunsAtTheMeasuredRate) {
@@ -45,6 +50,42 @@ TEST(GemmByShape, SmallAndSkinnyProblemsRunBelowPeak) {
   // (2 MiB + 128 MiB + 2 MiB) / 3.35e12 + 3 us.
   const double skinny = gemm_seconds("h100-8gpu", 128, 8192, 8192);
   EXPECT_NEAR(skinny, (128.0 * 8192 * 2 + 8192.0 * 8192 * 2 + 128.0 * 8192 * 2) / 3.35e12 + 3e-6, 1e-9);
+}
+
+TEST(GemmByShape, AGemvCostsItsBytesAtHbmBandwidth) {
+  // x [1, 8192] times W [8192, 8192], f32, on h100-8gpu: W alone is 256 MiB,
+  // which take 268435456 / 3.35e12 = 80.1 us to read. Thin tiles (8 x 256:
+  // 32 of them) with K split in 4 for the idle SMs do 2 x 132 x 2048 x
+  // (2048 + 128) = 1.18e9 flops of tile work, 21 us at 0.84 x 67 TFLOP/s:
+  // the bytes bound it, plus 3 us of launch. (Whole 64 x 128 tiles priced it
+  // at 430 us, 5x its bytes.)
+  const double bytes = (8192.0 + 8192.0 * 8192 + 8192.0) * 4;
+  const double t = gemm_seconds("h100-8gpu", 1, 8192, 8192, "f32");
+  EXPECT_NEAR(t, bytes / 3.35e12 + 3e-6, 1e-9);
+  EXPECT_NEAR(t, 268435456.0 / 3.35e12, 0.1 * 268435456.0 / 3.35e12);
+  // The same held as W^T x ([8192, 8192] x [8192, 1]): thin tiles along N.
+  EXPECT_NEAR(gemm_seconds("h100-8gpu", 8192, 1, 8192, "f32"), bytes / 3.35e12 + 3e-6, 1e-9);
+  // A side of 65 is no longer skinny: its tiles are whole again, and cost more than its bytes.
+  EXPECT_GT(gemm_seconds("h100-8gpu", 65, 8192, 8192, "f32"), 1.5 * ((65.0 * 8192 * 2 + 8192.0 * 8192) * 4 / 3.35e12 + 3e-6));
+}
+
+TEST(MapCost, AMapIsPricedByRooflineWithTranscendentalsCountingEight) {
+  // tanh applied 30 times over 2^20 f32 elements on h100-8gpu: 30 x 8 = 240
+  // flops an element, 2.52e8 in all, 3.76 us at 67 TFLOP/s (f32); its 8 MiB
+  // (read and write) take 2.50 us at 3.35 TB/s: the flops bound it.
+  std::string expr = "x";
+  for (int i = 0; i < 30; ++i) expr = "tanh(" + expr + ")";
+  const std::string s = R"({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [1048576], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+      "y": {"shape": [1048576], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "map", "out": "y", "expr": ")" + expr + R"(", "in": {"x": "x"}}]})";
+  EXPECT_NEAR(command_seconds("h100-8gpu", s), 1048576.0 * 240 / 6.7e13 + 3e-6, 1e-12);
+  // One add an element is bound by its bytes: 8 MiB / 3.35e12 + 3 us.
+  const std::string add = R"({"format": "thunky.sched/1", "buffers": {
+      "x": {"shape": [1048576], "dtype": "f32", "role": "input", "init": {"kind": "zeros"}},
+      "y": {"shape": [1048576], "dtype": "f32", "role": "output"}},
+    "program": [{"op": "map", "out": "y", "expr": "x + 1.0", "in": {"x": "x"}}]})";
+  EXPECT_NEAR(command_seconds("h100-8gpu", add), 8388608.0 / 3.35e12 + 3e-6, 1e-12);
 }
 
 TEST(GemmByShape, ModelsWithoutSmCountKeepTheEfficiencyFormula) {
