@@ -334,3 +334,22 @@ def test_a_second_eager_call_with_the_same_shapes_runs_the_same_trace_on_the_new
     np.testing.assert_array_equal(y[...], [4, 5, 6, 7, 4, 5, 6, 7])  # with the second call's values
     double(np.arange(4, dtype=np.float64), thunky.new_ref(np.zeros(8, np.float64)))
     assert len(traced) == 2  # another dtype: traced again
+
+
+def test_all_to_all_of_a_ref_per_peer_gives_dst_i_of_rank_j_the_src_j_of_rank_i():
+    @thunky.jit
+    def exchange(s0, s1, d0, d1):
+        thunky.all_to_all((s0, s1), (d0, d1), "x", has_split_dimension=False)
+
+    # Global [2, 2] arrays split along x: rank 0 holds s0 = [1 2], s1 = [3 4]; rank 1 s0 = [10 20], s1 = [30 40].
+    x0, x1 = np.array([[1, 2], [10, 20]], np.float32), np.array([[3, 4], [30, 40]], np.float32)
+    outs = [thunky.new_ref(np.zeros((2, 2), np.float32)) for _ in range(2)]
+    spec = thunky.P("x")
+    r = exchange.execute(x0, x1, *outs, mesh={"x": 2}, in_specs=(spec,) * 4)
+    # d0 of rank 0 = s0 of rank 0 = [1 2]; d0 of rank 1 = s1 of rank 0 = [3 4];
+    # d1 of rank 0 = s0 of rank 1 = [10 20]; d1 of rank 1 = s1 of rank 1 = [30 40] (upstream's expectation).
+    np.testing.assert_array_equal(r.outputs[0], [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(r.outputs[1], [[10, 20], [30, 40]])
+    with pytest.raises(ValueError, match="one Ref per peer \\(2\\)"):
+        thunky.jit(lambda a, b: thunky.all_to_all((a,), (b,), "x", has_split_dimension=False)).trace(
+            np.zeros(2, np.float32), thunky.new_ref(np.zeros(2, np.float32)), mesh={"x": 2})

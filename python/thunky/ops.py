@@ -211,8 +211,38 @@ def reduce_scatter(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[st
 def all_to_all(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[str]], *, axis_index_groups: Optional[Sequence[Sequence[int]]] = None,
                has_split_dimension: bool = True, name: Optional[str] = None) -> None:
     if not has_split_dimension:
-        raise ValueError(_source.here("all_to_all without a split dimension is not in thunky's format"))
+        return _all_to_all_of_sequences(src_ref, dst_ref, axis_name, axis_index_groups, name)
+    if isinstance(src_ref, (list, tuple)) or isinstance(dst_ref, (list, tuple)):
+        raise ValueError(_source.here("all_to_all of sequences of Refs (one per peer) takes has_split_dimension=False"))
     _collective("all_to_all", src_ref, dst_ref, axis_name, _groups(axis_index_groups), "all_to_all", name)
+
+
+def _all_to_all_of_sequences(srcs, dsts, axis_name, axis_index_groups, name):
+    """all_to_all with a Ref per peer, as upstream's has_split_dimension=False:
+    dst[i] of rank j receives src[j] of rank i. The Refs are packed into one
+    scratch buffer a side (a copy each), exchanged by one all_to_all along
+    its leading dimension, and unpacked: thunky's all_to_all splits one
+    buffer, and the copies are the price of the sequences."""
+    t = _tracer("all_to_all")
+    if not isinstance(srcs, (list, tuple)) or not isinstance(dsts, (list, tuple)):
+        raise ValueError(_source.here("all_to_all with has_split_dimension=False takes sequences of Refs, one per peer: "
+                                      "a single Ref has a split dimension (has_split_dimension=True)"))
+    refs = [_ref(r, "all_to_all's src") for r in srcs] + [_ref(r, "all_to_all's dst") for r in dsts]
+    names = [axis_name] if isinstance(axis_name, str) else list(axis_name)
+    for n in names:
+        _trace.check_axis(n)
+    peers = math.prod(t.mesh[n] for n in names) if axis_index_groups is None else len(list(axis_index_groups)[0])
+    first = refs[0]
+    if len(srcs) != peers or len(dsts) != peers or any(r.shape != first.shape or r.dtype != first.dtype for r in refs):
+        raise ValueError(_source.here(f"all_to_all of sequences takes one Ref per peer ({peers}) on each side, all of one shape and "
+                                      f"dtype: got {len(srcs)} and {len(dsts)} of shapes {sorted({r.shape for r in refs})}"))
+    packed_src = t.new_scratch("a2a_src", (peers,) + first.shape, first.dtype)
+    packed_dst = t.new_scratch("a2a_dst", (peers,) + first.shape, first.dtype)
+    for k, r in enumerate(srcs):
+        copy(r, packed_src.at[k])
+    _collective("all_to_all", packed_src, packed_dst, axis_name, _groups(axis_index_groups), "all_to_all", name)
+    for k, r in enumerate(dsts):
+        copy(packed_dst.at[k], r)
 
 
 def collective_permute(src_ref: Ref, dst_ref: Ref, axis_name: Union[str, Sequence[str]],
