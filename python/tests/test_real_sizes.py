@@ -353,3 +353,33 @@ def test_all_to_all_of_a_ref_per_peer_gives_dst_i_of_rank_j_the_src_j_of_rank_i(
     with pytest.raises(ValueError, match="one Ref per peer \\(2\\)"):
         thunky.jit(lambda a, b: thunky.all_to_all((a,), (b,), "x", has_split_dimension=False)).trace(
             np.zeros(2, np.float32), thunky.new_ref(np.zeros(2, np.float32)), mesh={"x": 2})
+
+
+def test_a_thunky_jit_function_called_inside_call_jax_becomes_a_call_of_its_function():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    const = np.arange(16, dtype=np.float32) + 10
+
+    @thunky.jit
+    def inner(x_ref):
+        thunky.call_jax(lambda r: r.__setitem__(Ellipsis, r[...] + jnp.asarray(const)), x_ref)
+
+    def mid(x_ref):  # JAX code that calls a thunky.jit function, as upstream allows
+        inner(x_ref)
+
+    @thunky.jit
+    def outer(x_ref):
+        thunky.call_jax(mid, x_ref)
+
+    doc = outer.trace(thunky.new_ref(np.ones(16, np.float32))).to_dict()
+    # Not an opaque kernel: a call of inner's function, whose one command is the map.
+    assert [c["op"] for c in doc["program"]] == ["call"]
+    assert [c["op"] for c in doc["functions"]["inner"]["program"]] == ["map"]
+
+    @jax.jit
+    def run(x):
+        r = jax.new_ref(x)
+        outer(r)
+        return r[...]
+
+    np.testing.assert_array_equal(np.asarray(run(jnp.ones(16, jnp.float32))), 1 + const)  # 11, 12, ..., 26

@@ -62,8 +62,9 @@ class _Transposed:
         self.src, self.perm, self.shape, self.dtype = src, perm, tuple(shape), np.dtype(dtype)
 
 
-# Primitives kept even when nothing reads their results: they communicate.
-_COMMUNICATING = {"psum", "pmax", "pmin", "all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all"}
+# Primitives kept even when nothing reads their results: they communicate,
+# or (thunky_call, a thunky.jit function called inside fn) write Refs.
+_COMMUNICATING = {"psum", "pmax", "pmin", "all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all", "thunky_call"}
 
 
 def _pure(e):
@@ -994,6 +995,13 @@ def _reduce(lw, eqn, ins, p, aval):
 @rule(*_REDUCING)
 def _all_reduce(lw, eqn, ins, p, aval):
     return lw.all_reduce(ins, _REDUCING[eqn.primitive.name], p, eqn)
+
+
+@rule("thunky_call")
+def _thunky_call(lw, eqn, ins, p, aval):
+    # A thunky.jit function called inside fn: a call of its schedule function on these Refs.
+    p["jf"]._call(lw.t, [v if isinstance(v, Ref) else lw.written(v) for v in ins])
+    return []
 
 
 @rule("all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all")

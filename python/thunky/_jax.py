@@ -73,6 +73,25 @@ def call(jf, args):
     return None
 
 
+_NESTED_CALL = None
+
+
+def nested_call(jf, args):
+    """`jf(*args)` inside a function that call_jax traces (its Refs are
+    JAX's): an equation of a primitive of thunky's own, which call_jax
+    lowers as a call of jf's schedule function on the Refs it has for them."""
+    global _NESTED_CALL
+    if _NESTED_CALL is None:
+        from jax.extend.core import Primitive
+
+        prim = Primitive("thunky_call")
+        prim.multiple_results = True
+        prim.def_abstract_eval(lambda *avals, jf: [])
+        _NESTED_CALL = prim
+    _NESTED_CALL.bind(*args, jf=jf)
+    return None
+
+
 _HOST_CALL = None
 
 

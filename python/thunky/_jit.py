@@ -214,6 +214,8 @@ class JitFunction:
             return None
         if kwargs:
             raise TypeError(_source.here("a nested thunky.jit call takes its Refs positionally"))
+        if any(_jax.is_jax_value(a) for a in args):
+            return _jax.nested_call(self, args)  # inside a function given to call_jax: lowered as a call of this one
         return self._call(t, args)
 
     def _run_eagerly(self, args):
