@@ -676,3 +676,19 @@ def test_a_two_layer_mlp_forward_and_backward_lowers_to_the_commands_counted_by_
     grads = want[1](dy)
     for got, w in zip(outs, [want[0], *grads]):
         np.testing.assert_allclose(got[...], np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
+def test_jnp_diagonal_takes_the_cpu_branch_of_platform_dependent_and_is_predicted():
+    # jnp.diagonal is lax.platform_dependent over ('mosaic',) and a default
+    # (None): the default branch, a gather, is what the CPU runs. It is
+    # predicted as opaque kernels and refused by execute with what to write instead.
+    @thunky.jit
+    def diag(x_ref, o_ref):
+        thunky.call_jax(lambda x, o: o.__setitem__(Ellipsis, jnp.diagonal(x[...])), x_ref, o_ref)
+
+    args = (np.eye(4, dtype=np.float32), thunky.new_ref(np.zeros(4, np.float32)))
+    doc = diag.trace(*args).to_dict()
+    assert "gather" in [c.get("name") for c in doc["program"] if c["op"] == "kernel"]
+    assert diag.simulate(*args).makespan_s > 0
+    with pytest.raises(ValueError, match=r"call_jax: \w+ is not lowered .*instead: "):
+        diag.execute(*args)

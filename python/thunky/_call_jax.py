@@ -944,8 +944,11 @@ def _reshape(lw, eqn, ins, p, aval):
 @rule("platform_index")
 def _platform_index(lw, eqn, ins, p, aval):
     # lax.platform_dependent: thunky runs and prices the CPU's branch (the default where none names the CPU).
+    # An entry of None is the default branch (jnp.diagonal's platform_dependent names ('mosaic',) and None).
     platforms = p["platforms"]
-    k = next((i for i, names in enumerate(platforms) if "cpu" in names), len(platforms) if p.get("has_default") else 0)
+    k = next((i for i, names in enumerate(platforms) if names is not None and "cpu" in names), None)
+    if k is None:
+        k = next((i for i, names in enumerate(platforms) if names is None), len(platforms) if p.get("has_default") else 0)
     return [_Expr(str(k), {}, (), aval.dtype, atomic=True, idx=str(k))]
 
 
