@@ -115,9 +115,14 @@ void init_buffer(const Program& p, const Buffer& b, int64_t rank, const std::map
     if (it == npy.end()) throw ThunkyError(b.pointer + "/init/path", "npy file was not loaded");
     arr = &it->second;
     if (arr->dtype == b.dtype) {  // the same type: its bytes, exactly (s64 past 2^53, NaN payloads)
+      // A row of the last dimension at a time: a shard's rows are contiguous in the global array.
       const size_t size = dtype_size(b.dtype);
-      for (int64_t i = 0; i < n; ++i, advance())
-        std::memcpy(dst + static_cast<size_t>(i) * size, arr->data.data() + static_cast<size_t>(global_index()) * size, size);
+      const int64_t row = rank_n ? b.shape.back() : 1;
+      for (int64_t i = 0; i < n; i += row) {
+        std::memcpy(dst + static_cast<size_t>(i) * size, arr->data.data() + static_cast<size_t>(global_index()) * size, static_cast<size_t>(row) * size);
+        if (rank_n) idx.back() = row - 1;  // the row's last element: advance() moves to the next row
+        advance();
+      }
       return;
     }
   }
