@@ -9,7 +9,7 @@
 #include "core/load.h"
 #include "exec/backend.h"
 #include "sim/machine.h"
-#include "tools/models_dir.h"
+#include "sim/models_dir.h"
 #include "traces/report.h"
 
 namespace thunky::api {
@@ -46,7 +46,7 @@ std::string models_dir(const SimulateOptions& o) {
   if (!o.models_dir.empty()) return o.models_dir;
   if (const char* env = std::getenv("THUNKY_MODELS"); env && *env) return env;
   if (!o.installed_models_dir.empty()) return o.installed_models_dir;
-  return cli::models_dir();
+  return sim::models_dir();
 }
 
 }  // namespace

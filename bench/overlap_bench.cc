@@ -39,7 +39,7 @@
 #include "sim/machine.h"
 #include "tools/calibrate_exec.h"
 #include "tools/gen.h"
-#include "tools/models_dir.h"
+#include "sim/models_dir.h"
 
 namespace {
 
@@ -79,7 +79,7 @@ const thunky::sim::Machine& machine(const std::string& be) {
     if (!m) throw std::runtime_error("calibrating this host: " + m.errors().front().str());
     return models[be] = thunky::sim::parse_machine(*m);
   }
-  auto r = thunky::sim::load_machine(env ? env : "h200-8gpu", thunky::cli::models_dir());
+  auto r = thunky::sim::load_machine(env ? env : "h200-8gpu", thunky::sim::models_dir());
   if (!r) throw std::runtime_error("machine model: " + r.errors().front().str());
   return models[be] = r.value();
 }

@@ -22,7 +22,7 @@
 #include "sim/machine.h"
 #include "sim/nccl_model.h"
 #include "traces/report.h"
-#include "tools/models_dir.h"
+#include "sim/models_dir.h"
 
 namespace {
 
@@ -203,7 +203,7 @@ void say_what_was_not_measured(const std::vector<thunky::sim::NcclTestRow>& rows
 int write_calibrated(const std::string& machine, const std::string& axis_name, const thunky::sim::FitResult& fit, const std::vector<std::string>& files,
                      const std::string& out) {
   std::string error;
-  ojson doc = ojson::parse(thunky::read_input_file(std::filesystem::exists(machine) ? machine : thunky::cli::models_dir() + "/" + machine +
+  ojson doc = ojson::parse(thunky::read_input_file(std::filesystem::exists(machine) ? machine : thunky::sim::models_dir() + "/" + machine +
                                                                                           (machine.size() > 5 && machine.substr(machine.size() - 5) == ".json" ? "" : ".json"),
                                                    error));
   const std::string key = doc["axes"].contains(axis_name) ? axis_name : "*";
@@ -234,7 +234,7 @@ int nccl_tests(const std::vector<std::string>& files, const std::string& machine
     std::cerr << "thunky-calibrate nccl-tests: give -o OUT.json (fit and write a model) or --check (the model against the runs), one of the two\n";
     return 2;
   }
-  auto base = thunky::sim::load_machine(machine, thunky::cli::models_dir());
+  auto base = thunky::sim::load_machine(machine, thunky::sim::models_dir());
   if (!base) {
     for (const auto& e : base.errors()) std::cerr << e.str() << "\n";
     return 2;

@@ -9,7 +9,7 @@
 #include "tools/gen.h"
 #include "tools/sharding.h"
 #include "tools/sharding_cost.h"
-#include "tools/models_dir.h"
+#include "sim/models_dir.h"
 
 namespace {
 
@@ -37,7 +37,7 @@ std::string seconds_text(double s) {
 }
 
 struct MatmulArgs {
-  std::string mesh, lhs, lhs_spec, rhs, rhs_spec, out_spec, dtype = "bf16", machine, strategy = "auto", models_dir = thunky::cli::models_dir();
+  std::string mesh, lhs, lhs_spec, rhs, rhs_spec, out_spec, dtype = "bf16", machine, strategy = "auto", models_dir = thunky::sim::models_dir();
 };
 
 // thunky-gen matmul: prints the sharding analysis to stderr when the

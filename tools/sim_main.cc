@@ -12,7 +12,7 @@
 #include "traces/report.h"
 #include "traces/svg.h"
 #include "tools/dump.h"
-#include "tools/models_dir.h"
+#include "sim/models_dir.h"
 #include <fstream>
 
 namespace {
@@ -59,7 +59,7 @@ int run_main(int argc, char** argv) {
     std::cerr << schedule << ":/machine: no machine model: pass --machine NAME (see models/) or set \"machine\" in the schedule\n";
     return 2;
   }
-  auto m = thunky::sim::load_machine(machine, thunky::cli::models_dir());
+  auto m = thunky::sim::load_machine(machine, thunky::sim::models_dir());
   if (!m) return fail(m.errors(), 2);
   if (auto code = thunky::cli::refuse_overwrite("thunky-sim", {{"--report", report}, {"--trace", trace}, {"--svg", svg}}, {schedule, machine}))
     return *code;

@@ -117,8 +117,20 @@ cudaDataType_t cuda_type(DType t) {
     case DType::f64: return CUDA_R_64F;
     case DType::f16: return CUDA_R_16F;
     case DType::bf16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::f32: return CUDA_R_32F;
+    // The GEMM plan widens the others to their accumulator (gemm_direct), so
+    // these are their own types, for whatever plan reads them next.
+    case DType::f8e4m3: return CUDA_R_8F_E4M3;
+    case DType::f8e5m2: return CUDA_R_8F_E5M2;
+    case DType::s64: return CUDA_R_64I;
+    case DType::s32: return CUDA_R_32I;
+    case DType::s16: return CUDA_R_16I;
+    case DType::s8: return CUDA_R_8I;
+    case DType::u32: return CUDA_R_32U;
+    case DType::u8:
+    case DType::boolean: return CUDA_R_8U;
   }
+  return CUDA_R_32F;  // not reached: the switch names every dtype
 }
 }  // namespace
 

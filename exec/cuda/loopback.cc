@@ -272,8 +272,11 @@ ncclDataType_t nccl_type(DType t) {
     case DType::s32: return ncclInt32;
     case DType::u32: return ncclUint32;
     case DType::s8: return ncclInt8;
-    default: return ncclUint8;  // u8, bool; s16 moves as bytes (the plan refuses reducing it)
+    case DType::u8:
+    case DType::boolean:
+    case DType::s16: return ncclUint8;  // s16 moves as bytes (the plan refuses reducing it)
   }
+  return ncclUint8;  // not reached: the switch names every dtype
 }
 
 ncclRedOp_t nccl_op(Reduction r) {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace thunky::cli {
+namespace thunky::sim {
 
 inline std::vector<std::filesystem::path> models_candidates() {
   namespace fs = std::filesystem;
@@ -46,4 +46,4 @@ inline std::string models_dir() {
   return looked + ")";
 }
 
-}  // namespace thunky::cli
+}  // namespace thunky::sim
