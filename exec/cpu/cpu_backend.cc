@@ -574,12 +574,17 @@ class Run {
   // A test hook for runs across processes: THUNKY_TEST_STOP_AT=
   // "RANK:POINTER:exit" ends this process (as a crash would) when that rank
   // reaches that command, ":hang" stops it there for good (as a stuck GPU).
+  // Only in builds with the tests (THUNKY_TEST_HOOKS): a product build,
+  // as the wheel's, ignores the variable.
   struct StopAt {
     int64_t rank;
     std::string pointer;
     bool hang;
   };
   static std::optional<StopAt> read_stop_at() {
+#ifndef THUNKY_TEST_HOOKS
+    return std::nullopt;
+#endif
     const char* v = std::getenv("THUNKY_TEST_STOP_AT");
     if (!v) return std::nullopt;
     const std::string s = v;
