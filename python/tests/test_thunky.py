@@ -198,7 +198,7 @@ def test_collectives_on_a_mesh_with_sharded_arguments():
     def grouped(a, b):
         thunky.collective_group(lambda: (thunky.all_reduce(a, b, "x"), thunky.memzero(b)))  # not a collective
 
-    with pytest.raises(ValueError, match="collective_group holds collectives only, not memzero"):
+    with pytest.raises(ValueError, match="collective_group can only contain collective operations, not memzero"):
         grouped.trace(x, out, mesh={"x": 2})
 
 

@@ -259,7 +259,7 @@ def collective_group(fn: Callable[[], Any], *, name: Optional[str] = None) -> No
     for k, c in enumerate(body):
         if not c["op"] in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"):
             file, line = t.sources.get(f"{t.blocks[-1][1]}/{len(t.blocks[-1][0])}/body/{k}", ("<unknown>", 0))
-            raise ValueError(f"{file}:{line}: collective_group holds collectives only, not {c['op']}")
+            raise ValueError(f"{file}:{line}: collective_group can only contain collective operations, not {c['op']}")
     t.emit({"op": "collective_group", "body": body, **_name(name)})
 
 
