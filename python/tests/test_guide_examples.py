@@ -692,3 +692,27 @@ def test_jnp_diagonal_takes_the_cpu_branch_of_platform_dependent_and_is_predicte
     assert diag.simulate(*args).makespan_s > 0
     with pytest.raises(ValueError, match=r"call_jax: \w+ is not lowered .*instead: "):
         diag.execute(*args)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("arange_index", lambda x: x[jnp.arange(2, 6)]),
+    ("take", lambda x: jnp.take(x, jnp.arange(1, 4), axis=0)),
+    ("negative_arange", lambda x: x[jnp.arange(-4, -1)]),  # jnp wraps negatives: rows 4, 5, 6
+])
+def test_a_gather_of_a_run_of_rows_at_iota_indices_is_a_view(name, fn):
+    # iota and jnp's index arithmetic (wrap, clamp) fold when traced; the
+    # gather of rows start..start+n-1 is the view x[start:start + n]: one
+    # copy into the output, no kernel.
+    x = np.arange(24, dtype=np.float32).reshape(8, 3)
+    want = np.asarray(jax.jit(fn)(x))
+
+    @thunky.jit
+    def prog(x_ref, o_ref):
+        thunky.call_jax(lambda a, o: o.__setitem__(Ellipsis, fn(a[...])), x_ref, o_ref)
+
+    out = thunky.new_ref(np.zeros(want.shape, want.dtype))
+    doc = prog.trace(x, out).to_dict()
+    assert [c["op"] for c in doc["program"]] == ["copy"], doc["program"]
+    assert list(doc["buffers"]) == ["x_ref", "o_ref"]  # no constant buffer of indices left behind
+    prog(x, out)
+    np.testing.assert_array_equal(out[...], want)

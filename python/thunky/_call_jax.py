@@ -54,6 +54,24 @@ class _Offsets:
         self.pos, self.index, self.count, self.item = pos, index, count, item
 
 
+class _Const:
+    """A value known when tracing (iota and the index arithmetic on it),
+    folded rather than computed on the device; written out as a literal or
+    an input buffer only where a command reads it."""
+
+    def __init__(self, value):
+        self.value = value
+        self.shape, self.dtype = value.shape, value.dtype
+
+
+# Primitives folded when their operands are known when tracing (jnp's
+# index arithmetic: x[jnp.arange(2, 6)] wraps and clamps an iota), up to
+# MAX_FOLD elements.
+_FOLDABLE = {"iota", "add", "sub", "mul", "neg", "lt", "le", "gt", "ge", "eq", "ne", "select_n", "broadcast_in_dim", "reshape",
+             "squeeze", "expand_dims", "convert_element_type", "concatenate", "and", "or", "not", "max", "min", "clamp"}
+MAX_FOLD = 1 << 16
+
+
 class _Transposed:
     """A transpose that only GEMMs read: their transpose flag, not a copy.
     Anything else that reads it writes the transpose out first."""
@@ -234,6 +252,8 @@ class Lowering:
         return f"v{self.names}"
 
     def as_expr(self, v):
+        if isinstance(v, _Const):
+            v = self.constant(v.value)
         if isinstance(v, _Expr) and id(v) in self.materialised:
             v = self.materialised[id(v)][1]  # computed once already: read it
         if isinstance(v, _Expr):
@@ -300,7 +320,17 @@ class Lowering:
                 text = _literal(a.val, a.aval.dtype)
                 idx = text if np.dtype(a.aval.dtype).kind in "iu" and np.ndim(a.val) == 0 else None
                 return _Expr(text, {}, np.shape(a.val), a.aval.dtype, atomic=True, idx=idx)
-            return env[a]
+            v = env[a]
+            if isinstance(v, _Const):  # a value known when tracing, needed now: a literal or an input buffer
+                v = env[a] = self.constant(v.value)
+            return v
+
+        def known(a):
+            """`a`'s value if it is known when tracing (a literal, or folded), else None."""
+            if hasattr(a, "val"):
+                return np.asarray(a.val, dtype=a.aval.dtype)
+            v = env.get(alias.get(a, a))
+            return v.value if isinstance(v, _Const) else None
 
         for var, c in zip(jaxpr.constvars, consts):
             env[var] = self.constant(c)
@@ -320,14 +350,25 @@ class Lowering:
         self.aliases = alias
         for k, eqn in self.live:
             self.at = k
-            ins = [read(a) for a in eqn.invars]
+            values = [known(a) for a in eqn.invars]
+            if eqn.primitive.name in _FOLDABLE and all(v is not None for v in values) \
+                    and all(math.prod(v.aval.shape) <= MAX_FOLD for v in eqn.outvars):
+                # Computed now, as JAX computes it: index arithmetic on iota and literals.
+                outs = eqn.primitive.bind(*values, **eqn.params)
+                for var, v in zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]):
+                    env[var] = _Const(np.asarray(v))
+                continue
+            passes_known = eqn.primitive.name in _INLINE or eqn.primitive.name == "gather"
+            # An inlined jaxpr or a gather sees the known values themselves, so folding goes on inside.
+            ins = [_Const(v) if passes_known and v is not None and not hasattr(a, "val") else read(a) for a, v in zip(eqn.invars, values)]
             try:
                 outs = self.eqn(eqn, ins)
             except Unsupported as why:
                 outs = self.kernel(eqn, ins, str(why))
             for var, v in zip(eqn.outvars, outs):
                 env[var] = v
-        result = [read(a) for a in jaxpr.outvars]
+        # A value known when tracing leaves as it is (an inlined jit's result may still fold).
+        result = [env[alias.get(a, a)] if not hasattr(a, "val") and known(a) is not None else read(a) for a in jaxpr.outvars]
         self.used, self.scope, self.live, self.aliases = saved
         return result
 
@@ -998,6 +1039,25 @@ def _reduce(lw, eqn, ins, p, aval):
 @rule(*_REDUCING)
 def _all_reduce(lw, eqn, ins, p, aval):
     return lw.all_reduce(ins, _REDUCING[eqn.primitive.name], p, eqn)
+
+
+@rule("gather")
+def _gather(lw, eqn, ins, p, aval):
+    """Rows of a Ref at indices known when tracing that run on, one after
+    another (x[jnp.arange(2, 6)], jnp.take(x, jnp.arange(4), axis=0)): the
+    view of those rows. Any other gather stays opaque."""
+    src, idx = ins[0], ins[1]
+    if isinstance(src, _Const):
+        src = lw.constant(src.value)
+    d = p["dimension_numbers"]
+    rows = isinstance(idx, _Const) and isinstance(src, Ref) and tuple(d.collapsed_slice_dims) == (0,) \
+        and tuple(d.start_index_map) == (0,) and not tuple(d.operand_batching_dims) and tuple(p["slice_sizes"]) == (1,) + tuple(src.shape[1:]) \
+        and idx.value.ndim == 2 and idx.value.shape[1] == 1 and tuple(d.offset_dims) == tuple(range(1, len(src.shape)))
+    if rows:
+        start, n = int(idx.value[0, 0]), idx.value.shape[0]
+        if n and np.array_equal(idx.value[:, 0], np.arange(start, start + n)) and 0 <= start and start + n <= src.shape[0]:
+            return [src._view((slice(start, start + n),))]
+    raise Unsupported("gather at indices computed on the device, or not a run of rows")
 
 
 @rule("thunky_call")
