@@ -85,15 +85,6 @@ class _Transposed:
 _COMMUNICATING = {"psum", "pmax", "pmin", "all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all", "thunky_call"}
 
 
-def _pure(e):
-    """Whether equation `e` only computes its results from its operands:
-    no effect (a Ref read or written), no communication, no inner jaxpr."""
-    if e.effects or e.primitive.name in _COMMUNICATING or e.primitive.name in ("get", "swap", "addupdate"):
-        return False
-    return not any(hasattr(v, "jaxpr") or hasattr(v, "eqns") or isinstance(v, (tuple, list)) and any(hasattr(x, "jaxpr") for x in v)
-                   for v in e.params.values())
-
-
 def _inner_jaxprs(e):
     for v in e.params.values():
         for x in (v if isinstance(v, (tuple, list)) else (v,)):
@@ -102,12 +93,21 @@ def _inner_jaxprs(e):
                 yield inner
 
 
+def _effect_free(e):
+    """Equation `e` itself reads or writes no Ref and communicates nothing."""
+    return not e.effects and e.primitive.name not in _COMMUNICATING and e.primitive.name not in ("get", "swap", "addupdate")
+
+
+def _pure(e):
+    """Whether equation `e` only computes its results from its operands:
+    effect-free, with no inner jaxpr (what CSE may merge)."""
+    return _effect_free(e) and next(_inner_jaxprs(e), None) is None
+
+
 def _droppable(e):
     """Whether nothing is lost when equation `e`'s results are not computed:
     no effect and no communication, in it or in any jaxpr it holds."""
-    if e.effects or e.primitive.name in _COMMUNICATING or e.primitive.name in ("get", "swap", "addupdate"):
-        return False
-    return all(_droppable(i) for inner in _inner_jaxprs(e) for i in inner.eqns)
+    return _effect_free(e) and all(_droppable(i) for inner in _inner_jaxprs(e) for i in inner.eqns)
 
 
 def _plan(jaxpr):

@@ -110,9 +110,7 @@ class JitFunction:
         for k, a in enumerate(args):
             refs.append(self._argument(t, names[k], a, None if in_specs is None else in_specs[k], axes))
         for k, s in enumerate(self.scratch):
-            name = names[len(args) + k]
-            refs.append([self._scratch(t, f"{name}{i}", x) for i, x in enumerate(s)] if isinstance(s, (list, tuple))
-                        else self._scratch(t, name, s))
+            refs.append(_trace.scratch_refs(names[len(args) + k], s, lambda n, x: self._scratch(t, n, x)))
         kwrefs = {name: self._scratch(t, name, s) for name, s in self.scratch_kw.items()}
         _trace._active.append(t)
         try:
@@ -269,8 +267,7 @@ class JitFunction:
             return Ref(_trace.Buffer(name, s.shape, s.dtype, "scratch"), tuple(s.shape))
 
         for k, s in enumerate(self.scratch):
-            base = _trace._param_names(self.fn, len(args) + len(self.scratch))[len(args) + k]
-            refs.append([one(f"{base}{i}", x) for i, x in enumerate(s)] if isinstance(s, (list, tuple)) else one(base, s))
+            refs.append(_trace.scratch_refs(_trace._param_names(self.fn, len(args) + len(self.scratch))[len(args) + k], s, one))
         body = []
         t.functions[fname] = {"params": params, "program": body}
         if scratch:
@@ -288,7 +285,7 @@ class JitFunction:
     def execute(self, *args: Any, mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None, backend: str = "cpu", iters: int = 3,
                 warmup: int = 1, timeout: Optional[float] = None, ranks: bool = False, fill: Fill = None) -> _tools.Result:
         """Runs the schedule with thunky-exec (`warmup` runs, then `iters`
-        measured; the report is their mean); returns a Result whose
+        measured; the report is the median one); returns a Result whose
         .outputs are the written arguments (global for sharded ones) and
         whose .report is the measured Report. Refs passed are updated.
         With ranks=True, .rank_outputs also holds each rank's values."""

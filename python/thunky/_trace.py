@@ -268,6 +268,14 @@ def _scratch_list(scratch_shapes):
     raise TypeError(f"scratch_shapes is a ShapeDtypeStruct, a list, a tuple or a dict, not {type(scratch_shapes).__name__}")
 
 
+def scratch_refs(base, shape, make):
+    """The argument of one scratch_shapes entry: make(name, shape) for a
+    shape, or a list of them (named base0, base1, ...) for a list."""
+    if isinstance(shape, (list, tuple)):
+        return [make(f"{base}{i}", x) for i, x in enumerate(shape)]
+    return make(base, shape)
+
+
 def _param_names(fn, count):
     try:
         params = [p for p in inspect.signature(fn).parameters.values()]
