@@ -34,9 +34,13 @@ Result run_tool(const std::string& tool, const std::string& args) {
   // A signal (a crash) is never an acceptable outcome.
   EXPECT_TRUE(WIFEXITED(status)) << cmd;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream f(err);
   std::stringstream ss;
-  ss << f.rdbuf();
+  {
+    std::ifstream f(err);
+    ss << f.rdbuf();
+  }
+  std::error_code ignored;
+  std::filesystem::remove(err, ignored);  // one file a test process: none left behind in /tmp
   for (std::string line; std::getline(ss, line);) {
     const bool progress = line.rfind("thunky-", 0) == 0 && line.find(" s elapsed") != std::string::npos;
     std::string& to = progress ? r.progress : r.err;

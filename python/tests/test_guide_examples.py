@@ -716,3 +716,23 @@ def test_a_gather_of_a_run_of_rows_at_iota_indices_is_a_view(name, fn):
     assert list(doc["buffers"]) == ["x_ref", "o_ref"]  # no constant buffer of indices left behind
     prog(x, out)
     np.testing.assert_array_equal(out[...], want)
+
+
+def test_index_arithmetic_folds_inside_an_outer_jax_jit():
+    # x[jnp.arange(2, 6)] in a call_jax function of a thunky.jit called from
+    # jax.jit: the iota folds eagerly even with JAX's trace active, so the
+    # gather is still the view x[2:6] (rows 2..5 of an 8x3 iota).
+    fn = lambda x: x[jnp.arange(2, 6)]
+
+    @thunky.jit
+    def prog(x_ref, o_ref):
+        thunky.call_jax(lambda a, o: o.__setitem__(Ellipsis, fn(a[...])), x_ref, o_ref)
+
+    @jax.jit
+    def run(x):
+        o = jax.new_ref(jnp.zeros((4, 3), jnp.float32))
+        prog(x, o)
+        return o[...]
+
+    x = np.arange(24, dtype=np.float32).reshape(8, 3)
+    np.testing.assert_array_equal(np.asarray(run(x)), x[2:6])

@@ -336,6 +336,25 @@ def test_a_second_eager_call_with_the_same_shapes_runs_the_same_trace_on_the_new
     assert len(traced) == 2  # another dtype: traced again
 
 
+def test_calls_with_jax_refs_trace_the_body_once_a_signature_too():
+    # The same cache serves a call made with jax.new_ref Refs (outside any
+    # jax.jit): JAX's trace-time check and the run share one trace.
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    traced = []
+
+    @thunky.jit
+    def copy_thunk(src, dst):
+        traced.append(1)
+        dst[...] = src[...]
+
+    dst = jax.new_ref(jnp.zeros((4,), jnp.float32))
+    copy_thunk(jax.new_ref(jnp.array([1.0, 2.0, 3.0, 4.0], jnp.float32)), dst)
+    copy_thunk(jax.new_ref(jnp.array([5.0, 6.0, 7.0, 8.0], jnp.float32)), dst)
+    assert len(traced) == 1
+    np.testing.assert_array_equal(np.asarray(dst[...]), [5, 6, 7, 8])  # the second call's values
+
+
 def test_all_to_all_of_a_ref_per_peer_gives_dst_i_of_rank_j_the_src_j_of_rank_i():
     @thunky.jit
     def exchange(s0, s1, d0, d1):

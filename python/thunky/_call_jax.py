@@ -353,8 +353,12 @@ class Lowering:
             values = [known(a) for a in eqn.invars]
             if eqn.primitive.name in _FOLDABLE and all(v is not None for v in values) \
                     and all(math.prod(v.aval.shape) <= MAX_FOLD for v in eqn.outvars):
-                # Computed now, as JAX computes it: index arithmetic on iota and literals.
-                outs = eqn.primitive.bind(*values, **eqn.params)
+                # Computed now, as JAX computes it: index arithmetic on iota and literals. Eagerly even
+                # where an outer JAX trace is active (a thunky.jit called inside jax.jit or shard_map).
+                import jax
+
+                with jax.ensure_compile_time_eval():
+                    outs = eqn.primitive.bind(*values, **eqn.params)
                 for var, v in zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]):
                     env[var] = _Const(np.asarray(v))
                 continue

@@ -46,7 +46,7 @@ def call(jf, args):
 
     # Trace now, on shapes alone: the user's mistakes surface at JAX's trace time.
     probes = [new_ref(np.zeros(v.shape, v.dtype)) if r else np.zeros(v.shape, v.dtype) for v, r in zip(avals, is_ref)]
-    program = jf.trace(*probes, mesh=axes)
+    program = jf._cached_trace(probes, mesh=axes)
     names = list(program.buffers)[: len(args)]
     written = [program.buffers[n].written for n in names]
     out_shapes = tuple(jax.ShapeDtypeStruct(v.shape, v.dtype) for v, w in zip(avals, written) if w)
@@ -155,7 +155,7 @@ def _host_args(is_ref, values):
 
 
 def _run_one(jf, is_ref, values):
-    return tuple(jf.execute(*_host_args(is_ref, values)).outputs)
+    return tuple(jf._run_eagerly(_host_args(is_ref, values)).outputs)
 
 
 def _run_mesh(jf, axes, is_ref, written, per_rank):

@@ -217,26 +217,32 @@ class JitFunction:
         return self._call(t, args)
 
     def _run_eagerly(self, args):
-        """Runs the schedule for `args` on the cpu backend, tracing the body
-        once for each signature of arguments (kinds, shapes, dtypes), as
-        upstream caches a trace: a second call with the same shapes runs the
-        same schedule on the new values."""
+        """Runs the schedule for `args` on the cpu backend; returns the Result."""
+        program = self._cached_trace(args)
+        _refuse_opaque(program)
+        return _tools.execute(program)
+
+    def _cached_trace(self, args, mesh=None):
+        """The trace of `args`, made once for each signature of arguments
+        (kinds, shapes, dtypes, mesh), as upstream caches a trace: a second
+        call with the same shapes runs the same schedule on its own values."""
         key = _signature(args)
+        if key is not None and mesh:
+            key += (tuple(mesh.items()),)
         cache = self.__dict__.setdefault("_eager_traces", {})
         program = cache.get(key) if key is not None else None
         if program is None:
-            program = self.trace(*args)
+            program = self.trace(*args, mesh=mesh or None)
             if key is not None and len(cache) < 16:
                 cache[key] = program
-        else:
-            for a, name in zip(args, list(program.buffers)[: len(args)]):
-                b = program.buffers[name]
-                if isinstance(a, Ref):
-                    b.host, b.data = a._buffer, a._buffer.data
-                elif not isinstance(a, AxisIndexValue) and b.data is not None:
-                    b.data = np.asarray(a)
-        _refuse_opaque(program)
-        _tools.execute(program)
+            return program
+        for a, name in zip(args, list(program.buffers)[: len(args)]):
+            b = program.buffers[name]
+            if isinstance(a, Ref):
+                b.host, b.data = a._buffer, a._buffer.data
+            elif not isinstance(a, AxisIndexValue) and b.data is not None:
+                b.data = np.asarray(a)
+        return program
 
     def _call(self, t, args):
         for k, a in enumerate(args):
