@@ -6,11 +6,15 @@
 # tests/sim_fingerprint.txt holds these figures from before commands and
 # the engine were restructured, with the five examples whose GEMMs are
 # skinny (a side of C of at most 64) priced anew when thin tiles and
-# split-K came in (docs/machines.md); a ctest compares.
-# Usage: sim-fingerprint.sh BUILD_DIR [SOURCE_DIR]
+# split-K came in (docs/machines.md); a ctest compares, with
+# --no-interference: interference leaves those figures exactly as they
+# were. tests/sim_fingerprint_interference.txt holds the same cases with
+# interference (the default), which a second ctest compares.
+# Usage: sim-fingerprint.sh BUILD_DIR [SOURCE_DIR] [THUNKY-SIM FLAGS...]
 set -euo pipefail
 bin=$1
 src=${2:-$(cd "$(dirname "$0")/.." && pwd)}
+flags=("${@:3}")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$src"
@@ -27,12 +31,12 @@ PY
 
 for f in examples/*.json; do
   # The literal bidirectional ring races on purpose (exit 1): it has no timeline.
-  "$bin/thunky-sim" "$f" --machine h100-8gpu --report "$tmp/r.json" > /dev/null 2>&1 && line "$f" "$tmp/r.json"
+  "$bin/thunky-sim" "$f" --machine h100-8gpu ${flags[@]+"${flags[@]}"} --report "$tmp/r.json" > /dev/null 2>&1 && line "$f" "$tmp/r.json"
   rm -f "$tmp/r.json"
 done
 while read -r machine args; do
   "$bin/thunky-gen" $args -o "$tmp/g.json"
-  "$bin/thunky-sim" "$tmp/g.json" --machine "$machine" --report "$tmp/r.json" > /dev/null
+  "$bin/thunky-sim" "$tmp/g.json" --machine "$machine" ${flags[@]+"${flags[@]}"} --report "$tmp/r.json" > /dev/null
   line "$machine:${args// /_}" "$tmp/r.json"
   rm -f "$tmp/r.json" "$tmp/g.json"
 done <<'CASES'

@@ -16,18 +16,32 @@ DType flop_dtype(const Program& p, const Command& c) {
   return DType::f32;
 }
 
+// The two sides of a compute command's roofline, with the machine's peak
+// for a dtype given by `peak`: its flops at that rate (a GEMM's by shape,
+// at the machine's efficiency; transcendentals count several) and its
+// bytes at HBM bandwidth.
+template <typename Peak>
+internal::KernelNeeds roofline(const Program& p, const Machine& m, const Command& c, const Work& w, Peak peak) {
+  internal::KernelNeeds n;
+  if (w.flops > 0) {
+    const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
+    const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel || c.op == Op::map;
+    if (flop_bound) n.compute_s = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
+  }
+  n.memory_s = static_cast<double>(w.bytes) / m.hbm_bandwidth;
+  if (c.op == Op::gemm && m.sm_count > 0 && w.gemm_m > 0 && w.gemm_n > 0) {
+    auto up = [](int64_t x, int64_t q) { return (x + q - 1) / std::max<int64_t>(1, q); };
+    n.tiles = up(w.gemm_m, m.gemm_tile_m) * up(w.gemm_n, m.gemm_tile_n) * std::max<int64_t>(1, w.gemm_batch);
+  }
+  return n;
+}
+
 // compute_seconds with the machine's peak for a dtype given by `peak`.
 template <typename Peak>
 double seconds_with(const Program& p, const Machine& m, const Command& c, const Work& w, Peak peak) {
   if (c.cost && c.cost->seconds) return *c.cost->seconds;
-  double flops_time = 0;
-  if (w.flops > 0) {
-    const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
-    // A map is priced by roofline too: its flops (transcendentals count several) or its bytes, whichever is slower.
-    const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel || c.op == Op::map;
-    if (flop_bound) flops_time = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
-  }
-  return std::max(flops_time, static_cast<double>(w.bytes) / m.hbm_bandwidth) + m.launch_overhead_s;
+  const internal::KernelNeeds n = roofline(p, m, c, w, peak);
+  return std::max(n.compute_s, n.memory_s) + m.launch_overhead_s;
 }
 
 }  // namespace
@@ -83,6 +97,10 @@ Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold
   // together: no rank's timeline stands for the others'.
   fold_ = fold && n > 1 && m.host_cores == 0 && ranks_symmetric(p, m, d);
   peak_.fill(-1);  // looked up on first use
+  // A device's SMs and HBM, which collectives take from its kernels; a
+  // host's cores are shared otherwise (ComputeShares).
+  interference_ = options.interference && m.host_cores == 0 && (m.sm_count > 0 || m.hbm_bandwidth > 0);
+  if (interference_) compute_.set_device(m.sm_count, m.hbm_bandwidth);
 }
 
 Expected<SimResult> Engine::run(bool timelines) {
@@ -300,6 +318,14 @@ double Engine::seconds(int info, int64_t rank) {
   return s;
 }
 
+KernelNeeds Engine::needs(int info, int64_t rank) {
+  const CmdInfo& in = infos_[info];
+  if (!interference_ || (in.cmd->cost && in.cmd->cost->seconds)) return {};
+  Work scratch;
+  const Work& w = in.per_rank == 0 ? in.work : work(info, rank, scratch);
+  return roofline(p_, m_, *in.cmd, w, [&](DType t) { return m_.peak(t); });
+}
+
 void Engine::grant_core_to_collective() {
   Comm act = std::move(waiting_for_core_.front());
   waiting_for_core_.pop_front();
@@ -369,10 +395,11 @@ void Engine::finish_comm(int a, bool fresh) {
     const CmdInfo& g = infos_[t.info];
     if (g.cmd->op == Op::collective_group) {
       for (int m = members_begin(t.info); m < members_end(t.info); ++m)
-        record(st.rank, {act.since[k], now_, m, t.instance, si, act.start});
+        record(st.rank, {act.since[k], now_, m, t.instance, si, act.start, act.lost});
     } else {
-      record(st.rank, {act.since[k], now_, t.info, t.instance, si, act.start});
+      record(st.rank, {act.since[k], now_, t.info, t.instance, si, act.start, act.lost});
     }
+    if (act.ctas > 0 || act.hbm > 0) compute_.take(st.rank, -act.ctas, -act.hbm, now_);  // its SMs and HBM come back
   }
   for (int s : act.stats)
     if (recorder_.row(s).seconds == 0) recorder_.row(s).seconds = now_ - act.start;
@@ -388,7 +415,7 @@ void Engine::finish_comm(int a, bool fresh) {
 
 void Engine::finish_compute(const ComputeShares::Ended& k) {
   const Stream& st = streams_[k.stream];
-  record(st.rank, {k.start, now_, st.tasks[st.pc].info, st.tasks[st.pc].instance, k.stream});
+  record(st.rank, {k.start, now_, st.tasks[st.pc].info, st.tasks[st.pc].instance, k.stream, -1, k.lost});
   release(k.stream);
   compute_.share(st.rank, now_);
 }
@@ -468,7 +495,8 @@ void Engine::step(int si) {
     } else {
       s.state = Stream::State::running;
       s.since = now_;
-      compute_.start(s.rank, si, seconds(t.info, s.rank), now_);
+      const double solo = seconds(t.info, s.rank);
+      compute_.start(s.rank, si, solo, now_, needs(t.info, s.rank));
       return;
     }
   }

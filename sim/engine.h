@@ -74,6 +74,14 @@ struct SimOptions {
   // refused before it starts, with the estimate; thunky-sim's
   // --max-records raises it.
   int64_t max_records = int64_t{1} << 22;
+  // A collective's CTAs take SMs from the kernels beside it, and its HBM
+  // traffic shares the chip's bandwidth with theirs (docs/machines.md,
+  // "Interference"); false prices each as if it ran alone
+  // (thunky-sim --no-interference).
+  bool interference = true;
+  // At most this many CTAs for any collective (NCCL_MAX_CTAS; thunky-sim
+  // --nccl-max-ctas); 0: NCCL's own counts.
+  int64_t nccl_max_ctas = 0;
   // Called about every five seconds while a simulation that has run five
   // seconds or more goes on (thunky-sim prints it on stderr).
   std::function<void(const SimProgress&)> progress;

@@ -50,7 +50,13 @@ void Engine::arrive(int si, const Task& t) {
   start_collective(std::move(act));
 }
 
-double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency) {
+int64_t Engine::ctas_for(const Collective& k, int64_t nccl_count) const {
+  int64_t ctas = k.ctas.value_or(nccl_count);
+  if (options_.nccl_max_ctas > 0) ctas = std::min(ctas, options_.nccl_max_ctas);
+  return ctas;
+}
+
+double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency, MemberLoad& load) {
   const Command& c = *infos_[mi].cmd;
   const Collective& k = collective_of(c);
   Work scratch;
@@ -110,7 +116,13 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
         const NcclChoice p = with_host_floor(nccl_p2p(first, across, bytes), first.nccl_params, 1);
         double cap = std::numeric_limits<double>::infinity();
         for (LinkId l : links) cap = std::min(cap, network_.capacity(l));
-        network_.flow(f).remaining = p.transfer_s * cap;
+        // Fewer CTAs than NCCL gives a peer move proportionally less.
+        const int64_t ctas = ctas_for(k, first.nccl_params.p2p_channels);
+        const double slower = std::max(1.0, static_cast<double>(first.nccl_params.p2p_channels) / static_cast<double>(ctas));
+        network_.flow(f).remaining = p.transfer_s * slower * cap;
+        // Each GPU sends its part and receives another's: 2 bytes of HBM per byte sent.
+        load.ctas = std::max(load.ctas, ctas);
+        if (p.transfer_s > 0) load.hbm = std::max(load.hbm, bytes * nccl_hbm_per_link_byte(c.op, NcclAlgo::p2p) / (p.transfer_s * slower));
         latency = std::max(latency, p.latency_s);
         algorithm_of(mi) = {p.latency_s, p.transfer_s, true, p.algo, p.proto};
       } else {
@@ -121,9 +133,18 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
     return bytes;
   }
   const CollectiveCost cost = collective_cost(c.op, spans, bytes);
-  const double transfer = cost.transfer_s;
+  double transfer = cost.transfer_s;
   latency = std::max(latency, cost.latency_s);
-  if (cost.nccl) algorithm_of(mi) = cost;
+  if (cost.nccl) {
+    algorithm_of(mi) = cost;
+    // NCCL's CTAs: fewer than its own count move proportionally less.
+    const int64_t nccl_count = nccl_ctas(c.op, cost.algo, cost.proto, first.nccl_params, n, bytes);
+    const int64_t ctas = ctas_for(k, nccl_count);
+    transfer *= std::max(1.0, static_cast<double>(nccl_count) / static_cast<double>(ctas));
+    load.ctas = std::max(load.ctas, ctas);
+    // The bytes each GPU sends (nccl-tests' bus bytes), through its HBM at the algorithm's rate.
+    if (transfer > 0) load.hbm = std::max(load.hbm, bytes * bus_factor(c.op, n) * nccl_hbm_per_link_byte(c.op, cost.algo) / transfer);
+  }
   // One flow over every link the collective drives, sized so that alone
   // it takes the closed-form transfer time at the slowest link's rate.
   const FlowId f = network_.new_flow(CommId(a), 0, now_);
@@ -172,6 +193,8 @@ Comm Engine::new_comm() {
   c.version = 0;
   c.finished = false;
   c.holds_core = false;
+  c.ctas = 0;
+  c.hbm = c.lost = 0;
   return c;
 }
 
@@ -186,6 +209,7 @@ void Engine::start_collective(Comm act) {
   double latency = 0;
   if (rank_stamp_.size() < static_cast<size_t>(p_.mesh.size())) rank_stamp_.resize(static_cast<size_t>(p_.mesh.size()), 0);
   for (int mi = first_member; mi < end_member; ++mi) {
+    MemberLoad load;
     const Command& c = *infos_[mi].cmd;
     // Every instance of the member among the launched ranks moves data: a
     // group whose members span several communicators (a row shift beside
@@ -196,12 +220,16 @@ void Engine::start_collective(Comm act) {
       if (rank_stamp_[rank] == rank_stamp_now_) continue;
       const Participants part = participants(p_.mesh, rank, collective_of(c).axis, collective_of(c).groups.get());
       for (int q : part.ranks) rank_stamp_[q] = rank_stamp_now_;
-      const double bytes = member_flows(act, a, mi, rank, part, latency);
+      const double bytes = member_flows(act, a, mi, rank, part, latency, load);
       // Ranks are in order, so rank 0's instance comes first.
       if (rank == 0 && recorder_.keep() != Keep::count) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
       if (fold_) break;
     }
+    // A group's members run side by side, each with its CTAs.
+    act.ctas += load.ctas;
+    act.hbm += load.hbm;
   }
+  if (interference_) take_from_devices(act);
   act.latency_end = now_ + latency;
   comms_.push_back(std::move(act));
   Comm& ref = comms_[a];
@@ -215,6 +243,11 @@ void Engine::start_collective(Comm act) {
     return;
   }
   activate(a);
+}
+
+void Engine::take_from_devices(Comm& act) {
+  if (act.ctas <= 0 && act.hbm <= 0) return;
+  for (int st : act.streams) compute_.take(streams_[st].rank, act.ctas, act.hbm, now_);
 }
 
 void Engine::add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes) {

@@ -173,6 +173,10 @@ struct Comm {
   uint32_t version = 0;
   bool finished = false;
   bool holds_core = false;  // on a shared host (chip.host_cores)
+  // What it takes of each of its ranks' devices while it runs, and the
+  // seconds it lost to interference (none yet: docs/machines.md).
+  int64_t ctas = 0;
+  double hbm = 0, lost = 0;
 };
 
 struct LinkKey {
@@ -252,6 +256,8 @@ class Engine {
   const Work& work(int info, int64_t rank, Work& scratch);
 
   double seconds(int info, int64_t rank);
+  // What its kernel needs of the device beside its time (interference_).
+  KernelNeeds needs(int info, int64_t rank);
 
   // Runs `f`, which reads the machine model for command `c`: a field the
   // model lacks is its error, said with the command that needs it.
@@ -301,7 +307,18 @@ class Engine {
   // Adds the flows of one instance of collective `mi` (the one `rank` takes
   // part in, with participants `part`) to activity `a`; raises `latency` to
   // its latency; returns its payload bytes.
-  double member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency);
+  // What one member of a collective takes of each of its GPUs: the CTAs
+  // its kernel holds, and its HBM bytes/s while its data moves.
+  struct MemberLoad {
+    int64_t ctas = 0;
+    double hbm = 0;
+  };
+  double member_flows(Comm& act, int a, int mi, int64_t rank, const Participants& part, double& latency, MemberLoad& load);
+  // A starting collective takes its CTAs and HBM bandwidth from its ranks'
+  // devices (finish_comm gives them back).
+  void take_from_devices(Comm& act);
+  // A collective's CTAs: its command's "ctas", or NCCL's count, at most --nccl-max-ctas.
+  int64_t ctas_for(const Collective& k, int64_t nccl_count) const;
 
   // A collective's vectors come from one that finished: collectives come
   // and go all through a run, and the arena takes no memory back.
@@ -378,6 +395,7 @@ class Engine {
   const Machine& m_;
   const Decisions* decisions_;
   SimOptions options_;
+  bool interference_ = false;  // collectives take SMs and HBM from kernels (SimOptions::interference, on a device)
   Recorder recorder_{options_};
   const Command* heaviest_loop_ = nullptr;  // the while loop expected to run most commands
   int64_t heaviest_loop_commands_ = 0;

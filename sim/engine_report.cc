@@ -83,6 +83,7 @@ SimResult Engine::result() {
       rr.ops.push_back({id, names.op, names.name, stream_names[rec.stream], rec.start, rec.end, w.bytes, w.flops});
       rr.ops.back().algorithm = names.algorithm;
       if (rec.transfer >= 0) rr.ops.back().transfer_start_s = rec.transfer;
+      rr.ops.back().interference_s = rec.lost;
     }
     for (const Edge& e : recorder_.edges(from))
       rr.flows.push_back({stream_names[e.from_stream], stream_names[e.to_stream], e.from_s, e.to_s, names_of(e.info).token, e.join});

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "core/json_reader.h"
 
@@ -93,6 +94,10 @@ void parse_collective_model(Obj& o, AxisLinks& a) {
   q.copy_factor = positive(n, "copy_factor", false, q.copy_factor);
   if (q.copy_factor <= 0) fail(n.at("copy_factor"), "must be positive");
   q.host_launch_s = positive(n, "host_launch_s", false, q.host_launch_s);
+  for (auto [key, field] : {std::pair{"channels", &q.channels}, {"nvls_channels", &q.nvls_channels}, {"p2p_channels", &q.p2p_channels}}) {
+    if (std::optional<Value> c = n.get(key)) *field = as_int(*c, n.at(key));
+    if (*field < 1 || *field > 1024) fail(n.at(key), "expected a count of channels (CTAs) from 1 to 1024");
+  }
   n.done();
 }
 

@@ -61,6 +61,17 @@ struct NcclParams {
   // no less: the GPUs' work hides behind the launches, not after them.
   // thunky's ranks each have their own thread (k = 1). 0 = no floor.
   double host_launch_s = 0;
+  // The CTAs an NCCL kernel holds, one SM each, as NCCL sizes them
+  // (src/enqueue.cc, topoGetAlgoInfo): ring and tree start from the
+  // communicator's `channels` (NCCL's topology search sets them; 24 is
+  // what an 8-GPU H100 node's AllGather holds, as published) and give one
+  // up while the bytes are fewer than channels x threads x the protocol's
+  // threshold; NVLS takes `nvls_channels` (NVLS_NCHANNELS_SM90 = 16, "NVLS
+  // should not need more than 16 channels to get peak BW"); each send or
+  // receive of a collective_permute `p2p_channels` (ncclTopoComputeP2pChannels
+  // gives a peer a power of two of them). Each default reaches the link
+  // rate the protocols are fitted to; fewer move proportionally less.
+  int64_t channels = 24, nvls_channels = 16, p2p_channels = 8;
   NcclParams();
 };
 

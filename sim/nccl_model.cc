@@ -310,4 +310,27 @@ std::optional<uint8_t> nccl_proto_setting(const std::string& value, std::string&
   return nccl_env_setting({"NCCL_PROTO", {"LL", "LL128", "Simple"}, {}, ""}, value, error);
 }
 
+int64_t nccl_ctas(Op op, NcclAlgo algo, NcclProto proto, const NcclParams& q, int64_t n, double bytes) {
+  switch (algo) {
+    case NcclAlgo::nvls:
+    case NcclAlgo::nvls_tree: return q.nvls_channels;
+    case NcclAlgo::p2p: return q.p2p_channels;
+    case NcclAlgo::ring:
+    case NcclAlgo::tree: break;
+  }
+  const double threads = proto == NcclProto::ll128 ? 640 : 512;
+  double threshold = proto == NcclProto::simple ? 64 : 8;
+  if (algo == NcclAlgo::ring && proto == NcclProto::ll) threshold *= static_cast<double>(n);
+  const bool per_rank = op == Op::all_gather || op == Op::reduce_scatter;
+  const double count = per_rank && n > 0 ? bytes / static_cast<double>(n) : bytes;
+  int64_t channels = q.channels;
+  while (channels >= 2 && count < static_cast<double>(channels) * threads * threshold) --channels;
+  return channels;
+}
+
+double nccl_hbm_per_link_byte(Op op, NcclAlgo algo) {
+  const bool reduces = op == Op::all_reduce || op == Op::reduce_scatter;
+  return reduces && (algo == NcclAlgo::ring || algo == NcclAlgo::tree) ? 3.0 : 2.0;
+}
+
 }  // namespace thunky::sim

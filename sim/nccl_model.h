@@ -50,6 +50,24 @@ NcclChoice with_host_floor(NcclChoice c, const NcclParams& q, int64_t gpus_per_t
 // on idle links.
 NcclChoice nccl_p2p(const AxisLinks& a, bool across_nodes, double bytes);
 
+// The CTAs (one SM each) NCCL's kernel for a collective of `op` over `n`
+// ranks holds, as NCCL sizes them (src/enqueue.cc, topoGetAlgoInfo): NVLS
+// and NVLS-tree take q.nvls_channels, a send or receive q.p2p_channels;
+// ring and tree start from q.channels and give one up while NCCL's byte
+// count (the array; all_gather and reduce_scatter: one rank's part, V/n)
+// is below channels x threads x threshold: 512 threads for LL and
+// Simple, 640 for LL128 (NCCL_*_MAX_NTHREADS); 8 bytes a thread for LL
+// and LL128, 64 for Simple, the ring's LL times n (src/graph/tuning.cc,
+// threadThresholds).
+int64_t nccl_ctas(Op op, NcclAlgo algo, NcclProto proto, const NcclParams& q, int64_t n, double bytes);
+
+// The bytes a collective moves through each of its GPUs' HBM per byte
+// that GPU sends on its links: a reducing ring or tree step reads what
+// arrived and the GPU's own part and writes the sum (3); a copy (all_gather,
+// all_to_all), a send/receive pair and NVLS, whose switch reduces, read
+// once and write once (2).
+double nccl_hbm_per_link_byte(Op op, NcclAlgo algo);
+
 // The algorithms an NCCL_ALGO value leaves all_reduce (the one collective
 // with a choice here), as bits of AxisLinks::algorithms. NCCL's syntax:
 // "Ring,NVLS", "^NVLS", "ring;allreduce:tree" (a first list for every

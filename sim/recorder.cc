@@ -34,7 +34,7 @@ void Recorder::record(int64_t rank, const Rec& r, bool collective) {
   switch (keep_) {
     case Keep::records: ops_[static_cast<size_t>(rank)].push_back(r); return;
     case Keep::stats:
-      tallies_[static_cast<size_t>(rank)].add(r.start, r.end, collective, r.transfer >= 0 ? std::optional<double>(r.transfer) : std::nullopt);
+      tallies_[static_cast<size_t>(rank)].add(r.start, r.end, collective, r.transfer >= 0 ? std::optional<double>(r.transfer) : std::nullopt, r.lost);
       return;
     case Keep::count: break;
   }

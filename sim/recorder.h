@@ -27,6 +27,7 @@ struct Rec {
   int32_t instance = -1;
   int32_t stream = -1;
   double transfer = -1;  // a collective: when its data began to move (start: when this rank arrived); else -1
+  double lost = 0;       // seconds lost to interference (docs/machines.md)
 };
 
 // A hand-off between two streams through an event (a token's async_start

@@ -44,6 +44,11 @@ int run_main(int argc, char** argv) {
   int64_t max_records = thunky::sim::SimOptions{}.max_records;
   app.add_option("--max-records", max_records, "the most commands (loop trips times commands, on every rank simulated) kept for --report, --trace and --svg (default 4194304, about 450 bytes each)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  bool no_interference = false;
+  app.add_flag("--no-interference", no_interference, "price each collective and kernel as if it ran alone: a collective's CTAs take no SMs and its HBM traffic no bandwidth from the kernels beside it (docs/machines.md)");
+  int64_t nccl_max_ctas = 0;
+  app.add_option("--nccl-max-ctas", nccl_max_ctas, "at most this many CTAs (SMs) for any collective, as NCCL_MAX_CTAS: fewer than NCCL takes leave SMs to kernels and move data slower")
+      ->check(CLI::Range(int64_t{1}, thunky::Collective::kMaxCtas));
   std::string dump_inputs;
   app.add_option("--dump-inputs", dump_inputs, "write every input and inout buffer as its init makes it (seeded random values included) as .npy into this directory, to check a run's results against");
   bool check = false;
@@ -74,6 +79,8 @@ int run_main(int argc, char** argv) {
   options.timelines = timelines;
   options.max_trip_count = max_trip_count;
   options.max_records = max_records;
+  options.interference = !no_interference;
+  options.nccl_max_ctas = nccl_max_ctas;
   options.progress = thunky::cli::print_progress("thunky-sim", "simulated");
   auto r = thunky::predict(*prog, *m, options);
   if (!r) return fail(r.errors(), r.exit_code());

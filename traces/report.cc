@@ -83,8 +83,9 @@ void split_at(std::vector<Interval>& v, double h, std::vector<Interval>& below) 
 
 }  // namespace
 
-void TimelineTally::add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s) {
+void TimelineTally::add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s, double interference_s) {
   merge_into(collective ? comm_ : compute_, start_s, end_s);
+  (collective ? comm_interference_s_ : compute_interference_s_) += interference_s;
   if (collective) merge_into(transfer_, transfer_start_s.value_or(start_s), end_s);
   ++ops_;
   last_end_s_ = std::max(last_end_s_, end_s);
@@ -114,6 +115,8 @@ RankStats TimelineTally::stats() const {
   s.wait_s = std::max(0.0, s.comm_s - s.transfer_s);
   s.exposed_transfer_s = exposed_transfer_s_ + minus_length(transfer_, compute_);
   s.exposed_wait_s = std::max(0.0, s.exposed_comm_s - s.exposed_transfer_s);
+  s.compute_interference_s = compute_interference_s_;
+  s.comm_interference_s = comm_interference_s_;
   s.ops = ops_;
   return s;
 }
@@ -138,6 +141,8 @@ void summarize_stats(Report& r) {
     total.transfer_s += rank.stats.transfer_s;
     total.exposed_wait_s += rank.stats.exposed_wait_s;
     total.exposed_transfer_s += rank.stats.exposed_transfer_s;
+    total.compute_interference_s += rank.stats.compute_interference_s;
+    total.comm_interference_s += rank.stats.comm_interference_s;
     total.ops += rank.stats.ops;
   }
   const double n = r.ranks.empty() ? 1.0 : static_cast<double>(r.ranks.size());
@@ -148,6 +153,8 @@ void summarize_stats(Report& r) {
   r.summary.transfer_s = total.transfer_s / n;
   r.summary.exposed_wait_s = total.exposed_wait_s / n;
   r.summary.exposed_transfer_s = total.exposed_transfer_s / n;
+  r.summary.compute_interference_s = total.compute_interference_s / n;
+  r.summary.comm_interference_s = total.comm_interference_s / n;
   r.summary.overlap_fraction = r.summary.comm_s > 0 ? 1.0 - r.summary.exposed_comm_s / r.summary.comm_s : 0.0;
   r.summary.ops = total.ops / std::max<int64_t>(1, static_cast<int64_t>(r.ranks.size()));
 }
@@ -167,7 +174,7 @@ void summarize(Report& r) {
     TimelineTally tally;
     for (OpRecord* op : ops) {
       op->collective = is_collective_op(op->op);
-      tally.add(op->start_s, op->end_s, op->collective, op->transfer_start_s);
+      tally.add(op->start_s, op->end_s, op->collective, op->transfer_start_s, op->interference_s);
     }
     rank.stats = tally.stats();
     r.makespan_s = std::max(r.makespan_s, tally.last_end_s());
@@ -219,7 +226,8 @@ ojson stats_json(const RankStats& s) {
   return ojson{{"compute_s", s.compute_s},           {"comm_s", s.comm_s},
                {"wait_s", s.wait_s},                 {"transfer_s", s.transfer_s},
                {"exposed_comm_s", s.exposed_comm_s}, {"exposed_wait_s", s.exposed_wait_s},
-               {"exposed_transfer_s", s.exposed_transfer_s}, {"overlap_fraction", s.overlap_fraction}};
+               {"exposed_transfer_s", s.exposed_transfer_s}, {"overlap_fraction", s.overlap_fraction},
+               {"compute_interference_s", s.compute_interference_s}, {"comm_interference_s", s.comm_interference_s}};
 }
 }  // namespace
 
@@ -268,7 +276,8 @@ namespace {
 bool same_timeline(const RankReport& a, const RankReport& b) {
   auto same_op = [](const OpRecord& x, const OpRecord& y) {
     return x.start_s == y.start_s && x.end_s == y.end_s && x.id == y.id && x.op == y.op && x.name == y.name && x.stream == y.stream &&
-           x.bytes == y.bytes && x.flops == y.flops && x.algorithm == y.algorithm && x.transfer_start_s == y.transfer_start_s;
+           x.bytes == y.bytes && x.flops == y.flops && x.algorithm == y.algorithm && x.transfer_start_s == y.transfer_start_s &&
+           x.interference_s == y.interference_s;
   };
   auto same_flow = [](const FlowEdge& x, const FlowEdge& y) {
     return x.from_s == y.from_s && x.to_s == y.to_s && x.join == y.join && x.token == y.token && x.from_stream == y.from_stream &&
@@ -308,6 +317,10 @@ void write_report(const Report& r, std::ostream& os) {
                  {"end_s", op.end_s}, {"bytes", op.bytes}, {"flops", op.flops}};
       if (!op.algorithm.empty()) o["algorithm"] = op.algorithm;
       if (op.transfer_start_s) o["transfer_start_s"] = *op.transfer_start_s;
+      if (op.interference_s > 0) {
+        o["solo_s"] = op.end_s - op.start_s - op.interference_s;
+        o["interference_s"] = op.interference_s;
+      }
       w.value(o);
     }
     w.close(']');
@@ -380,7 +393,8 @@ std::optional<std::string> string_or_null(Obj& o, std::string_view k) {
 void skip_stats(Obj& o, std::string_view k) {
   if (auto v = o.get(k)) {
     Obj stats(*v, o.at(k));
-    for (const char* f : {"compute_s", "comm_s", "wait_s", "transfer_s", "exposed_comm_s", "exposed_wait_s", "exposed_transfer_s", "overlap_fraction"})
+    for (const char* f : {"compute_s", "comm_s", "wait_s", "transfer_s", "exposed_comm_s", "exposed_wait_s", "exposed_transfer_s", "overlap_fraction",
+                          "compute_interference_s", "comm_interference_s"})
       stats.num_or(f, 0);
     stats.get("critical_path");
     stats.done();
@@ -406,6 +420,12 @@ OpRecord read_op(Value v, const std::string& ptr) {
     if (*rec.transfer_start_s < rec.start_s || *rec.transfer_start_s > rec.end_s)
       json_reader::fail(o.at("transfer_start_s"), "lies outside the op's [start_s, end_s]");
   }
+  if (o.has("interference_s")) {
+    rec.interference_s = number(o, "interference_s");
+    if (rec.interference_s < 0 || rec.interference_s > rec.end_s - rec.start_s)
+      json_reader::fail(o.at("interference_s"), "expected from 0 to the op's end_s - start_s");
+  }
+  o.num_or("solo_s", 0);  // end_s - start_s - interference_s: derived, not kept
   o.done();
   return rec;
 }
@@ -547,9 +567,10 @@ void write_chrome_trace(const Report& r, std::ostream& os) {
     const RankReport& line = r.timeline(rank);
     for (const auto& op : line.ops) {
       const int t = tid(op.stream);
+      ojson args = {{"id", op.id}, {"op", op.op}, {"bytes", op.bytes}, {"flops", op.flops}};
+      if (op.interference_s > 0) args["interference_us"] = op.interference_s * 1e6;
       w.value({{"ph", "X"}, {"name", op.name.empty() ? op.op : op.name}, {"cat", op.op}, {"pid", pid}, {"tid", t},
-               {"ts", op.start_s * 1e6}, {"dur", std::max(0.0, op.end_s - op.start_s) * 1e6},
-               {"args", {{"id", op.id}, {"op", op.op}, {"bytes", op.bytes}, {"flops", op.flops}}}});
+               {"ts", op.start_s * 1e6}, {"dur", std::max(0.0, op.end_s - op.start_s) * 1e6}, {"args", args}});
       // A collective's wait for the other members: a slice of its own,
       // nested at the start of the collective's.
       if (op.transfer_start() > op.start_s)
@@ -618,14 +639,22 @@ void print_table(const Report& r, std::ostream& os) {
   // Communication (comm_us) is waiting for the other members (wait_us)
   // and moving data (transfer_us); exposed_us, the part under no compute,
   // splits alike (exp_wait_us is its waiting).
-  std::snprintf(line, sizeof line, "%-26s %8s %14s %14s %14s %9s %14s %14s %14s\n", "rank", "ops", "compute_us", "comm_us", "exposed_us", "overlap",
+  // Where interference cost anything (thunky-sim), two more columns: the
+  // time compute and communication lost to it.
+  const bool lost = r.summary.compute_interference_s > 0 || r.summary.comm_interference_s > 0;
+  std::snprintf(line, sizeof line, "%-26s %8s %14s %14s %14s %9s %14s %14s %14s", "rank", "ops", "compute_us", "comm_us", "exposed_us", "overlap",
                 "wait_us", "transfer_us", "exp_wait_us");
-  os << line;
+  os << line << (lost ? "  intf_comp_us  intf_comm_us" : "") << "\n";
   auto figures = [&](const RankStats& s) {
     std::snprintf(line, sizeof line, "%8lld %14s %14s %14s %8.1f%% %14s %14s %14s", static_cast<long long>(s.ops), us(s.compute_s).c_str(),
                   us(s.comm_s).c_str(), us(s.exposed_comm_s).c_str(), 100 * s.overlap_fraction, us(s.wait_s).c_str(), us(s.transfer_s).c_str(),
                   us(s.exposed_wait_s).c_str());
-    return std::string(line);
+    std::string figs = line;
+    if (lost) {
+      std::snprintf(line, sizeof line, " %13s %13s", us(s.compute_interference_s).c_str(), us(s.comm_interference_s).c_str());
+      figs += line;
+    }
+    return figs;
   };
   auto row = [&](const std::string& label, const std::string& figs) {
     std::snprintf(line, sizeof line, "%-26s ", label.c_str());

@@ -32,6 +32,10 @@ struct OpRecord {
   // Absent where the backend cannot tell them apart (all transfer).
   std::optional<double> transfer_start_s = std::nullopt;
   double transfer_start() const { return transfer_start_s.value_or(start_s); }
+  // sim: of end_s - start_s, the seconds lost to interference (a kernel
+  // slowed by a collective's CTAs and HBM traffic beside it); solo, it
+  // would have taken the rest.
+  double interference_s = 0;
 };
 
 // A fork or join edge between two streams of one rank (async_start / async_done).
@@ -48,6 +52,9 @@ struct FlowEdge {
 struct RankStats {
   double compute_s = 0, comm_s = 0, exposed_comm_s = 0, overlap_fraction = 0;
   double wait_s = 0, transfer_s = 0, exposed_wait_s = 0, exposed_transfer_s = 0;
+  // Seconds of the rank's compute ops, and of its collectives, lost to
+  // interference (OpRecord::interference_s, summed).
+  double compute_interference_s = 0, comm_interference_s = 0;
   int64_t ops = 0;  // ops in the rank's timeline (not written: the ops are)
 };
 
@@ -59,7 +66,7 @@ struct RankStats {
 class TimelineTally {
  public:
   // A collective's transfer starts at `transfer_start_s` (its wait before).
-  void add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s = std::nullopt);
+  void add(double start_s, double end_s, bool collective, std::optional<double> transfer_start_s = std::nullopt, double interference_s = 0);
   // When no op added later starts before `horizon`, what lies before it
   // is final: its lengths are summed and only what lies after is kept, so
   // that a long run's tally stays small.
@@ -73,6 +80,7 @@ class TimelineTally {
   // Folded: the lengths of compute, communication and transfer, and of
   // communication and transfer outside compute.
   double compute_s_ = 0, comm_s_ = 0, transfer_s_ = 0, exposed_comm_s_ = 0, exposed_transfer_s_ = 0;
+  double compute_interference_s_ = 0, comm_interference_s_ = 0;
   int64_t ops_ = 0;
   double last_end_s_ = 0;
 };

@@ -205,7 +205,8 @@ std::string timeline_svg(const Report& r) {
     for (const auto& op : line.ops)
       draw_bar(o, op, x(op.start_s), x(op.end_s), lane_y[{rank.rank, op.stream}] + 2, lane - 4,
                op.id + " " + op.op + (op.name.str().empty() ? "" : " '" + op.name + "'") + "\n" + num(op.start_s * 1e6) + " - " + num(op.end_s * 1e6) +
-                   " us, " + std::to_string(op.bytes) + " bytes, " + num(op.flops) + " flops");
+                   " us, " + std::to_string(op.bytes) + " bytes, " + num(op.flops) + " flops" +
+                   (op.interference_s > 0 ? ", " + num(op.interference_s * 1e6) + " us lost to interference" : ""));
     // Arrows only where they can be told apart: past one per 5 px of the
     // time axis they would paint the lanes black.
     if (static_cast<double>(line.flows.size()) > width / 5) continue;

@@ -14,12 +14,15 @@ void Collective::read_common(OpReader& r) {
   dst = r.ref("dst");
   axis = r.names("axis");
   if (auto g = r.int_lists("groups", "expected a list of groups (lists of axis indices)")) groups = std::move(*g);
+  ctas = r.int_or_none("ctas");
+  if (ctas && (*ctas < 1 || *ctas > kMaxCtas)) r.fail("ctas", "expected a count of CTAs from 1 to " + std::to_string(kMaxCtas));
 }
 void Collective::write_common(json& j) const {
   j["src"] = ref_json(src);
   j["dst"] = ref_json(dst);
   j["axis"] = axis.size() == 1 ? json(axis[0]) : json(axis);
   if (groups) j["groups"] = *groups;
+  if (ctas) j["ctas"] = *ctas;
 }
 
 void ReducingCollective::read_common(OpReader& r) {

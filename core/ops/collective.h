@@ -22,12 +22,17 @@ class OpReader;
 // What every collective has: its source and destination views and its
 // communicator: the ranks that differ from this one only along `axis`, or,
 // with `groups`, the group of them (by position along the axis) this rank
-// is in.
+// is in. `ctas`: the CTAs (one SM each) its kernel holds, where NCCL's own
+// choice is overridden (NCCL_MIN_CTAS/NCCL_MAX_CTAS for one collective);
+// the simulator prices SMs taken from the kernels beside it, and a
+// collective given fewer than NCCL would take moves its bytes slower.
 struct Collective {
   static constexpr OpFamily family = OpFamily::collective;
+  static constexpr int64_t kMaxCtas = 1024;
   Ref src, dst;
   std::vector<std::string> axis;  // one or more mesh axes
   Box<std::vector<std::vector<int64_t>>> groups;
+  std::optional<int64_t> ctas;
 
   template <typename F> void uses(F&& f) const { f(RefUse{&src, false}), f(RefUse{&dst, true}); }
   template <typename F> void blocks(F&&) const {}

@@ -402,3 +402,34 @@ def test_a_thunky_jit_function_called_inside_call_jax_becomes_a_call_of_its_func
         return r[...]
 
     np.testing.assert_array_equal(np.asarray(run(jnp.ones(16, jnp.float32))), 1 + const)  # 11, 12, ..., 26
+
+
+# ---- interference
+
+@thunky.jit
+def gemm_beside_all_gather(x_ref, w_ref, y_ref, s_ref, d_ref):
+    tok = thunky.async_start(lambda: thunky.all_gather(s_ref, d_ref, "x"), stream_id=0, stream_kind="communication")
+    thunky.call_jax(lambda x, w, y: y.__setitem__(Ellipsis, x[...] @ w[...]), x_ref, w_ref, y_ref)
+    thunky.async_done(tok)
+
+
+def test_a_gemm_beside_an_all_gather_reports_what_interference_cost_it():
+    pytest.importorskip("jax")
+    # On h100-8gpu: 1536 x 2816 bf16 is 12 x 11 = 132 tiles of 128 x 256,
+    # one wave on 132 SMs; the 1 GiB all_gather (2^26 bf16 a rank, 8 ranks)
+    # holds 24 of them for longer than the GEMM runs, so the GEMM takes two
+    # waves: twice its solo time, half of it lost to interference.
+    bf16 = ml_dtypes.bfloat16
+    args = (_Shaped((1536, 8192), bf16), _Shaped((8192, 2816), bf16), _Shaped((1536, 2816), bf16),
+            _Shaped((1 << 26,), bf16), _Shaped((1 << 29,), bf16))
+    with_it = gemm_beside_all_gather.simulate(*args, mesh={"x": 8})
+    alone = gemm_beside_all_gather.simulate(*args, mesh={"x": 8}, interference=False)
+    g = next(o for o in with_it.ops if o["rank"] == 0 and o["op"] == "gemm")
+    g0 = next(o for o in alone.ops if o["rank"] == 0 and o["op"] == "gemm")
+    solo = g0["end_s"] - g0["start_s"]
+    assert g["end_s"] - g["start_s"] == pytest.approx(2 * solo, rel=1e-9)
+    assert g["interference_s"] == pytest.approx(solo, rel=1e-9)
+    assert g["solo_s"] == pytest.approx(solo, rel=1e-9)
+    assert g0["interference_s"] == 0.0 and g0["solo_s"] == solo
+    assert with_it.ranks[0]["compute_interference_s"] == pytest.approx(solo, rel=1e-9)
+    assert "intf_comp_us" in with_it.table and "intf_comp_us" not in alone.table

@@ -300,13 +300,14 @@ class JitFunction:
         return _tools.execute(program, backend=backend, iters=iters, warmup=warmup, timeout=timeout, ranks=ranks)
 
     def simulate(self, *args: Any, machine: str = "h100-8gpu", mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None,
-                 timeout: Optional[float] = None, fill: Fill = None) -> _tools.Report:
+                 timeout: Optional[float] = None, fill: Fill = None, interference: bool = True) -> _tools.Report:
         """The predicted Report of thunky-sim on `machine`. Arguments may be
         shapes alone (thunky.ShapeDtypeStruct, jax.ShapeDtypeStruct):
-        nothing is allocated for them."""
+        nothing is allocated for them. interference=False prices every
+        command as if it ran alone (thunky-sim --no-interference)."""
         program = self.trace(*args, mesh=mesh, in_specs=in_specs, fill=fill)
         _refuse_unknown_decisions(program)
-        return _tools.simulate(program, machine=machine, timeout=timeout)
+        return _tools.simulate(program, machine=machine, timeout=timeout, interference=interference)
 
     def check(self, *args: Any, mesh: MeshLike = None, in_specs: Optional[Sequence[Any]] = None, fill: Fill = None,
               timeout: Optional[float] = None) -> str:

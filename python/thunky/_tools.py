@@ -104,7 +104,8 @@ class Report:
         """Per rank: compute, communication and exposed seconds, and the
         overlap; communication split into waiting for the other members and
         transfer (comm_s = wait_s + transfer_s), and the exposed part alike."""
-        keys = ("compute_s", "comm_s", "exposed_comm_s", "wait_s", "transfer_s", "exposed_wait_s", "exposed_transfer_s")
+        keys = ("compute_s", "comm_s", "exposed_comm_s", "wait_s", "transfer_s", "exposed_wait_s", "exposed_transfer_s",
+                "compute_interference_s", "comm_interference_s")
         out = []
         for r in self._doc["ranks"]:
             s = r.get("stats", {})
@@ -121,7 +122,9 @@ class Report:
         """Every command of every rank: rank, id, op, name, stream, start_s,
         end_s, for a collective transfer_start_s (when its data began to
         move; before it, the rank waited for the others), bytes, flops,
-        algorithm (a collective's, under the NCCL model), and the user's
+        algorithm (a collective's, under the NCCL model), solo_s and
+        interference_s (predicted: its time alone and the time it lost to
+        collectives beside it), and the user's
         source line (file:line) where the program was traced from Python;
         None where a command has no such figure."""
         out = []
@@ -130,6 +133,8 @@ class Report:
                 row = {"rank": r["rank"], "id": o["id"], "op": o["op"], "name": o.get("name", ""), "stream": o["stream"],
                        "start_s": o["start_s"], "end_s": o["end_s"], "transfer_start_s": o.get("transfer_start_s")}
                 row.update({k: o.get(k) for k in self._OP_FIELDS})
+                if self._doc.get("source") == "sim" and row["interference_s"] is None:
+                    row["interference_s"], row["solo_s"] = 0.0, o["end_s"] - o["start_s"]  # nothing lost: it ran as alone
                 where = self._sources.get(o["id"].split("#")[0]) if self._sources else None
                 row["source"] = f"{where[0]}:{where[1]}" if where else None
                 out.append(row)
@@ -231,11 +236,12 @@ def _load(path, dtype):
     return value.astype(dtype) if value.dtype != dtype else value
 
 
-def simulate(program, machine="h100-8gpu", timeout=None):
+def simulate(program, machine="h100-8gpu", timeout=None, interference=True):
     with tempfile.TemporaryDirectory(prefix="thunky_") as d:
         sched = program.save(d)
         report = os.path.join(d, "report.json")
-        table = _run("thunky-sim", [sched, "--machine", machine, "--report", report, "--svg", os.path.join(d, "t.svg"), "--trace",
+        flags = [] if interference else ["--no-interference"]
+        table = _run("thunky-sim", [sched, "--machine", machine, *flags, "--report", report, "--svg", os.path.join(d, "t.svg"), "--trace",
                                     os.path.join(d, "t.json")], program, timeout)
         return _read_report(d, table, program)
 
