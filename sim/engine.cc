@@ -319,11 +319,21 @@ double Engine::seconds(int info, int64_t rank) {
 }
 
 KernelNeeds Engine::needs(int info, int64_t rank) {
-  const CmdInfo& in = infos_[info];
+  CmdInfo& in = infos_[info];
   if (!interference_ || (in.cmd->cost && in.cmd->cost->seconds)) return {};
+  if (in.have_needs) return in.needs;
   Work scratch;
   const Work& w = in.per_rank == 0 ? in.work : work(info, rank, scratch);
-  return roofline(p_, m_, *in.cmd, w, [&](DType t) { return m_.peak(t); });
+  const KernelNeeds n = roofline(p_, m_, *in.cmd, w, [&](DType t) {
+    double& v = peak_[static_cast<size_t>(t)];
+    if (v < 0) v = m_.peak(t);
+    return v;
+  });
+  if (in.per_rank == 0) {  // the same on every rank: computed once
+    in.needs = n;
+    in.have_needs = true;
+  }
+  return n;
 }
 
 void Engine::grant_core_to_collective() {

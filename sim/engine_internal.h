@@ -66,8 +66,10 @@ struct CmdInfo {
   int blocks = -1;  // into Engine::block_starts_; -1: no sub-blocks
   int8_t per_rank = -1;  // work differs between ranks (1), or not (0); -1: not yet computed
   bool have_seconds = false;
+  bool have_needs = false;  // needs, once computed for a command alike on every rank
   Work work;
   double seconds = 0;
+  KernelNeeds needs;
   int partner = -1;                  // async_done: its async_start
   int32_t sets = -1;  // collectives: into Engine::set_of_rank_
 };
