@@ -405,9 +405,9 @@ void Engine::finish_comm(int a, bool fresh) {
     const CmdInfo& g = infos_[t.info];
     if (g.cmd->op == Op::collective_group) {
       for (int m = members_begin(t.info); m < members_end(t.info); ++m)
-        record(st.rank, {act.since[k], now_, m, t.instance, si, act.start, act.lost});
+        record(st.rank, {act.since[k], now_, m, t.instance, si, act.start});
     } else {
-      record(st.rank, {act.since[k], now_, t.info, t.instance, si, act.start, act.lost});
+      record(st.rank, {act.since[k], now_, t.info, t.instance, si, act.start});
     }
     if (act.ctas > 0 || act.hbm > 0) compute_.take(st.rank, -act.ctas, -act.hbm, now_);  // its SMs and HBM come back
   }

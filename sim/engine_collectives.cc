@@ -194,7 +194,7 @@ Comm Engine::new_comm() {
   c.finished = false;
   c.holds_core = false;
   c.ctas = 0;
-  c.hbm = c.lost = 0;
+  c.hbm = 0;
   return c;
 }
 

@@ -175,10 +175,10 @@ struct Comm {
   uint32_t version = 0;
   bool finished = false;
   bool holds_core = false;  // on a shared host (chip.host_cores)
-  // What it takes of each of its ranks' devices while it runs, and the
-  // seconds it lost to interference (none yet: docs/machines.md).
+  // What it takes of each of its ranks' devices while it runs (a
+  // collective's own loss to interference is not priced yet: docs/machines.md).
   int64_t ctas = 0;
-  double hbm = 0, lost = 0;
+  double hbm = 0;
 };
 
 struct LinkKey {
