@@ -1,5 +1,6 @@
 #include "traces/compare.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 
@@ -41,7 +42,7 @@ Comparison compare_reports(const Report& predicted, const Report& measured) {
         continue;
       }
       const double pd = it->second->end_s - it->second->start_s, md = op.end_s - op.start_s;
-      c.commands.push_back({measured.ranks[k].rank, &op, pd, md});
+      c.commands.push_back({measured.ranks[k].rank, &op, pd, md, it->second->interference_s});
       if (md > 0) {
         error_sum += std::abs(pd - md) / md;
         ++errors;
@@ -84,7 +85,24 @@ void print_comparison(const Report& predicted, const Report& measured, const Com
                   us(r.predicted.wait_s).c_str(), us(r.measured.wait_s).c_str(), us(r.predicted.transfer_s).c_str(), us(r.measured.transfer_s).c_str());
     os << line;
   }
-  std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", "command (rank 0)", "op", "predicted_us", "measured_us", "error");
+  // What the prediction lost to interference (a kernel beside a
+  // collective's CTAs and HBM traffic, docs/machines.md), by rank and
+  // command, where it lost anything: a measurement holds it inside its
+  // durations and cannot tell it apart.
+  const bool lost = std::any_of(c.ranks.begin(), c.ranks.end(), [](const RankComparison& r) {
+    return r.predicted.compute_interference_s > 0 || r.predicted.comm_interference_s > 0;
+  });
+  if (lost) {
+    os << "predicted interference (of the durations above; thunky-sim --no-interference prices them solo):\n";
+    std::snprintf(line, sizeof line, "%-8s %18s %18s\n", "rank", "intf_comp_us pred", "intf_comm_us pred");
+    os << line;
+    for (const auto& r : c.ranks) {
+      std::snprintf(line, sizeof line, "%-8lld %18s %18s\n", static_cast<long long>(r.rank), us(r.predicted.compute_interference_s).c_str(),
+                    us(r.predicted.comm_interference_s).c_str());
+      os << line;
+    }
+  }
+  std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s%s\n", "command (rank 0)", "op", "predicted_us", "measured_us", "error", lost ? "   of which intf_us" : "");
   os << line;
   size_t shown = 0, rest = 0;
   for (const auto& cmd : c.commands) {
@@ -95,8 +113,9 @@ void print_comparison(const Report& predicted, const Report& measured, const Com
     }
     ++shown;
     const std::string err = cmd.measured_s > 0 ? percent((cmd.predicted_s - cmd.measured_s) / cmd.measured_s) : "-";
-    std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s\n", cmd.measured->id.c_str(), cmd.measured->op.c_str(), us(cmd.predicted_s).c_str(), us(cmd.measured_s).c_str(),
-                  err.c_str());
+    const std::string intf = lost ? "   " + std::string(16 - std::min<size_t>(16, us(cmd.predicted_interference_s).size()), ' ') + us(cmd.predicted_interference_s) : "";
+    std::snprintf(line, sizeof line, "%-34s %-20s %14s %14s %10s%s\n", cmd.measured->id.c_str(), cmd.measured->op.c_str(), us(cmd.predicted_s).c_str(), us(cmd.measured_s).c_str(),
+                  err.c_str(), intf.c_str());
     os << line;
   }
   if (rest > 0) os << "... and " << rest << " more commands of rank 0 (--all-commands prints them)\n";
@@ -131,6 +150,16 @@ void print_recovery(const Report& blocking, const Report& overlapped, const Repo
   } else {
     os << "recovered by overlap: nothing to recover, the blocking schedule is not slower than the unsharded one\n";
   }
+  // The overlapped schedule's price of running side by side, where a
+  // prediction priced it: its slowest-losing rank's sums.
+  double kernels = 0, collectives = 0;
+  for (const RankReport& rank : overlapped.ranks) {
+    kernels = std::max(kernels, rank.stats.compute_interference_s);
+    collectives = std::max(collectives, rank.stats.comm_interference_s);
+  }
+  if (kernels > 0 || collectives > 0)
+    os << std::setprecision(3) << "lost to interference in the overlapped schedule (a rank's most): kernels " << kernels * 1e6 << " us, collectives " << collectives * 1e6
+       << " us (thunky-sim --no-interference prices them solo)\n";
   os.flags(flags);
 }
 

@@ -18,6 +18,7 @@ struct CommandComparison {
   int64_t rank = 0;
   const OpRecord* measured = nullptr;
   double predicted_s = 0, measured_s = 0;  // durations
+  double predicted_interference_s = 0;     // of predicted_s, lost to interference (sim)
 };
 
 struct RankComparison {

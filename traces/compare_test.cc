@@ -65,6 +65,25 @@ TEST(Compare, MatchesCommandsByRankAndIdAndMeasuresTheError) {
   EXPECT_EQ(host.str().find("note:"), std::string::npos) << host.str();
 }
 
+TEST(Compare, PredictedInterferenceIsShownByRankAndCommand) {
+  // Predicted: a GEMM of 30 us, 12 of them lost to a collective's CTAs
+  // beside it, and the collective itself (nothing lost). The rank row
+  // gives 12.000 us of kernels and 0.000 of collectives lost; the GEMM's
+  // command row ends in its 12.000 us.
+  OpRecord gemm = op("/program/0", "gemm", 0, 30e-6);
+  gemm.interference_s = 12e-6;
+  Report p = report("sim", {{gemm, op("/program/1", "all_gather", 0, 20e-6)}});
+  Report m = report("exec", {{op("/program/0", "gemm", 0, 25e-6), op("/program/1", "all_gather", 0, 20e-6)}});
+  std::ostringstream os;
+  print_comparison(p, m, compare_reports(p, m), os);
+  EXPECT_TRUE(testing::has_row(os.str(), {"0", "12.000", "0.000"})) << os.str();
+  EXPECT_TRUE(testing::has_row(os.str(), {"/program/0", "gemm", "30.000", "25.000", "+20.0%", "12.000"})) << os.str();
+  // Nothing lost, no interference columns.
+  std::ostringstream solo;
+  print_comparison(m, m, compare_reports(m, m), solo);
+  EXPECT_EQ(solo.str().find("intf"), std::string::npos) << solo.str();
+}
+
 TEST(Compare, DifferentMeshesAreAnError) {
   Report p = report("sim", {{}, {}});
   Report m = report("exec", {{}});
@@ -93,6 +112,15 @@ TEST(Recovery, FractionOfTheCommunicationCostHidden) {
   std::ostringstream text;
   print_recovery(b, o, u, r, text);
   EXPECT_NE(text.str().find("recovered by overlap (blocking - overlapped): 150.000 us = 50.0% of it"), std::string::npos) << text.str();
+  EXPECT_EQ(text.str().find("interference"), std::string::npos) << text.str();
+  // The overlapped GEMM lost 40 us of its 250 to the collective beside it:
+  // said under the fraction.
+  o.ranks[0].ops[1].interference_s = 40e-6;
+  summarize(o);
+  std::ostringstream lost;
+  print_recovery(b, o, u, recovered_fraction(b, o, u), lost);
+  EXPECT_NE(lost.str().find("lost to interference in the overlapped schedule (a rank's most): kernels 40.000 us, collectives 0.000 us"), std::string::npos)
+      << lost.str();
   // A blocking schedule no slower than the unsharded one has nothing to recover.
   EXPECT_FALSE(recovered_fraction(u, o, u).fraction);
 }
