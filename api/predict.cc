@@ -10,10 +10,12 @@ namespace thunky {
 
 namespace {
 
-bool unhinted_control_flow(const Block& b) {
-  return any_command(b, [](const Command& c) {
+// Control flow that neither a sim hint nor the rank's coordinates decide.
+bool unhinted_control_flow(const Program& p) {
+  const std::vector<bool> written = written_buffers(p);
+  return any_command(p.program, [&](const Command& c) {
     if (const While* w = c.get_if<While>()) return !w->trip_count;
-    return (c.op == Op::cond || c.op == Op::switch_) && !hinted_branch(c);
+    return (c.op == Op::cond || c.op == Op::switch_) && !hinted_branch(c) && !deciding_axis(p, c, written);
   });
 }
 
@@ -45,7 +47,7 @@ std::vector<Diagnostic> contradicted_hints(const Program& p, const std::map<std:
 }  // namespace
 
 Expected<sim::SimResult> predict(const Program& p, const sim::Machine& m, const sim::SimOptions& options) {
-  if (!unhinted_control_flow(p.program)) return sim::simulate(p, m, nullptr, options);
+  if (!unhinted_control_flow(p)) return sim::simulate(p, m, nullptr, options);
   ExecOptions functional;
   functional.max_trip_count = options.max_trip_count;
   if (options.progress)

@@ -189,6 +189,37 @@ thunky::Program rounds_ring(int64_t ranks, int64_t rounds, int64_t shift_bytes, 
   return program(rounds_ring_doc(ranks, rounds, shift_bytes, compute_s));
 }
 
+// A pipeline of `stages` over `replicas` data-parallel ranks: 64
+// micro-batches of 8 GEMMs and a send to the next stage each (no
+// wrap-around), then a gradient all_reduce over dp beside the last two
+// GEMMs. Stages x 584 commands a replica; it folds into one class a stage.
+thunky::Program pipeline(int64_t stages, int64_t replicas) {
+  nlohmann::ordered_json s;
+  s["format"] = "thunky.sched/1";
+  s["mesh"] = {{"axis_names", {"pp", "dp"}}, {"shape", {stages, replicas}}};
+  s["buffers"] = {{"x", {{"shape", {1024, 4096}}, {"dtype", "f32"}}}, {"w", {{"shape", {4096, 4096}}, {"dtype", "f32"}}},
+                  {"y", {{"shape", {1024, 4096}}, {"dtype", "f32"}}}, {"r", {{"shape", {1024, 4096}}, {"dtype", "f32"}}},
+                  {"grad", {{"shape", {32, 1024, 1024}}, {"dtype", "f32"}}}, {"go", {{"shape", nlohmann::ordered_json::array()}, {"dtype", "bool"}}}};
+  nlohmann::ordered_json body = nlohmann::ordered_json::array(), pairs = nlohmann::ordered_json::array();
+  for (int k = 0; k < 8; ++k) body.push_back({{"op", "gemm"}, {"a", "x"}, {"b", "w"}, {"c", "y"}});
+  for (int64_t i = 0; i + 1 < stages; ++i) pairs.push_back({i, i + 1});
+  body.push_back({{"op", "async_start"}, {"token", "s"}, {"stream", {{"kind", "communication"}, {"id", 0}}},
+                  {"body", {{{"op", "collective_permute"}, {"src", "y"}, {"dst", "r"}, {"axis", "pp"}, {"pairs", pairs}}}}});
+  body.push_back({{"op", "async_done"}, {"token", "s"}});
+  s["program"] = {{{"op", "while"}, {"cond_buf", "go"}, {"cond", nlohmann::ordered_json::array()}, {"body", body}, {"sim", {{"trip_count", 64}}}},
+                  {{"op", "async_start"}, {"token", "g"}, {"stream", {{"kind", "communication"}, {"id", 1}}},
+                   {"body", {{{"op", "all_reduce"}, {"src", "grad"}, {"dst", "grad"}, {"axis", "dp"}}}}},
+                  {{"op", "gemm"}, {"a", "x"}, {"b", "w"}, {"c", "y"}},
+                  {{"op", "gemm"}, {"a", "x"}, {"b", "w"}, {"c", "y"}},
+                  {{"op", "async_done"}, {"token", "g"}}};
+  return program(s);
+}
+
+// Folded into a class a stage, with the report (thunky-sim --report).
+void BM_PipelineClasses(benchmark::State& state) { with_report(state, pipeline(state.range(0), state.range(1))); }
+// Folded, the engine alone (thunky-sim's table).
+void BM_PipelineClassesEngine(benchmark::State& state) { engine(state, pipeline(state.range(0), state.range(1))); }
+
 void BM_BigRingEngine(benchmark::State& state) { engine(state, rounds_ring(state.range(0), state.range(1), 4096, 0)); }
 
 void BM_BigRingReportAndTrace(benchmark::State& state) {
@@ -270,6 +301,8 @@ void BM_CompareReports(benchmark::State& state) {
 }
 
 BENCHMARK(BM_BigRingEngine)->Args({1024, 2000})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipelineClasses)->Args({16, 1024})->Args({16, 4096})->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipelineClassesEngine)->Args({16, 1024})->Args({16, 4096})->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BigRingReportAndTrace)->Args({1024, 2000})->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EveryRankShifts)->Args({512, 10000})->Iterations(1)->Unit(benchmark::kMillisecond);
 // A tenth of it each way, for instruction counts under callgrind (A/B on a noisy machine).

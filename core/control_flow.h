@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/schedule.h"
 #include "core/status.h"
@@ -41,6 +42,36 @@ inline std::optional<int64_t> hinted_branch(const Command& c) {
   if (const Switch* x = c.get_if<Switch>()) return x->branch;
   return std::nullopt;
 }
+
+// The buffers some command writes, by index: a buffer none writes keeps
+// the value its init gives it all through the run.
+inline std::vector<bool> written_buffers(const Program& p) {
+  std::vector<bool> written(p.buffers.size(), false);
+  any_command(p.program, [&](const Command& c) {
+    for_each_use(c, [&](RefUse u) {
+      if (u.write && u.ref->buffer >= 0) written[static_cast<size_t>(u.ref->buffer)] = true;
+    });
+    return false;
+  });
+  return written;
+}
+
+// The mesh axis that alone decides a cond or switch: its predicate or
+// index reads a buffer initialised from that axis's index (init
+// axis_index) that no command writes (`written`, from written_buffers).
+inline std::optional<int> deciding_axis(const Program& p, const Command& c, const std::vector<bool>& written) {
+  const Ref* r = nullptr;
+  if (const Cond* x = c.get_if<Cond>()) r = &x->pred;
+  if (const Switch* x = c.get_if<Switch>()) r = &x->index;
+  if (!r || r->buffer < 0 || written[static_cast<size_t>(r->buffer)]) return std::nullopt;
+  const Buffer& b = p.buffers[static_cast<size_t>(r->buffer)];
+  if (b.init.kind != Init::Kind::axis_index) return std::nullopt;
+  return p.mesh.axis(b.init.axis);
+}
+
+// The branch such a cond or switch takes at coordinate `coord` along its
+// deciding axis, as take_branch decides it from the value read.
+inline int64_t branch_at(const Command& c, int64_t coord) { return take_branch(c, coord).decision; }
 
 // A while loop that ran past the limit on its trips (--max-trip-count): a
 // wrong schedule (exit 1), named by the loop's pointer.

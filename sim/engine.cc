@@ -95,7 +95,13 @@ Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold
   number(p.program, scopes);
   // Ranks that share a host's cores (chip.host_cores) queue for them
   // together: no rank's timeline stands for the others'.
-  fold_ = fold && n > 1 && m.host_cores == 0 && ranks_symmetric(p, m, d);
+  classes_ = fold && n > 1 ? rank_classes(p, m, d) : RankClasses::none(p.mesh, "every rank is simulated (--every-rank)");
+  fold_ = classes_.count() < n;
+  one_class_ = fold_ && classes_.count() == 1;
+  if (fold_) {
+    representative_.resize(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) representative_[static_cast<size_t>(r)] = static_cast<int32_t>(classes_.representative(r));
+  }
   peak_.fill(-1);  // looked up on first use
   // A device's SMs and HBM, which collectives take from its kernels; a
   // host's cores are shared otherwise (ComputeShares).
@@ -111,7 +117,7 @@ Expected<SimResult> Engine::run(bool timelines) {
 Expected<SimSummary> Engine::run_summary() {
   if (auto e = simulate_all(Keep::count); !e.empty()) return e;
   SimSummary s;
-  s.rank_commands = recorder_.counted() * (fold_ ? p_.mesh.size() : 1);
+  s.rank_commands = recorder_.counted() * classes_.class_size();
   s.makespan_s = recorder_.last_end();
   return s;
 }
@@ -164,10 +170,10 @@ int64_t Engine::expected_commands(const Block& b) {
 }
 
 void Engine::start_recording(Keep keep) {
-  const int64_t ranks = fold_ ? 1 : p_.mesh.size();
+  const int64_t ranks = classes_.count();
   const int64_t one = expected_commands(p_.program);
   const int64_t expected = one > (int64_t{1} << 62) / ranks ? int64_t{1} << 62 : one * ranks;
-  recorder_.start(keep, ranks, expected);
+  recorder_.start(keep, p_.mesh.size(), expected);
   network_.sample(keep == Keep::records);  // the report's link tracks
   if (expected <= recorder_.limit()) return;
   // Named by the loop that weighs most, where there is one.
@@ -187,10 +193,9 @@ void Engine::start_recording(Keep keep) {
 std::vector<Diagnostic> Engine::simulate_all(Keep keep) {
   try {
     start_recording(keep);
-    // Folded, only rank 0 runs.
-    const int64_t ranks = fold_ ? 1 : p_.mesh.size();
-    compute_.set_ranks(ranks);
-    issuer_.start(ranks, recorder_.limit(), recorder_.limit_verb());
+    // Folded, only each class's representative runs.
+    compute_.set_ranks(p_.mesh.size());
+    issuer_.start(fold_ ? classes_.representatives() : std::vector<int64_t>(), p_.mesh.size(), recorder_.limit(), recorder_.limit_verb());
     advance();
     while (auto e = queue_.pop()) {
       now_ = e->time.s;

@@ -15,6 +15,7 @@
 #include "core/accounting.h"
 #include "core/schedule.h"
 #include "sim/machine.h"
+#include "sim/rank_classes.h"
 #include "traces/report.h"
 
 namespace thunky::sim {
@@ -36,6 +37,9 @@ struct CollectiveStat {
 
 struct SimResult {
   Report report;
+  // The classes of ranks simulated once each (every rank its own when
+  // nothing folds), and why each axis folds no further.
+  RankClasses classes;
   std::vector<CollectiveStat> collectives;  // rank 0's view, in start order
   // What the user should know but that stops nothing, each message led by
   // "note: " (a sim hint that the functional model contradicts).
@@ -54,8 +58,8 @@ struct SimProgress {
 constexpr double kBytesPerRecord = 450;
 
 struct SimOptions {
-  // Simulate one rank for all when every rank provably has the same
-  // timeline (see docs/decisions.md, "Symmetric ranks are simulated once");
+  // Simulate one rank of each class of ranks that provably share a
+  // timeline (see docs/decisions.md, "Ranks are folded into classes");
   // false always simulates every rank.
   bool fold_symmetric_ranks = true;
   // false: the report's ranks hold their statistics (and op counts) but

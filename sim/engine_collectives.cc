@@ -18,6 +18,11 @@ SetId Engine::member_set(int info, int64_t rank) {
   else
     members.push_back(in.cmd);
   std::vector<int> set = launch_members(p_.mesh, rank, members);
+  if (fold_) {  // the ranks meet as their representatives
+    for (int& q : set) q = static_cast<int>(representative(q));
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+  }
   const SetId id = rendezvous_.intern(set);
   for (int q : set) set_of_rank[q] = id;
   return id;
@@ -26,7 +31,7 @@ SetId Engine::member_set(int info, int64_t rank) {
 void Engine::arrive(int si, const Task& t) {
   Stream& s = streams_[si];
   s.since = now_;
-  if (fold_) {
+  if (one_class_) {
     // Every rank reaches it now.
     s.state = Stream::State::running;
     Comm act = new_comm();
@@ -73,19 +78,20 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
   }
   const AxisLinks& first = *spans.front().links;
   if (const CollectivePermute* permute = c.get_if<CollectivePermute>()) {
-    // The pairs: explicit, or every i to (i + shift) mod n; folded, rank
-    // 0's flow stands for its translates.
+    // The pairs: explicit, or every i to (i + shift) mod n; folded, the
+    // flows from representatives stand for their translates (in one
+    // class, this rank's alone).
     const auto* pairs = permute->pairs.get();
-    const size_t npairs = pairs ? pairs->size() : fold_ ? 1 : static_cast<size_t>(n);
+    const size_t npairs = pairs ? pairs->size() : one_class_ ? 1 : static_cast<size_t>(n);
     const bool ring = first.topology == AxisLinks::Topology::ring && k.axis.size() == 1 && !k.groups;
     const int dim = ring ? *p_.mesh.axis(k.axis[0]) : 0;
     // On a hierarchical axis a pair in two groups (nodes) goes through the
     // sender's NIC and the receiver's, one each per GPU.
     const int64_t group = first.topology == AxisLinks::Topology::hierarchical ? std::max<int64_t>(1, first.group_size) : 0;
     for (size_t i = 0; i < npairs; ++i) {
-      const int64_t s = pairs ? (*pairs)[i].first : fold_ ? part.position : static_cast<int64_t>(i);
+      const int64_t s = pairs ? (*pairs)[i].first : one_class_ ? part.position : static_cast<int64_t>(i);
       const int64_t t = pairs ? (*pairs)[i].second : shift_target(c, s, n);
-      if (s == t || (fold_ && s != part.position)) continue;
+      if (s == t || !simulated(part.ranks[s])) continue;
       const FlowId f = network_.new_flow(CommId(a), bytes, now_);
       std::pmr::vector<LinkId>& links = network_.flow(f).links;
       const int64_t from = part.ranks[s], to = part.ranks[t];
@@ -151,8 +157,8 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
   std::pmr::vector<LinkId>& links = network_.flow(f).links;
   double cap = std::numeric_limits<double>::infinity();
   for (int r : part.ranks) {
-    // Folded, every rank's links fall in rank 0's classes.
-    if (fold_ && r != rank) continue;
+    // Folded, every rank's links fall in its representative's classes.
+    if (!simulated(r)) continue;
     if (first.topology == AxisLinks::Topology::ring) {
       for (const auto& ax : k.axis) {
         const int dim = *p_.mesh.axis(ax);
@@ -223,7 +229,6 @@ void Engine::start_collective(Comm act) {
       const double bytes = member_flows(act, a, mi, rank, part, latency, load);
       // Ranks are in order, so rank 0's instance comes first.
       if (rank == 0 && recorder_.keep() != Keep::count) add_stat(act, mi, t0.instance, static_cast<int64_t>(part.ranks.size()), bytes);
-      if (fold_) break;
     }
     // A group's members run side by side, each with its CTAs.
     act.ctas += load.ctas;

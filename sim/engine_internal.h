@@ -209,10 +209,14 @@ class Engine {
  public:
   Engine(const Program& p, const Machine& m, const Decisions* d, bool fold, const SimOptions& options = {});
 
-  // Rank 0 stands for every rank (ranks_symmetric): only its streams run,
-  // a collective starts as soon as it arrives, and links are their classes
-  // under translation, each flow crossing a class as often as its path does.
+  // Each class of ranks (rank_classes) is simulated on one rank, its
+  // representative, which stands for the others: only the representatives'
+  // streams run, a collective's ranks meet as their representatives (a
+  // collective within one class starts as soon as it arrives), and links
+  // are their classes under the classes' translations, each flow crossing
+  // a class as often as its path does.
   bool folded() const { return fold_; }
+  const RankClasses& classes() const { return classes_; }
 
   // The report: with every rank's ops (`timelines`), or with each rank's
   // statistics only, gathered as commands finish (thunky-sim's table).
@@ -279,6 +283,10 @@ class Engine {
   // The network's id of link `key` (its class, folded).
   LinkId link(uint64_t key, double capacity) { return network_.link(fold_ ? link_class(key) : key, capacity); }
 
+  // Whether `rank` is simulated: a class's representative.
+  bool simulated(int64_t rank) const { return !fold_ || representative_[static_cast<size_t>(rank)] == rank; }
+  int64_t representative(int64_t rank) const { return fold_ ? representative_[static_cast<size_t>(rank)] : rank; }
+
   const AxisLinks& axis_links(const std::string& axis) const;
 
   int64_t coord(int64_t rank, int dim) const { return (rank / strides_[dim]) % p_.mesh.shape[dim]; }
@@ -286,11 +294,12 @@ class Engine {
   // The rank at `rank`'s coordinates plus (sign +1) or minus (-1) `by`'s, round every axis.
   int64_t translate(int64_t rank, int64_t by, int sign) const;
 
-  // A link's class under translation: the link moved so that it leaves
-  // (or, for ingress, enters) rank 0.
+  // A link's class under the classes' translations: the link moved so that
+  // it leaves (or, for ingress, enters) its rank's representative.
   uint64_t link_class(uint64_t key) const;
 
-  // The real link of class `key` at rank `rank` (the inverse of link_class).
+  // The real link of class `key` at rank `rank`, of the class's
+  // representative's class (the inverse of link_class).
   uint64_t link_at(uint64_t key, int64_t rank) const;
 
   // The rank one step from `rank` along mesh dimension `dim` (dir +1 or -1), round the ring.
@@ -446,7 +455,10 @@ class Engine {
   EventQueue queue_;
   ComputeShares compute_{queue_, m_.host_cores, [this] { grant_core_to_collective(); }};
   double now_ = 0;
-  bool fold_ = false;
+  bool fold_ = false;  // fewer classes than ranks (classes_)
+  bool one_class_ = false;  // folded into one class: rank 0 stands for all
+  RankClasses classes_;
+  std::vector<int32_t> representative_;  // folded: each rank's class's representative
   std::array<double, static_cast<size_t>(DType::boolean) + 1> peak_{};  // Machine::peak by dtype; -1: not yet asked
 };
 

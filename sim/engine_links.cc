@@ -20,13 +20,18 @@ int64_t Engine::translate(int64_t rank, int64_t by, int sign) const {
 uint64_t Engine::link_class(uint64_t key) const {
   const auto kind = static_cast<LinkKey::Kind>(key >> 60);
   const int64_t from = static_cast<int64_t>((key >> 30) & 0x3fffffff), to = static_cast<int64_t>(key & 0x3fffffff);
-  if (kind == LinkKey::ring) return LinkKey::make(kind, 0, translate(to, from, -1));
-  return LinkKey::make(kind, 0, 0);
+  if (kind == LinkKey::ingress || kind == LinkKey::nic_in) return LinkKey::make(kind, 0, representative(to));
+  const int64_t rep = representative(from);
+  if (kind != LinkKey::ring) return LinkKey::make(kind, rep, 0);
+  // The translation that takes `from` to its representative takes `to` along.
+  const int64_t by = rep == 0 ? from : translate(from, rep, -1);
+  return LinkKey::make(kind, rep, translate(to, by, -1));
 }
 
 uint64_t Engine::link_at(uint64_t key, int64_t rank) const {
   const auto kind = static_cast<LinkKey::Kind>(key >> 60);
-  if (kind == LinkKey::ring) return LinkKey::make(kind, rank, translate(static_cast<int64_t>(key & 0x3fffffff), rank, 1));
+  const int64_t rep = static_cast<int64_t>((key >> 30) & 0x3fffffff);
+  if (kind == LinkKey::ring) return LinkKey::make(kind, rank, translate(static_cast<int64_t>(key & 0x3fffffff), translate(rank, rep, -1), 1));
   if (kind == LinkKey::ingress || kind == LinkKey::nic_in) return LinkKey::make(kind, 0, rank);
   return LinkKey::make(kind, rank, 0);
 }

@@ -22,13 +22,14 @@ Report Engine::report_header() const {
 
 SimResult Engine::stats_result() {
   SimResult r;
+  r.classes = classes_;
   r.report = report_header();
   for (int64_t rank = 0; rank < p_.mesh.size(); ++rank) {
     RankReport rr;
     rr.rank = rank;
     rr.coords = ctx(rank).coords;
-    if (fold_ && rank > 0) {
-      rr.same_as = 0;
+    if (!simulated(rank)) {
+      rr.same_as = representative(rank);
     } else {
       rr.stats = recorder_.tally(rank).stats();
       r.report.makespan_s = std::max(r.report.makespan_s, recorder_.tally(rank).last_end_s());
@@ -42,6 +43,7 @@ SimResult Engine::stats_result() {
 
 SimResult Engine::result() {
   SimResult r;
+  r.classes = classes_;
   r.report = report_header();
   // Names are made once per stream and per command, not per op: every
   // rank and every run of a loop shares them.
@@ -65,9 +67,9 @@ SimResult Engine::result() {
     RankReport rr;
     rr.rank = rank;
     rr.coords = ctx(rank).coords;
-    // Folded, rank 0's records are every rank's: the others say so.
-    if (fold_ && rank > 0) {
-      rr.same_as = 0;
+    // Folded, a representative's records are its class's: the others say so.
+    if (!simulated(rank)) {
+      rr.same_as = representative(rank);
       r.report.ranks.push_back(std::move(rr));
       continue;
     }
@@ -92,13 +94,27 @@ SimResult Engine::result() {
     r.report.ranks.push_back(std::move(rr));
   }
   summarize(r.report);
-  // Folded, each link class stands for its link at every rank.
+  // Folded, each link class stands for its link at every rank of its
+  // representative's class.
+  std::vector<std::vector<int64_t>> class_of;  // representative -> the ranks of its class
+  if (fold_) {
+    class_of.resize(static_cast<size_t>(n));
+    for (int64_t rank = 0; rank < n; ++rank) class_of[static_cast<size_t>(representative(rank))].push_back(rank);
+  }
   std::vector<std::tuple<std::string, uint64_t, int>> names;  // name, key, series
-  for (size_t l = 0; l < network_.links(); ++l)
-    for (int64_t rank = 0; rank < (fold_ ? n : 1); ++rank) {
-      const uint64_t key = fold_ ? link_at(network_.key(LinkId(l)), rank) : network_.key(LinkId(l));
+  for (size_t l = 0; l < network_.links(); ++l) {
+    const uint64_t key = network_.key(LinkId(l));
+    if (!fold_) {
       names.emplace_back(LinkKey::name(key), key, static_cast<int>(l));
+      continue;
     }
+    const auto kind = key >> 60;
+    const int64_t rep = static_cast<int64_t>(kind == LinkKey::ingress || kind == LinkKey::nic_in ? key & 0x3fffffff : (key >> 30) & 0x3fffffff);
+    for (int64_t rank : class_of[static_cast<size_t>(rep)]) {
+      const uint64_t real = link_at(key, rank);
+      names.emplace_back(LinkKey::name(real), real, static_cast<int>(l));
+    }
+  }
   std::sort(names.begin(), names.end());
   for (auto& [name, key, id] : names) {
     LinkSeries ls;

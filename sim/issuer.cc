@@ -33,6 +33,8 @@ int64_t Issuer::decision(int64_t rank, const Command& c) {
     if (it != per.end() && cursor < it->second.size()) return it->second[cursor++];
     if (it != per.end()) throw ThunkyError(c.pointer, "the functional model ran " + c.id() + " fewer times than the timing model expands it");
   }
+  // A branch its rank's coordinates decide needs no run to know.
+  if (std::optional<int> axis = deciding_axis(p_, c, written_)) return branch_at(c, rank / stride_[*axis] % p_.mesh.shape[*axis]);
   if (std::optional<int64_t> k = hinted_branch(c)) return *k;
   if (const While* w = c.get_if<While>(); w && w->trip_count) {
     const int64_t trips = *w->trip_count;
@@ -154,15 +156,18 @@ bool Issuer::issue_until(int si) {
   return true;
 }
 
-void Issuer::start(int64_t ranks, int64_t trip_limit, const char* limit_verb) {
+void Issuer::start(const std::vector<int64_t>& ranks, int64_t mesh_size, int64_t trip_limit, const char* limit_verb) {
   trip_limit_ = trip_limit;
   limit_verb_ = limit_verb;
-  ranks_.reserve(static_cast<size_t>(ranks));
-  for (int64_t r = 0; r < ranks; ++r) ranks_.emplace_back(arena_);
-  for (int64_t r = 0; r < ranks; ++r) {
-    const int main = stream_index(r, StreamId{});
-    enter(r, p_.program, 0, main, false);
-  }
+  written_ = written_buffers(p_);
+  stride_.assign(p_.mesh.shape.size(), 1);
+  for (size_t d = p_.mesh.shape.size(); d-- > 1;) stride_[d - 1] = stride_[d] * p_.mesh.shape[d];
+  ranks_.reserve(static_cast<size_t>(mesh_size));
+  for (int64_t r = 0; r < mesh_size; ++r) ranks_.emplace_back(arena_);
+  auto begin = [&](int64_t r) { enter(r, p_.program, 0, stream_index(r, StreamId{}), false); };
+  if (ranks.empty())
+    for (int64_t r = 0; r < mesh_size; ++r) begin(r);
+  for (int64_t r : ranks) begin(r);
 }
 
 int Issuer::new_event() {

@@ -64,10 +64,11 @@ class Issuer {
          std::pmr::memory_resource* arena)
       : p_(p), decisions_(decisions), infos_(infos), block_starts_(block_starts), t_(tables), arena_(arena), ranks_(arena) {}
 
-  // Ranks 0 to `ranks` - 1 start their programs on their main streams. A
-  // while loop whose trip count passes `trip_limit` is refused (`limit_verb`:
-  // what thunky-sim does with that many commands).
-  void start(int64_t ranks, int64_t trip_limit, const char* limit_verb);
+  // The simulated ranks (`ranks`, or, empty, all `mesh_size` of them) start
+  // their programs on their main streams. A while loop whose trip count
+  // passes `trip_limit` is refused (`limit_verb`: what thunky-sim does
+  // with that many commands).
+  void start(const std::vector<int64_t>& ranks, int64_t mesh_size, int64_t trip_limit, const char* limit_verb);
 
   // Issues until stream `si` has a task to run; false when its rank's
   // program is exhausted first.
@@ -113,6 +114,8 @@ class Issuer {
   StreamTables t_;
   std::pmr::memory_resource* arena_;
   std::pmr::vector<RankState> ranks_;
+  std::vector<bool> written_;     // written_buffers: a cond on an unwritten axis index is decided by the rank
+  std::vector<int64_t> stride_;  // of each mesh axis in the rank numbering
   int64_t trip_limit_ = 0;
   const char* limit_verb_ = "";
 };

@@ -37,7 +37,9 @@ int run_main(int argc, char** argv) {
   std::string table_ranks;
   app.add_option("--ranks", table_ranks, "ranks whose collectives the table lists, a table each: all, or a list such as 0-3,12 (default 0)");
   bool every_rank = false;
-  app.add_flag("--every-rank", every_rank, "simulate every rank even when all ranks provably have the same timeline");
+  app.add_flag("--every-rank", every_rank, "simulate every rank, even those whose timeline provably equals another's (ranks folded into classes)");
+  bool explain_folding = false;
+  app.add_flag("--explain-folding", explain_folding, "say on stderr how the ranks folded into classes simulated once each, and for each axis that did not fold whole, the command or link that broke its symmetry");
   int64_t max_trip_count = 1'000'000;
   app.add_option("--max-trip-count", max_trip_count, "a while loop without a sim hint is run on the cpu backend to count its trips; past this many it stops the run (exit 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
@@ -85,6 +87,7 @@ int run_main(int argc, char** argv) {
   auto r = thunky::predict(*prog, *m, options);
   if (!r) return fail(r.errors(), r.exit_code());
   for (const auto& note : r->notes) std::cerr << note.str() + "\n";
+  if (explain_folding) std::cerr << "thunky-sim: folding: " << r->classes.explain(prog->mesh.axis_names);
   thunky::print_table(r->report, std::cout);
   if (table_ranks.empty()) {
     thunky::sim::print_collective_table(r->collectives, per_instance, std::cout);

@@ -4,6 +4,7 @@
 #include "core/json_reader.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -123,7 +124,10 @@ RankStats TimelineTally::stats() const {
 
 const RankReport& Report::timeline(const RankReport& r) const {
   if (!r.same_as) return r;
-  if (!ranks.empty() && ranks.front().rank == *r.same_as) return ranks.front();
+  // Ranks are listed in order, so rank k is usually at k.
+  const int64_t k = *r.same_as;
+  if (k >= 0 && k < static_cast<int64_t>(ranks.size()) && ranks[static_cast<size_t>(k)].rank == k && !ranks[static_cast<size_t>(k)].same_as)
+    return ranks[static_cast<size_t>(k)];
   for (const auto& x : ranks)
     if (x.rank == *r.same_as && !x.same_as) return x;
   return r;
@@ -544,6 +548,28 @@ std::string rank_name(const Report& r, const RankReport& rank, const char* sep) 
     s += (i ? sep : "") + r.axis_names[i] + "=" + std::to_string(rank.coords[i]);
   return s + ")";
 }
+
+// The ranks that share one timeline (a class the simulator folded), as a
+// user reads them: per axis the coordinate they share, * where they take
+// every one, else the ones they take ("pp=3, dp=* (1024 ranks)").
+std::string class_name(const Report& r, const std::vector<const RankReport*>& members) {
+  if (members.size() == 1) return rank_name(r, *members.front(), ",");
+  std::string s;
+  for (size_t d = 0; d < r.axis_names.size() && d < r.mesh_shape.size(); ++d) {
+    std::vector<int64_t> seen;
+    for (const RankReport* m : members) seen.push_back(m->coords[d]);
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    s += (d ? ", " : "") + r.axis_names[d] + "=";
+    if (seen.size() == static_cast<size_t>(r.mesh_shape[d]) && seen.size() > 1) {
+      s += "*";
+      continue;
+    }
+    for (size_t k = 0; k < seen.size() && k < 4; ++k) s += (k ? "," : "") + std::to_string(seen[k]);
+    if (seen.size() > 4) s += ",... (" + std::to_string(seen.size()) + ")";
+  }
+  return s + " (" + std::to_string(members.size()) + " ranks)";
+}
 }  // namespace
 
 void write_chrome_trace(const Report& r, std::ostream& os) {
@@ -660,6 +686,19 @@ void print_table(const Report& r, std::ostream& os) {
     std::snprintf(line, sizeof line, "%-26s ", label.c_str());
     os << line << figs << "\n";
   };
+  // Folded by thunky-sim, a row a class of ranks, its representative's.
+  if (r.source == "sim" && std::any_of(r.ranks.begin(), r.ranks.end(), [](const RankReport& x) { return x.same_as.has_value(); })) {
+    std::unordered_map<int64_t, size_t> row_of;  // representative -> its class
+    std::vector<std::vector<const RankReport*>> classes;
+    for (const RankReport& x : r.ranks) {
+      auto [it, fresh] = row_of.emplace(x.same_as.value_or(x.rank), classes.size());
+      if (fresh) classes.emplace_back();
+      classes[it->second].push_back(&x);
+    }
+    for (const auto& members : classes) row(class_name(r, members), figures(members.front()->stats));
+    if (r.ranks.size() > 1) row("mean", figures(r.summary));
+    return;
+  }
   // A row a rank up to 32 ranks; past that, consecutive ranks whose rows
   // read the same share one ("ranks 1-511").
   const bool runs = r.ranks.size() > 32;
