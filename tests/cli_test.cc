@@ -332,7 +332,9 @@ TEST(CheckCli, ValidRacyAndBadSchedulesGiveExitCodes0To2AndTheirDiagnostics) {
   const auto check = [](const std::string& args) { return run_tool(THUNKY_CHECK_BIN, args); };
   Result r = check(valid);
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, valid + ": valid on every one of its 4 ranks: no race, no deadlock\n");
+  // A ring of shifts: every rank has one timeline, one class of 4.
+  EXPECT_EQ(r.out, valid + ": valid on every one of its 4 ranks: no race, no deadlock\n" + valid +
+                       ": its 4 ranks fold into 1 class of 4 for thunky-sim, by the schedule alone (a machine's links can split them: thunky-sim --explain-folding)\n");
   r = check(racy);
   EXPECT_EQ(r.code, 1);
   // The fix leads, the race follows.
@@ -441,7 +443,8 @@ TEST(HostileInput, AnOutputThatCannotBeCompletedLeavesNoFile) {
   // (SIGXFSZ), and neither the trace nor a temporary beside it remains.
   TempDir d("partial");
   const std::string trace = (d.path / "t.json").string();
-  Result r = run_tool("ulimit -f 8; " + std::string(THUNKY_SIM_BIN), kSrc + "/examples/ring_collective_matmul_n4.json --machine h100-8gpu --trace " + trace);
+  Result r = run_tool("ulimit -f 8; " + std::string(THUNKY_SIM_BIN),
+                      kSrc + "/examples/ring_collective_matmul_n4.json --machine h100-8gpu --trace-ranks all --trace " + trace);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(trace + ": cannot write"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::is_empty(d.path));
@@ -669,6 +672,41 @@ TEST(HostileInput, IntegerDivisionOverflowWrapsAndDivisionByZeroIsZero) {
   EXPECT_EQ(qv[1], 0);
   EXPECT_EQ(mv[0], 0);
   EXPECT_EQ(mv[1], 0);
+}
+
+TEST(SimCli, APipelineIsSimulatedAndShownAsAClassAStage) {
+  // 3 stages over 4 data-parallel replicas: a GEMM, a send to the next
+  // stage (no wrap-around), an all_reduce over dp. Each stage is a class
+  // of 4 ranks: 3 rows in the table, 3 lane groups in the picture, and
+  // --explain-folding names the sends' pairs as what keeps pp whole.
+  TempDir d("classes");
+  const std::string s = d.write("pp.json", R"({"format": "thunky.sched/1", "mesh": {"axis_names": ["pp", "dp"], "shape": [3, 4]},
+    "buffers": {"a": {"shape": [65536], "dtype": "f32", "role": "input", "init": {"kind": "ones"}},
+                "b": {"shape": [65536], "dtype": "f32"}, "c": {"shape": [65536], "dtype": "f32"},
+                "m": {"shape": [256, 256], "dtype": "f32", "role": "input", "init": {"kind": "ones"}}, "mo": {"shape": [256, 256], "dtype": "f32"}},
+    "program": [{"op": "gemm", "a": "m", "b": "m", "c": "mo"},
+                {"op": "collective_permute", "src": "a", "dst": "b", "axis": "pp", "pairs": [[0, 1], [1, 2]]},
+                {"op": "all_reduce", "src": "b", "dst": "c", "axis": "dp"}]})");
+  const std::string svg = (d.path / "t.svg").string();
+  Result r = sim(s + " --machine h100-8gpu --explain-folding --svg " + svg);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("folding: 12 ranks in 3 classes of 4 ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("axis pp (3): not folded: /program/1 (collective_permute): its pairs do not map onto its pairs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("axis dp (4): folded whole"), std::string::npos) << r.err;
+  for (const char* row : {"pp=0, dp=* (4 ranks)", "pp=1, dp=* (4 ranks)", "pp=2, dp=* (4 ranks)"}) EXPECT_NE(r.out.find(row), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rank 5"), std::string::npos) << r.out;
+  std::ifstream in(svg);
+  const std::string picture((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(picture.find("pp=2, dp=* (4 ranks) computation:0"), std::string::npos);
+  EXPECT_EQ(picture.find("rank 5"), std::string::npos);
+  // Every rank simulated: the same makespan, a row a rank.
+  Result every = sim(s + " --machine h100-8gpu --every-rank");
+  ASSERT_EQ(every.code, 0) << every.err;
+  EXPECT_EQ(every.out.substr(0, every.out.find('\n')), r.out.substr(0, r.out.find('\n')));
+  EXPECT_NE(every.out.find("rank 5 (pp=1,dp=1)"), std::string::npos) << every.out;
+  // thunky-check counts the classes.
+  Result check = run_tool(THUNKY_CHECK_BIN, s);
+  EXPECT_NE(check.out.find("its 12 ranks fold into 3 classes of 4 for thunky-sim"), std::string::npos) << check.out;
 }
 
 TEST(SimCli, EveryRankPrintsTheFoldedPrediction) {
@@ -1281,14 +1319,19 @@ TEST(BigSchedules, TracesShowTheRanksAskedForAndSaySoForLargeMeshes) {
   TempDir d("traceranks");
   const std::string sched = (d.path / "r.json").string(), trace = (d.path / "t.json").string();
   ASSERT_EQ(run_tool(THUNKY_GEN_BIN, "ring_matmul -n 40 --m-block 2 --k 4 --n-block 2 -o " + sched).code, 0);
-  // 40 ranks, more than 32: the first 16, said on stderr.
+  // Folded, the 40 ranks are one class: one process, named by the class.
   Result r = sim(sched + " --machine h100-8gpu --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(traced_processes(trace), 1);
+  EXPECT_NE(std::string(std::istreambuf_iterator<char>(std::ifstream(trace).rdbuf()), {}).find("\"x=* (40 ranks)\""), std::string::npos);
+  // Every rank simulated, 40 ranks, more than 32: the first 16, said on stderr.
+  r = sim(sched + " --machine h100-8gpu --every-rank --trace " + trace);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("the trace and picture show ranks 0-15 of 40"), std::string::npos) << r.err;
   EXPECT_EQ(traced_processes(trace), 16);
   // The picture shows the same ranks and says so.
   const std::string svg = (d.path / "t.svg").string();
-  ASSERT_EQ(sim(sched + " --machine h100-8gpu --svg " + svg).code, 0);
+  ASSERT_EQ(sim(sched + " --machine h100-8gpu --every-rank --svg " + svg).code, 0);
   std::stringstream picture;
   picture << std::ifstream(svg).rdbuf();
   EXPECT_NE(picture.str().find("16 of 40 ranks shown"), std::string::npos);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/load.h"
+#include "sim/symmetry.h"
 
 namespace {
 
@@ -25,6 +26,20 @@ nlohmann::json rank_of(const std::string& message) {
   while (end < message.size() && end - from < 10 && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
   if (end == from) return nullptr;
   return std::stoll(message.substr(from, end - from));
+}
+
+// How the schedule's ranks fold into classes for thunky-sim by the schedule
+// alone: on links that break no symmetry (a switch on every axis). A
+// machine's links (a line, a shift across nodes) and control flow decided
+// at run time can split them further.
+std::string classes_line(const std::string& schedule, const thunky::Program& p) {
+  static const thunky::sim::Machine any = thunky::sim::parse_machine(nlohmann::ordered_json::parse(R"({"format": "thunky.machine/1", "name": "any",
+    "chip": {"peak_flops": {"f32": 1e12}, "hbm_bandwidth": 1e12, "source": "thunky-check"},
+    "axes": {"*": {"topology": "switch", "egress_bandwidth": 1e9, "latency_s": 0}}})"));
+  const thunky::sim::RankClasses c = thunky::sim::rank_classes(p, any, nullptr);
+  if (c.ranks() == 1) return "";
+  return schedule + ": its " + std::to_string(c.ranks()) + " ranks fold into " + std::to_string(c.count()) + (c.count() == 1 ? " class" : " classes") +
+         " of " + std::to_string(c.class_size()) + " for thunky-sim, by the schedule alone (a machine's links can split them: thunky-sim --explain-folding)\n";
 }
 
 const char* kind_name(thunky::ErrorKind k) {
@@ -49,7 +64,7 @@ int run_main(int argc, char** argv) {
     auto prog = thunky::load_schedule_file(schedule);
     worst = std::max(worst, prog.exit_code());
     if (prog) {
-      if (!json) std::cout << thunky::cli::valid_line(schedule, prog->mesh.size());
+      if (!json) std::cout << thunky::cli::valid_line(schedule, prog->mesh.size()) << classes_line(schedule, *prog);
       continue;
     }
     for (const auto& e : prog.errors()) {

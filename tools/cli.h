@@ -102,6 +102,16 @@ inline std::optional<std::vector<int64_t>> traced_ranks(const std::string& tool,
   return parse_rank_list("all", shown);
 }
 
+// The ranks of a folded run's trace and picture: a class's representative
+// each, the first 32 classes.
+inline std::optional<std::vector<int64_t>> traced_classes(const std::string& tool, std::vector<int64_t> representatives) {
+  const size_t shown = std::min<size_t>(representatives.size(), 32);
+  if (shown < representatives.size())
+    std::cerr << tool << ": the trace and picture show the first " << shown << " of " << representatives.size() << " classes of ranks (--trace-ranks all, or a list, for ranks)\n";
+  representatives.resize(shown);
+  return representatives;
+}
+
 // The ranks whose collectives the table lists (--ranks): rank 0 unless
 // given; none (after one line) when the option is malformed.
 inline std::optional<std::vector<int64_t>> table_ranks(const std::string& tool, const std::string& option, int64_t ranks) {

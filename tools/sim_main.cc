@@ -102,9 +102,17 @@ int run_main(int argc, char** argv) {
     if (!err.empty()) return std::cerr << report << ": " << err << "\n", 2;
   }
   if (!trace.empty() || !svg.empty()) {
-    auto ranks = thunky::cli::traced_ranks("thunky-sim", trace_ranks, static_cast<int64_t>(r->report.ranks.size()));
+    // Folded, a lane group a class (its representative's), named by the
+    // class, unless --trace-ranks asks for ranks.
+    const thunky::sim::RankClasses& classes = r->classes;
+    const bool by_class = trace_ranks.empty() && classes.count() < classes.ranks();
+    auto ranks = by_class ? thunky::cli::traced_classes("thunky-sim", classes.representatives())
+                          : thunky::cli::traced_ranks("thunky-sim", trace_ranks, static_cast<int64_t>(r->report.ranks.size()));
     if (!ranks) return 2;
-    const thunky::Report shown = thunky::select_ranks(r->report, *ranks);
+    thunky::Report shown = thunky::select_ranks(r->report, *ranks);
+    if (by_class)
+      for (auto& rank : shown.ranks)
+        if (classes.class_size() > 1) rank.label = classes.label(rank.rank, prog->mesh.axis_names) + " (" + std::to_string(classes.class_size()) + " ranks)";
     if (!trace.empty()) {
       auto err = thunky::write_output_file(trace, [&](std::ostream& os) { thunky::write_chrome_trace(shown, os); });
       if (!err.empty()) return std::cerr << trace << ": " << err << "\n", 2;

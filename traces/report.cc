@@ -579,7 +579,7 @@ void write_chrome_trace(const Report& r, std::ostream& os) {
   int flow_id = 0;
   for (const auto& rank : r.ranks) {
     const int64_t pid = rank.rank;
-    w.value({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", rank_name(r, rank, ", ")}}}});
+    w.value({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", rank.label.empty() ? rank_name(r, rank, ", ") : rank.label}}}});
     std::map<std::string, int> tids;
     auto tid = [&](const std::string& stream) {
       auto it = tids.find(stream);

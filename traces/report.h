@@ -91,6 +91,9 @@ struct RankReport {
   std::vector<OpRecord> ops;
   std::vector<FlowEdge> flows;
   RankStats stats;
+  // How the trace and picture name it where not by its coordinates (not
+  // written): a class of ranks it stands for, "pp=3, dp=* (1024 ranks)".
+  std::string label;
   // A folded rank: its timeline is that rank's (listed before it), and its
   // own ops and flows stay empty. Read a rank's ops through
   // Report::timeline, which follows this.

@@ -116,6 +116,7 @@ void draw_time_axis(std::ostringstream& o, double left, double width, double top
 
 // "rank 3 (x=1,y=1)"
 std::string rank_label(const Report& r, const RankReport& rank) {
+  if (!rank.label.empty()) return rank.label;
   std::string label = "rank " + std::to_string(rank.rank);
   for (size_t i = 0; i < r.axis_names.size() && i < rank.coords.size(); ++i)
     label += (i ? "," : " (") + r.axis_names[i] + "=" + std::to_string(rank.coords[i]) + (i + 1 == r.axis_names.size() ? ")" : "");

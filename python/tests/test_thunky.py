@@ -219,10 +219,13 @@ def test_rank_dependent_views_and_predicted_against_measured(tmp_path):
     # 4 ranks x 2 commands, all matched.
     assert figures["commands_matched"] == 8
     assert "makespan error" in figures["table"]
-    # Both reports draw themselves (a notebook shows _repr_svg_): 4 ranks' lanes.
-    for report in (predicted, measured):
-        svg = report._repr_svg_()
-        assert svg.startswith("<svg") and svg.count("computation:0</text>") == 4
+    # Both reports draw themselves (a notebook shows _repr_svg_): the
+    # measurement 4 ranks' lanes; the prediction, whose ranks share one
+    # timeline (one class), one lane group for the 4.
+    svg = measured._repr_svg_()
+    assert svg.startswith("<svg") and svg.count("computation:0</text>") == 4
+    svg = predicted._repr_svg_()
+    assert svg.startswith("<svg") and svg.count("computation:0</text>") == 1 and "x=* (4 ranks) computation:0" in svg
     assert len(measured.ops) == 8 and {o["op"] for o in measured.ops} == {"memzero", "copy"}
     # No collective here: no wait, no transfer, and no op has a transfer start.
     assert all(r["wait_s"] == 0 and r["transfer_s"] == 0 for r in predicted.ranks)
