@@ -8,10 +8,12 @@ namespace thunky::sim {
 namespace {
 
 // The dtype whose peak rate bounds a command's flops: a GEMM's operands',
-// f64 for a map into f64, f32 otherwise (a map of narrower types computes
-// in f32).
+// a kernel's first read's (a fused kernel, as FlashAttention's, computes
+// in its inputs' type), f64 for a map into f64, f32 otherwise (a map of
+// narrower types computes in f32).
 DType flop_dtype(const Program& p, const Command& c) {
   if (const Gemm* g = c.get_if<Gemm>()) return ref_dtype(p, g->a);
+  if (const Kernel* k = c.get_if<Kernel>(); k && !k->reads.empty()) return ref_dtype(p, k->reads.front());
   if (const Map* m = c.get_if<Map>(); m && ref_dtype(p, m->out) == DType::f64) return DType::f64;
   return DType::f32;
 }
@@ -24,7 +26,10 @@ template <typename Peak>
 internal::KernelNeeds roofline(const Program& p, const Machine& m, const Command& c, const Work& w, Peak peak) {
   internal::KernelNeeds n;
   if (w.flops > 0) {
-    const double eff = c.op == Op::gemm ? m.gemm_efficiency : 1.0;
+    // A GEMM, or a kernel of tensor-core work (flops in a type narrower
+    // than f32), runs at the machine's GEMM efficiency.
+    const bool tensor_kernel = c.op == Op::kernel && dtype_size(flop_dtype(p, c)) < 4 && is_float(flop_dtype(p, c));
+    const double eff = c.op == Op::gemm || tensor_kernel ? m.gemm_efficiency : 1.0;
     const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel || c.op == Op::map;
     if (flop_bound) n.compute_s = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
   }

@@ -202,6 +202,7 @@ Machine read_machine(Value j) {
     m.host_cores = as_int(*cores, "/chip/host_cores");
     if (m.host_cores < 1) fail("/chip/host_cores", "must be at least 1 (the cores that every rank's threads share)");
   }
+  m.hbm_bytes = positive(chip, "hbm_bytes", false, 0.0);
   m.gemm_efficiency = positive(chip, "gemm_efficiency", false, 1.0);
   if (m.gemm_efficiency <= 0 || m.gemm_efficiency > 1) fail("/chip/gemm_efficiency", "must be in (0, 1]");
   if (std::optional<Value> sms = chip.get("sm_count")) {

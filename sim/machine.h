@@ -110,6 +110,7 @@ struct Machine {
   std::string file;  // the file it was read from (empty: built in memory)
   std::map<std::string, double, std::less<>> peak_flops;  // by dtype name
   double hbm_bandwidth = 0;
+  double hbm_bytes = 0;  // the memory a device holds (0: not modelled); thunky-gen transformer refuses layouts past it
   double launch_overhead_s = 0;
   // From an event's record to the next command of a stream that waits for
   // it (async_start's fork, async_done's join): a host thread's wake-up on

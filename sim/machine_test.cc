@@ -18,7 +18,7 @@ TEST(Machine, EveryShippedModelLoadsAndNamesItsSource) {
     EXPECT_NE(m->axis("x"), nullptr) << e.path();
     ++n;
   }
-  EXPECT_EQ(n, 10);  // TPU v4, v5e, v5p, Ironwood; A100, H100, H200, B200 nodes; H100, H200 clusters
+  EXPECT_EQ(n, 11);  // TPU v4, v5e, v5p, Ironwood; A100, H100, H200, B200 nodes; A100, H100, H200 clusters
 }
 
 TEST(Machine, EveryShippedModelHasItsSourcesHeadlineFigures) {
@@ -38,6 +38,7 @@ TEST(Machine, EveryShippedModelHasItsSourcesHeadlineFigures) {
       {"h100-8gpu", 9.89e14, 3.35e12, 4.5e11, "989 TFLOP/s"},   // 3.35 TB/s, 900 GB/s NVLink bidirectional
       {"h200-8gpu", 9.89e14, 4.8e12, 4.5e11, "989 TFLOP/s"},    // 4.8 TB/s
       {"h100-cluster", 9.89e14, 3.35e12, 5e10, "H100"},         // 400 Gb/s NIC per GPU = 5e10 B/s
+      {"a100-cluster", 3.12e14, 2.039e12, 2.5e10, "312 TFLOP/s"},  // 200 Gb/s HDR NIC per GPU = 2.5e10 B/s (axis x: across nodes)
       {"h200-cluster", 9.89e14, 4.8e12, 5e10, "H200"},          // the same wiring, H200 chips
       {"b200-8gpu", 2.25e15, 8e12, 9e11, "2.25 PFLOP/s"},       // 8 TB/s HBM3e, 1.8 TB/s NVLink 5 bidirectional
   };

@@ -1,6 +1,9 @@
 #include "sim/symmetry.h"
 
+#include <functional>
+#include <memory>
 #include <map>
+#include <set>
 #include <unordered_set>
 
 #include "core/accounting.h"
@@ -100,25 +103,32 @@ void names_in(const Expr* e, std::vector<std::string>& out) {
   for (const auto& a : e->args) names_in(a.get(), out);
 }
 
-// Collective groups (positions in the collective's index space) that a
-// translation must map onto groups of the same size.
-bool groups_map_to_groups(const std::vector<std::vector<int64_t>>& groups, const std::vector<int64_t>& sizes, size_t dim, int64_t by) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  std::vector<int64_t> group_of(static_cast<size_t>(n), -1);
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (int64_t k : groups[g])
-      if (k >= 0 && k < n) group_of[static_cast<size_t>(k)] = static_cast<int64_t>(g);
-  std::vector<int64_t> image(groups.size(), -1);
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t g = group_of[static_cast<size_t>(k)], h = group_of[static_cast<size_t>(shifted(k, sizes, dim, by))];
-    if ((g < 0) != (h < 0)) return false;
-    if (g < 0) continue;
-    if (image[g] < 0) image[g] = h;
-    if (image[g] != h || groups[g].size() != groups[h].size()) return false;
+// How a collective's ranks launch it, in its index space (its axes'
+// positions, row-major): the groups that launch (those with a member whose
+// coordinates the enclosing rank-decided branches allow; all of them
+// outside such branches) and, for a permute, the edges its pairs or shift
+// make within them. A translation must map both onto themselves.
+struct Launches {
+  std::vector<int64_t> sizes;                 // of the collective's axes
+  std::vector<std::vector<int64_t>> groups;   // that launch
+  std::set<std::pair<int64_t, int64_t>> edges;  // a permute's sends
+  bool holds(size_t dim, int64_t by) const {
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    std::vector<int64_t> group_of(static_cast<size_t>(n), -1);
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (int64_t k : groups[g]) group_of[static_cast<size_t>(k)] = static_cast<int64_t>(g);
+    for (const auto& g : groups) {
+      const int64_t h = group_of[static_cast<size_t>(shifted(g.front(), sizes, dim, by))];
+      if (h < 0 || groups[static_cast<size_t>(h)].size() != g.size()) return false;
+      for (int64_t k : g)
+        if (group_of[static_cast<size_t>(shifted(k, sizes, dim, by))] != h) return false;
+    }
+    for (const auto& [s, t] : edges)
+      if (!edges.count({shifted(s, sizes, dim, by), shifted(t, sizes, dim, by)})) return false;
+    return true;
   }
-  return true;
-}
+};
 
 }  // namespace
 
@@ -133,7 +143,13 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
   auto dim_of = [&](const std::string& name) { return mesh.axis(name); };
   const std::vector<bool> written = written_buffers(p);
   auto about = [](const Command& c) { return c.pointer + " (" + std::string(op_name(c.op)) + ")"; };
-  any_command(p.program, [&](const Command& c) {
+  // Inside a branch decided by an axis index, only the coordinates that
+  // take it issue its commands: per mesh axis, the range they lie in.
+  std::vector<std::pair<int64_t, int64_t>> pins(dims);
+  for (size_t d = 0; d < dims; ++d) pins[d] = {0, mesh.shape[d] - 1};
+  std::vector<std::shared_ptr<Launches>> launches;  // kept alive for the tests
+  std::function<void(const Block&)> visit = [&](const Block& block) {
+   for (const Command& c : block) {
     // A view sized by an axis index gives the ranks along it different work.
     for_each_use(c, [&](RefUse u) {
       if (!size_depends_on_rank(*u.ref)) return;
@@ -143,9 +159,28 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
       for (const auto& n : names)
         if (auto d = dim_of(n); d && broken[*d].empty()) broken[*d] = about(c) + " sizes a view by the axis index";
     });
-    // A branch taken by the axis index differs along the axis.
-    if (auto d = deciding_axis(p, c, written); d && broken[*d].empty()) broken[*d] = about(c) + " takes its branch by the axis index";
-    if (!is_collective(c.op)) return false;
+    // A branch taken by the axis index differs along the axis; inside it,
+    // only the coordinates that take it issue.
+    if (auto d = deciding_axis(p, c, written)) {
+      if (broken[*d].empty()) broken[*d] = about(c) + " takes its branch by the axis index";
+      const auto outer = pins[*d];
+      const int64_t n = mesh.shape[*d];
+      int64_t k = 0;
+      for_each_sub_block(c, [&](const Block& sub) {
+        // The coordinates whose value takes branch k (take_branch's rule).
+        int64_t lo = n, hi = -1;
+        for (int64_t x = outer.first; x <= outer.second; ++x)
+          if (branch_at(c, x) == (c.op == Op::cond ? 1 - k : k)) lo = std::min(lo, x), hi = std::max(hi, x);
+        ++k;
+        if (lo > hi) return;  // no rank takes it
+        pins[*d] = {lo, hi};
+        visit(sub);
+        pins[*d] = outer;
+      });
+      continue;
+    }
+    for_each_sub_block(c, [&](const Block& sub) { visit(sub); });
+    if (!is_collective(c.op)) continue;
     const Collective& k = collective_of(c);
     std::vector<size_t> axes;
     std::vector<int64_t> sizes;
@@ -154,26 +189,48 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
     for (size_t d : axes)
       if (used[d].empty()) used[d] = about(c);
     const CollectivePermute* permute = c.get_if<CollectivePermute>();
-    for (size_t j = 0; j < axes.size(); ++j) {
-      const size_t d = axes[j];
-      if (permute) permuted[d] = true;
-      if (permute && axes.size() > 1) {
-        if (broken[d].empty()) broken[d] = about(c) + " shifts over several axes at once";
-        continue;
+    for (size_t d : axes) permuted[d] = permuted[d] || permute;
+    // A collective over whole axes, or a shift along one, maps onto itself
+    // under any translation; groups and pairs, or a shift over the
+    // combined index of several axes, need the check.
+    if (!k.groups && !(permute && (permute->pairs || axes.size() > 1))) continue;
+    auto l = std::make_shared<Launches>();
+    l->sizes = sizes;
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    auto allowed = [&](int64_t pos) {  // the position's coordinates within the pins
+      for (size_t j = 0; j < axes.size(); ++j) {
+        int64_t inner = 1;
+        for (size_t i = j + 1; i < sizes.size(); ++i) inner *= sizes[i];
+        const int64_t x = pos / inner % sizes[j];
+        if (x < pins[axes[j]].first || x > pins[axes[j]].second) return false;
       }
-      if (k.groups)
-        tests[d].push_back({about(c) + ": its groups do not map onto groups", [&k, sizes, j](int64_t by) { return groups_map_to_groups(*k.groups, sizes, j, by); }});
-      if (permute && permute->pairs)
-        tests[d].push_back({about(c) + ": its pairs do not map onto its pairs", [permute, n = sizes[j]](int64_t by) {
-                              std::unordered_set<int64_t> set;
-                              for (auto [s, t] : *permute->pairs) set.insert(s * n + t);
-                              for (auto [s, t] : *permute->pairs)
-                                if (!set.count((s + by) % n * n + (t + by) % n)) return false;
-                              return true;
-                            }});
+      return true;
+    };
+    if (k.groups) {
+      for (const auto& g : *k.groups)
+        if (std::any_of(g.begin(), g.end(), allowed)) l->groups.push_back(g);
+    } else {
+      l->groups.emplace_back();
+      for (int64_t pos = 0; pos < n; ++pos) l->groups.back().push_back(pos);
     }
-    return false;
-  });
+    if (permute)
+      for (const auto& g : l->groups) {
+        const int64_t size = static_cast<int64_t>(g.size());
+        if (permute->pairs) {
+          for (auto [s, t] : *permute->pairs)
+            if (s >= 0 && t >= 0 && s < size && t < size) l->edges.insert({g[static_cast<size_t>(s)], g[static_cast<size_t>(t)]});
+        } else {
+          for (int64_t s = 0; s < size; ++s) l->edges.insert({g[static_cast<size_t>(s)], g[static_cast<size_t>(floor_mod(s + permute->shift.value_or(0), size))]});
+        }
+      }
+    launches.push_back(l);
+    for (size_t j = 0; j < axes.size(); ++j)
+      tests[axes[j]].push_back({about(c) + (permute ? ": its pairs (or shift) and groups do not map onto themselves" : ": its groups do not map onto groups"),
+                                [l, j](int64_t by) { return l->holds(j, by); }});
+   }
+  };
+  visit(p.program);
   // The control-flow decisions of the functional run: equal along a
   // translation where each rank's equal its image's.
   std::vector<int> decided;
