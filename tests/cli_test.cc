@@ -709,6 +709,32 @@ TEST(SimCli, APipelineIsSimulatedAndShownAsAClassAStage) {
   EXPECT_NE(check.out.find("its 12 ranks fold into 3 classes of 4 for thunky-sim"), std::string::npos) << check.out;
 }
 
+TEST(GenCli, ATransformerStepIsWrittenPredictedAndSwept) {
+  TempDir d("transformer");
+  const std::string out = (d.path / "step.json").string();
+  const auto gen = [](const std::string& args) { return run_tool(THUNKY_GEN_BIN, args); };
+  // GPT-3 175B on 64 A100s (TP 8, PP 8), selective recomputation: the
+  // prediction (13.1 s against Korthikanti's 13.75) and its breakdown.
+  Result r = gen("transformer --model gpt3-175b --gpus 64 --tp 8 --pp 8 --global-batch 64 --recompute selective --machine a100-cluster -o " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* line : {"step time", "tokens/s/GPU", "model TFLOP/s/GPU", "MFU", "exposed TP communication", "pipeline bubble", "memory per GPU"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  EXPECT_TRUE(fs::exists(out));
+  EXPECT_EQ(run_tool(THUNKY_CHECK_BIN, out).code, 0);
+  // A sweep: tp 8 pp 8 is predicted; tp 5 x pp 8 = 40 does not divide the 64 GPUs.
+  r = gen("transformer --model gpt3-175b --gpus 64 --global-batch 64 --recompute full --machine a100-cluster --sweep tp=5,8 pp=8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_row(r.out, {"tp", "8", "pp", "8", "mb", "1"})) << r.out;
+  EXPECT_NE(r.out.find("does not fit: 64 GPUs are not a multiple of tp x pp x cp = 40"), std::string::npos) << r.out;
+  // Bad input: an unknown model, a layout that does not divide.
+  r = gen("transformer --model gpt4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown model 'gpt4' (gpt3-175b,"), std::string::npos) << r.err;
+  r = gen("transformer --model llama3-70b --pp 3 --gpus 3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("pp 3 does not divide the 80 layers"), std::string::npos) << r.err;
+}
+
 TEST(SimCli, EveryRankPrintsTheFoldedPrediction) {
   // The bidirectional matmul on TPU v4 (closed rings) is folded by default
   // into one class, a row for its four ranks; --every-rank simulates all
