@@ -191,8 +191,9 @@ int transformer(TransformerArgs a, const std::string& out) {
   try {
     if (!a.sweep.empty()) {
       if (!machine) throw std::invalid_argument("--sweep needs --machine");
+      const auto layouts = sweep_layouts(o, a.sweep);
       std::cout << "layout                     step_s   tokens/s/GPU  TFLOP/s/GPU     MFU   memory/GPU  or why not\n";
-      for (const auto& layout : sweep_layouts(o, a.sweep)) {
+      for (const auto& layout : layouts) {
         char name[64];
         std::snprintf(name, sizeof name, "tp %lld pp %lld mb %lld", static_cast<long long>(layout.tp), static_cast<long long>(layout.pp),
                       static_cast<long long>(layout.micro_batch));

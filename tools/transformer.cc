@@ -1,6 +1,7 @@
 #include "tools/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace thunky::gen {
@@ -74,6 +75,14 @@ TransformerLayout transformer_layout(const TransformerOptions& o) {
   l.micro_batches = batch / (o.micro_batch * l.dp);
   need(l.micro_batches >= o.pp, std::to_string(l.micro_batches) + " micro-batches cannot fill " + std::to_string(o.pp) + " pipeline stages (1F1B needs at least one a stage)");
   l.layers_per_stage = m.layers / o.pp;
+  // A rank's largest buffers (a weight, the logits) within what a schedule
+  // may declare.
+  const double tokens = static_cast<double>(o.micro_batch) * static_cast<double>(l.seq) / static_cast<double>(o.cp);
+  const double up = static_cast<double>(m.ffn) * (m.swiglu ? 2.0 : 1.0) / static_cast<double>(o.tp);
+  const double largest = std::max({static_cast<double>(m.hidden) * up, tokens * up, tokens * static_cast<double>(m.vocab) / static_cast<double>(o.tp),
+                                   static_cast<double>(m.hidden) * static_cast<double>(m.vocab) / static_cast<double>(o.tp),
+                                   static_cast<double>(m.hidden) * static_cast<double>(m.hidden + 2 * m.kv_heads * (m.hidden / m.heads)) / static_cast<double>(o.tp)});
+  need(largest <= std::ldexp(1.0, 40), "a rank's buffers would pass 2^40 elements (a weight or the logits): raise --tp or lower the sizes");
   need(o.recompute == "none" || o.recompute == "selective" || o.recompute == "full", "--recompute is none, selective or full");
   return l;
 }

@@ -3,6 +3,7 @@ guide does (`import thunky` in place of `from jax.experimental import
 thunky`), then trace it into a schedule (`f.trace(...)`), predict it
 (`f.simulate(...)`, thunky-sim) or run it (`f.execute(...)`, thunky-exec)."""
 
+from . import gen
 from ._call_jax import call_jax
 from ._jit import JitFunction, Mesh, P, jit
 from ._refs import Index, Ref, axis_index, ds, new_ref
@@ -26,4 +27,4 @@ class ShapeDtypeStruct:
 __all__ = ["jit", "JitFunction", "Mesh", "P", "Ref", "Index", "axis_index", "ds", "new_ref", "Report", "Result", "ToolError", "compare",
            "find_tool", "Program", "Token", "ShapeDtypeStruct", "memzero", "memset", "copy", "async_start", "async_done", "cond", "switch",
            "while_loop", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "collective_group",
-           "ptx_kernel", "custom_call", "call_jax"]
+           "ptx_kernel", "custom_call", "call_jax", "gen"]

@@ -83,6 +83,16 @@ class Program:
     def to_json(self, indent=None):
         return json.dumps(self._doc, indent=indent)
 
+    def simulate(self, machine="h100-8gpu", timeout=None, interference=True):
+        """thunky-sim's prediction of this schedule on `machine`: a Report."""
+        from ._tools import simulate
+        return simulate(self, machine, timeout, interference)
+
+    def check(self, timeout=None):
+        """thunky-check's verdict (raises ToolError on a race or bad input)."""
+        from ._tools import check
+        return check(self, timeout)
+
     def save(self, directory):
         """Writes sched.json and, beside it, the .npy file of every
         argument's values that its init names (exact, bit for bit: bf16
