@@ -227,6 +227,7 @@ int transformer(TransformerArgs a, const std::string& out) {
            << "where stage 0's step goes:\n";
       line("compute", r.compute_s);
       line("exposed TP communication", r.tp_s);
+      if (o.cp > 1) line("exposed CP communication", r.cp_s);
       line("exposed PP communication", r.pp_s);
       line("exposed DP communication", r.dp_s);
       line("pipeline bubble", r.bubble_s);
@@ -305,7 +306,8 @@ int run_main(int argc, char** argv) {
   tf->add_option("--gpus", ta.o.gpus, "GPUs (default 8)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   tf->add_option("--tp", ta.o.tp, "tensor parallel size (sequence parallel on)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
   tf->add_option("--pp", ta.o.pp, "pipeline stages (1F1B)")->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  tf->add_option("--cp", ta.o.cp, "context parallel size (not generated yet: 1)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  tf->add_option("--cp", ta.o.cp, "context parallel size: ring attention over the sequence's cp chunks")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  tf->add_flag("--tp-comm-overlap", ta.o.tp_comm_overlap, "the tp all-gathers and reduce-scatters as rings of chunks beside their GEMMs' chunks, as Transformer Engine's userbuffers");
   tf->add_option("--recompute", ta.o.recompute, "none, selective (attention) or full (each layer)")->check(CLI::IsMember({"none", "selective", "full"}));
   tf->add_option("--precision", ta.o.dtype, "bf16 (default), f16 or f32");
   tf->add_option("--machine", ta.machine, "machine model: predicts the step time and where it goes");

@@ -61,14 +61,15 @@ TransformerLayout transformer_layout(const TransformerOptions& o) {
   need(m.hidden % m.heads == 0, "--hidden " + std::to_string(m.hidden) + " is not a multiple of --heads " + std::to_string(m.heads));
   need(m.heads % m.kv_heads == 0, "--heads is not a multiple of --kv-heads");
   need(o.tp >= 1 && o.pp >= 1 && o.cp >= 1 && o.micro_batch >= 1 && o.gpus >= 1, "tp, pp, cp, micro-batch and GPUs are at least 1");
-  need(o.cp == 1, "context parallelism (--cp) is not generated yet");
   need(o.gpus % (o.tp * o.pp * o.cp) == 0, std::to_string(o.gpus) + " GPUs are not a multiple of tp x pp x cp = " + std::to_string(o.tp * o.pp * o.cp));
   need(m.heads % o.tp == 0 && m.kv_heads % o.tp == 0 && m.ffn % o.tp == 0 && m.vocab % o.tp == 0,
        "tp " + std::to_string(o.tp) + " does not divide the heads (" + std::to_string(m.heads) + "), kv heads (" + std::to_string(m.kv_heads) + "), FFN or vocabulary");
   need(m.layers % o.pp == 0, "pp " + std::to_string(o.pp) + " does not divide the " + std::to_string(m.layers) + " layers");
   TransformerLayout l;
   l.seq = o.seq > 0 ? o.seq : m.seq;
-  need(l.seq % (o.tp * o.cp) == 0, "the sequence (" + std::to_string(l.seq) + ") is not a multiple of tp x cp (sequence parallelism splits it)");
+  need(l.seq % (o.tp * o.cp * (o.cp > 1 ? 2 : 1)) == 0,
+       "the sequence (" + std::to_string(l.seq) + ") is not a multiple of tp x cp" + (o.cp > 1 ? " x 2" : "") +
+           " (sequence parallelism splits it by tp; context parallelism into 2 cp chunks, two a rank, for causal balance)");
   l.dp = o.gpus / (o.tp * o.pp * o.cp);
   const int64_t batch = o.global_batch > 0 ? o.global_batch : o.micro_batch * l.dp * o.pp;
   need(batch % (o.micro_batch * l.dp) == 0, "the global batch " + std::to_string(batch) + " is not a multiple of micro-batch x dp = " + std::to_string(o.micro_batch * l.dp));
@@ -110,9 +111,10 @@ TransformerMemory transformer_memory(const TransformerOptions& o) {
   // over dp (Korthikanti et al.; the ZeRO paper's 16 bytes, stage 1).
   r.weights = 2 * params;
   r.gradients = 4 * params;
-  r.optimizer = 12 * params / dp;
+  r.optimizer = 12 * params / (dp * static_cast<double>(o.cp));
   // Activations a layer holds (Korthikanti et al. 2022, sec. 4.2.2, with
-  // tensor and sequence parallelism): s b h (34/t + 5 a s/(h t)) bytes;
+  // tensor and sequence parallelism): s b h (34/t + 5 a s/(h t)) bytes
+  // (split cp ways by context parallelism);
   // selective recomputation keeps s b h 34/t; full keeps the layer's input,
   // 2 s b h / t. The first stage of a 1F1B pipeline holds pp micro-batches
   // of its L/pp layers: L layers' worth.
@@ -120,7 +122,8 @@ TransformerMemory transformer_memory(const TransformerOptions& o) {
   double per_layer = s * b * h * (34.0 / t + 5.0 * a * s / (h * t));
   if (o.recompute == "selective") per_layer = s * b * h * 34.0 / t;
   if (o.recompute == "full") per_layer = 2.0 * s * b * h / t;
-  r.activations = per_layer * static_cast<double>(m.layers);
+  // Context parallelism splits the sequence, and so each layer's activations, cp ways.
+  r.activations = per_layer * static_cast<double>(m.layers) / static_cast<double>(o.cp);
   return r;
 }
 
@@ -136,6 +139,7 @@ class Step {
     sp_ = tokens_ / t;
     const int64_t dh = m_.hidden / m_.heads;
     qkv_ = (m_.heads + 2 * m_.kv_heads) * dh / t;
+    kv_ = 2 * m_.kv_heads * dh / t;
     up_ = m_.ffn * (m_.swiglu ? 2 : 1) / t;
     ffn_ = m_.ffn / t;
     const int64_t h = m_.hidden;
@@ -145,24 +149,27 @@ class Step {
              {"w_2", {ffn_, h}}, {"dx", {sp_, h}}, {"dy", {sp_, h}}, {"dls", {sp_, h}}, {"dyf", {tokens_, h}}, {"dxf", {tokens_, h}},
              {"dqkv", {tokens_, qkv_}}, {"dctx", {tokens_, h / t}}, {"dh1", {tokens_, up_}}, {"dh2", {tokens_, ffn_}}, {"dw_qkv", {h, qkv_}},
              {"dw_o", {h / t, h}}, {"dw_1", {h, up_}}, {"dw_2", {ffn_, h}}, {"w_out", {h, m_.vocab / t}}, {"logits", {tokens_, m_.vocab / t}},
-             {"dw_out", {h, m_.vocab / t}}, {"loss", {tokens_}}, {"xin", {sp_, h}}, {"dxin", {sp_, h}}})
+             {"dw_out", {h, m_.vocab / t}}, {"loss", {tokens_}}, {"xin", {sp_, h}}, {"dxin", {sp_, h}}, {"kv0", {tokens_, kv_}}, {"kv1", {tokens_, kv_}},
+             {"dkv0", {tokens_, kv_}}, {"dkv1", {tokens_, kv_}}, {"dkvr", {tokens_, kv_}}, {"rsc0", {sp_, h}}, {"rsc1", {sp_, h}}, {"rsr", {sp_, h}}})
       buffer(name, shape, name == "loss" ? "f32" : o.dtype);
     for (const char* c : {"cnt_mb", "cnt_l"}) buffer(c, {}, "s32");
     for (const char* c : {"go_mb", "go_l"}) buffer(c, {}, "bool");
     buffers_["stage"] = {{"shape", ojson::array()}, {"dtype", "s32"}, {"role", "input"}, {"init", {{"kind", "axis_index"}, {"axis", "pp"}}}};
-    // Gradient buckets (layers whose parameters reach the bucket size),
+    shards_ = l_.dp * o.cp;
+    // Gradients and parameters are sharded over dp x cp (the distributed
+    // optimizer). Gradient buckets (layers whose parameters reach the bucket size),
     // reduce-scattered over dp as the last backward finishes them.
     const double per_layer = layer_params(m_) / static_cast<double>(t);
     bucket_layers_ = std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(o.bucket_params) / per_layer), 1, l_.layers_per_stage);
     buckets_ = (l_.layers_per_stage + bucket_layers_ - 1) / bucket_layers_;
-    const int64_t bucket = (static_cast<int64_t>(per_layer) * bucket_layers_ + l_.dp - 1) / l_.dp * l_.dp;
-    if (l_.dp > 1)
+    const int64_t bucket = (static_cast<int64_t>(per_layer) * bucket_layers_ + shards_ - 1) / shards_ * shards_;
+    if (shards_ > 1)
       for (int64_t k = 0; k < buckets_; ++k) {
         buffer("grad" + std::to_string(k), {bucket}, o.dtype);
-        buffer("gshard" + std::to_string(k), {bucket / l_.dp}, o.dtype);
+        buffer("gshard" + std::to_string(k), {bucket / shards_}, o.dtype);
         buffer("param" + std::to_string(k), {bucket}, o.dtype);
       }
-    buffer("opt", {std::max<int64_t>(1, static_cast<int64_t>(per_layer) * l_.layers_per_stage / l_.dp)}, "f32");
+    buffer("opt", {std::max<int64_t>(1, static_cast<int64_t>(per_layer) * l_.layers_per_stage / shards_)}, "f32");
   }
 
   ojson schedule() {
@@ -207,6 +214,8 @@ class Step {
   void tp(ojson& p, const std::string& op, const std::string& name, const std::string& src, const std::string& dst) const {
     if (o_.tp > 1) p.push_back({{"op", op}, {"name", "tp " + name}, {"src", src}, {"dst", dst}, {"axis", "tp"}});
   }
+  // What the distributed optimizer shards over: dp, and cp where there is one.
+  ojson shard_axes() const { return o_.cp > 1 ? ojson{"dp", "cp"} : ojson("dp"); }
   // The layer norm's output, gathered over tp for the column-parallel GEMMs.
   std::string gathered() const { return o_.tp > 1 ? "xf" : "ln"; }
 
@@ -217,20 +226,113 @@ class Step {
            static_cast<double>(m_.hidden) / static_cast<double>(o_.tp * o_.cp);
   }
 
+  // Attention over the rank's queries (and, backward, their gradients).
+  // With context parallelism, ring attention: cp blocks, each against the
+  // keys and values of one rank of the cp ring, the next block's arriving
+  // (a shift over cp, on its own stream) while this one computes; backward,
+  // the key and value gradients travel the ring beside them. Causal, with
+  // the sequence in 2 cp chunks two a rank (Megatron's balance), each block
+  // is 1/cp of the rank's work.
+  void attention(ojson& p, bool backward, const std::string& what = "") const {
+    const int64_t h = m_.hidden, cp = o_.cp;
+    // FlashAttention's backward recomputes the scores: 2.5 times the forward's flops.
+    const double flops = (backward ? 2.5 : 1.0) * attention_flops() / static_cast<double>(cp);
+    const double moved = bytes(tokens_ * ((backward ? 3 : 1) * qkv_ + h / o_.tp)) / static_cast<double>(cp);
+    const std::string name = std::string(backward ? "attention backward" : "attention") + what;
+    const std::vector<std::string> reads = backward ? std::vector<std::string>{"dctx", "qkv"} : std::vector<std::string>{"qkv"};
+    const std::string out = backward ? "dqkv" : "ctx";
+    if (cp == 1) {
+      p.push_back(kernel(name, reads, {out}, flops, moved));
+      return;
+    }
+    for (int64_t i = 0; i < cp; ++i) {
+      const std::string kv = "kv" + std::to_string(i % 2), next = "kv" + std::to_string((i + 1) % 2);
+      // The previous block's key-value gradients (in the buffer this block
+      // does not write) go on round the ring as the next keys come.
+      const std::string previous = "dkv" + std::to_string((i + 1) % 2);
+      const bool more = i + 1 < cp;
+      if (more) {
+        ojson ring = ojson::array();
+        ring.push_back({{"op", "collective_permute"}, {"name", "cp key-value ring"}, {"src", kv}, {"dst", next}, {"axis", "cp"}, {"shift", 1}});
+        if (backward && i > 0)
+          ring.push_back({{"op", "collective_permute"}, {"name", "cp key-value gradient ring"}, {"src", previous}, {"dst", "dkvr"}, {"axis", "cp"}, {"shift", 1}});
+        p.push_back({{"op", "async_start"}, {"token", "cp"}, {"stream", {{"kind", "communication"}, {"id", 3}}},
+                     {"body", ring.size() == 1 ? ring : ojson::array({{{"op", "collective_group"}, {"body", ring}}})}});
+      }
+      std::vector<std::string> r = reads;
+      r.push_back(kv);
+      std::vector<std::string> w = {out};
+      if (backward) w.push_back(i % 2 ? "dkv1" : "dkv0");
+      p.push_back(kernel(name + " block", r, w, flops, moved));
+      if (more) p.push_back({{"op", "async_done"}, {"token", "cp"}});
+    }
+    // The last block's key-value gradients go home.
+    if (backward)
+      p.push_back({{"op", "collective_permute"}, {"name", "cp key-value gradient ring"}, {"src", "dkv" + std::to_string((cp - 1) % 2)}, {"dst", "dkvr"}, {"axis", "cp"}, {"shift", 1}});
+  }
+
+  // Rows [i sp, (i + 1) sp) of a buffer of the gathered sequence.
+  std::string rows(const std::string& buffer, int64_t i) const { return buffer + "[" + std::to_string(i * sp_) + ":" + std::to_string((i + 1) * sp_) + "]"; }
+  bool overlap() const { return o_.tp_comm_overlap && o_.tp > 1; }
+
+  // A column-parallel GEMM on the sequence all-gathered over tp. With
+  // --tp-comm-overlap, as Transformer Engine's userbuffers run it: a ring
+  // of tp chunks, each chunk's GEMM beside the next chunk's shift (on tp's
+  // own stream, communication 4), the chunks landing in the gathered
+  // buffer (in ring order: the timing's, not the data's placement).
+  void gathered_gemm(ojson& p, const std::string& name, const std::string& what, const std::string& local, const std::string& full, const std::string& b,
+                     const std::string& c, bool tb) const {
+    if (!overlap()) {
+      tp(p, "all_gather", what, local, full);
+      p.push_back(gemm(name, o_.tp > 1 ? full : local, b, c, false, tb));
+      return;
+    }
+    for (int64_t i = 0; i < o_.tp; ++i) {
+      const std::string chunk = i == 0 ? local : rows(full, i);
+      const bool more = i + 1 < o_.tp;
+      if (more)
+        p.push_back({{"op", "async_start"}, {"token", "tp"}, {"stream", {{"kind", "communication"}, {"id", 4}}},
+                     {"body", {{{"op", "collective_permute"}, {"name", "tp " + what + " (ring chunk)"}, {"src", chunk}, {"dst", rows(full, i + 1)}, {"axis", "tp"}, {"shift", 1}}}}});
+      p.push_back(gemm(name + " chunk", chunk, b, rows(c, i), false, tb));
+      if (more) p.push_back({{"op", "async_done"}, {"token", "tp"}});
+    }
+  }
+
+  // A row-parallel GEMM whose partial sums are reduce-scattered over tp.
+  // With --tp-comm-overlap, a ring: each chunk of rows' GEMM, the partial
+  // sum arriving from the previous rank added to it, then passed on while
+  // the next chunk's GEMM runs.
+  void scattered_gemm(ojson& p, const std::string& name, const std::string& what, const std::string& a, const std::string& b, const std::string& partial,
+                      const std::string& out, bool tb) const {
+    if (!overlap()) {
+      p.push_back(gemm(name, a, b, o_.tp > 1 ? partial : out, false, tb));
+      tp(p, "reduce_scatter", what, partial, out);
+      return;
+    }
+    const int64_t h = m_.hidden;
+    for (int64_t i = 0; i < o_.tp; ++i) {
+      const std::string mine = "rsc" + std::to_string(i % 2);
+      p.push_back(gemm(name + " chunk", rows(a, i), b, mine, false, tb));
+      if (i > 0) {
+        p.push_back({{"op", "async_done"}, {"token", "tp"}});
+        p.push_back(kernel("add the partial sum", {mine, "rsr"}, {i + 1 == o_.tp ? out : mine}, sp_ * h, bytes(3 * sp_ * h)));
+      }
+      if (i + 1 < o_.tp)
+        p.push_back({{"op", "async_start"}, {"token", "tp"}, {"stream", {{"kind", "communication"}, {"id", 4}}},
+                     {"body", {{{"op", "collective_permute"}, {"name", "tp " + what + " (ring chunk)"}, {"src", mine}, {"dst", "rsr"}, {"axis", "tp"}, {"shift", -1}}}}});
+    }
+  }
+
   void layer_forward(ojson& p) const {
     const int64_t h = m_.hidden;
     p.push_back(kernel("layernorm 1", {"x"}, {"ln"}, 8.0 * sp_ * h, bytes(2 * sp_ * h)));
-    tp(p, "all_gather", "all-gather before QKV", "ln", "xf");
-    p.push_back(gemm("QKV", gathered(), "w_qkv", "qkv"));
-    p.push_back(kernel("attention", {"qkv"}, {"ctx"}, attention_flops(), bytes(tokens_ * (qkv_ + h / o_.tp))));
-    p.push_back(gemm("attention projection", "ctx", "w_o", o_.tp > 1 ? "yf" : "y"));
-    tp(p, "reduce_scatter", "reduce-scatter after projection", "yf", "y");
+    gathered_gemm(p, "QKV", "all-gather before QKV", "ln", "xf", "w_qkv", "qkv", false);
+    attention(p, false);
+    scattered_gemm(p, "attention projection", "reduce-scatter after projection", "ctx", "w_o", "yf", "y", false);
     p.push_back(kernel("dropout, residual, layernorm 2", {"y", "x"}, {"ln"}, 12.0 * sp_ * h, bytes(4 * sp_ * h)));
-    tp(p, "all_gather", "all-gather before MLP", "ln", "xf");
-    p.push_back(gemm("MLP up", gathered(), "w_1", "h1"));
+    gathered_gemm(p, "MLP up", "all-gather before MLP", "ln", "xf", "w_1", "h1", false);
     p.push_back(kernel(m_.swiglu ? "SwiGLU" : "GELU", {"h1"}, {"h2"}, 10.0 * tokens_ * ffn_, bytes(tokens_ * (up_ + ffn_))));
-    p.push_back(gemm("MLP down", "h2", "w_2", o_.tp > 1 ? "yf" : "y"));
-    tp(p, "reduce_scatter", "reduce-scatter after MLP", "yf", "y");
+    scattered_gemm(p, "MLP down", "reduce-scatter after MLP", "h2", "w_2", "yf", "y", false);
     p.push_back(kernel("dropout, residual", {"y"}, {"x"}, 4.0 * sp_ * h, bytes(3 * sp_ * h)));
   }
 
@@ -239,25 +341,32 @@ class Step {
     if (o_.recompute == "full") layer_forward(p);
     const std::string dyf = o_.tp > 1 ? "dyf" : "dy", dxf = o_.tp > 1 ? "dxf" : "dls";
     p.push_back(kernel("dropout, residual backward", {"dx"}, {"dy"}, 4.0 * sp_ * h, bytes(3 * sp_ * h)));
-    tp(p, "all_gather", "all-gather of MLP output grad", "dy", "dyf");
-    p.push_back(gemm("MLP down dgrad", dyf, "w_2", "dh2", false, true));
+    gathered_gemm(p, "MLP down dgrad", "all-gather of MLP output grad", "dy", "dyf", "w_2", "dh2", true);
     p.push_back(gemm("MLP down wgrad", "h2", dyf, "dw_2", true));
     p.push_back(kernel(m_.swiglu ? "SwiGLU backward" : "GELU backward", {"dh2", "h1"}, {"dh1"}, 12.0 * tokens_ * ffn_, bytes(tokens_ * (2 * up_ + ffn_))));
-    p.push_back(gemm("MLP up dgrad", "dh1", "w_1", dxf, false, true));
-    tp(p, "all_gather", "all-gather before MLP up wgrad", "ln", "xf");
-    p.push_back(gemm("MLP up wgrad", gathered(), "dh1", "dw_1", true));
-    tp(p, "reduce_scatter", "reduce-scatter of MLP input grad", "dxf", "dls");
+    // The input gradient's GEMM and its reduce-scatter, and the wgrad on
+    // the re-gathered norm output: overlapped, the reduce-scatter rides
+    // the dgrad's chunks and the wgrad follows.
+    auto input_grad = [&](const std::string& name, const std::string& what, const std::string& a, const std::string& w, const std::string& wgrad,
+                          const std::string& gather, const std::string& dw) {
+      if (overlap()) {
+        scattered_gemm(p, name, what, a, w, "dxf", "dls", true);
+        tp(p, "all_gather", gather, "ln", "xf");
+        p.push_back(gemm(wgrad, gathered(), a, dw, true));
+        return;
+      }
+      p.push_back(gemm(name, a, w, dxf, false, true));
+      tp(p, "all_gather", gather, "ln", "xf");
+      p.push_back(gemm(wgrad, gathered(), a, dw, true));
+      tp(p, "reduce_scatter", what, "dxf", "dls");
+    };
+    input_grad("MLP up dgrad", "reduce-scatter of MLP input grad", "dh1", "w_1", "MLP up wgrad", "all-gather before MLP up wgrad", "dw_1");
     p.push_back(kernel("layernorm 2 backward, residual", {"dls", "dy"}, {"dy"}, 12.0 * sp_ * h, bytes(4 * sp_ * h)));
-    tp(p, "all_gather", "all-gather of projection grad", "dy", "dyf");
-    p.push_back(gemm("attention projection dgrad", dyf, "w_o", "dctx", false, true));
+    gathered_gemm(p, "attention projection dgrad", "all-gather of projection grad", "dy", "dyf", "w_o", "dctx", true);
     p.push_back(gemm("attention projection wgrad", "ctx", dyf, "dw_o", true));
-    if (o_.recompute == "selective") p.push_back(kernel("attention (recomputed)", {"qkv"}, {"ctx"}, attention_flops(), bytes(tokens_ * (qkv_ + h / o_.tp))));
-    // FlashAttention's backward recomputes the scores: 2.5 times the forward's flops.
-    p.push_back(kernel("attention backward", {"dctx", "qkv"}, {"dqkv"}, 2.5 * attention_flops(), bytes(tokens_ * (3 * qkv_ + h / o_.tp))));
-    p.push_back(gemm("QKV dgrad", "dqkv", "w_qkv", dxf, false, true));
-    tp(p, "all_gather", "all-gather before QKV wgrad", "ln", "xf");
-    p.push_back(gemm("QKV wgrad", gathered(), "dqkv", "dw_qkv", true));
-    tp(p, "reduce_scatter", "reduce-scatter of QKV input grad", "dxf", "dls");
+    if (o_.recompute == "selective") attention(p, false, " (recomputed)");
+    attention(p, true);
+    input_grad("QKV dgrad", "reduce-scatter of QKV input grad", "dqkv", "w_qkv", "QKV wgrad", "all-gather before QKV wgrad", "dw_qkv");
     p.push_back(kernel("layernorm 1 backward, residual", {"dls", "dy"}, {"dx"}, 12.0 * sp_ * h, bytes(4 * sp_ * h)));
   }
 
@@ -291,7 +400,7 @@ class Step {
     }
     ojson layer = ojson::array();
     layer_forward(layer);
-    if (first && l_.dp > 1) {
+    if (first && shards_ > 1) {
       for (int64_t k = 0; k < buckets_; ++k) {
         p.push_back({{"op", "async_done"}, {"token", "param" + std::to_string(k)}});
         loop(p, "l", std::min(bucket_layers_, l_.layers_per_stage - k * bucket_layers_), layer);
@@ -321,13 +430,13 @@ class Step {
     }
     ojson layer = ojson::array();
     layer_backward(layer);
-    if (last && l_.dp > 1) {
+    if (last && shards_ > 1) {
       for (int64_t k = 0; k < buckets_; ++k) {
         const std::string g = "grad" + std::to_string(k);
         loop(p, "l", std::min(bucket_layers_, l_.layers_per_stage - k * bucket_layers_), layer);
         p.push_back({{"op", "kernel"}, {"name", "gradient bucket"}, {"reads", {"dw_qkv", "dw_o", "dw_1", "dw_2"}}, {"writes", {g}}, {"cost", {{"seconds", 0}}}});
         p.push_back({{"op", "async_start"}, {"token", g}, {"stream", {{"kind", "communication"}, {"id", 1}}},
-                     {"body", {{{"op", "reduce_scatter"}, {"name", "dp gradient reduce-scatter"}, {"src", g}, {"dst", "gshard" + std::to_string(k)}, {"axis", "dp"}}}}});
+                     {"body", {{{"op", "reduce_scatter"}, {"name", "dp gradient reduce-scatter"}, {"src", g}, {"dst", "gshard" + std::to_string(k)}, {"axis", shard_axes()}}}}});
       }
     } else {
       loop(p, "l", l_.layers_per_stage, layer);
@@ -407,10 +516,10 @@ class Step {
   ojson stage(int64_t s) const {
     ojson p = ojson::array();
     const int64_t m = l_.micro_batches, warm = std::min(o_.pp - s - 1, m), steady = m - warm;
-    if (l_.dp > 1)
+    if (shards_ > 1)
       for (int64_t k = 0; k < buckets_; ++k)
         p.push_back({{"op", "async_start"}, {"token", "param" + std::to_string(k)}, {"stream", {{"kind", "communication"}, {"id", 2}}},
-                     {"body", {{{"op", "all_gather"}, {"name", "dp parameter all-gather"}, {"src", "gshard" + std::to_string(k)}, {"dst", "param" + std::to_string(k)}, {"axis", "dp"}}}}});
+                     {"body", {{{"op", "all_gather"}, {"name", "dp parameter all-gather"}, {"src", "gshard" + std::to_string(k)}, {"dst", "param" + std::to_string(k)}, {"axis", shard_axes()}}}}});
     // Warmup: the first forward on its own (it waits for the parameters), the rest in a loop.
     auto warm_one = [&](bool first) {
       ojson b = ojson::array();
@@ -466,11 +575,11 @@ class Step {
       loop(p, "mb", warm - 1, cool_one(false));
       append(p, cool_one(true));
     }
-    if (l_.dp > 1)
+    if (shards_ > 1)
       for (int64_t k = 0; k < buckets_; ++k) p.push_back({{"op", "async_done"}, {"token", "grad" + std::to_string(k)}});
     // Adam on the rank's shard: reads the gradient (4 bytes), the fp32
     // master weights, m and v (12), writes them (12) and the bf16 weights (2).
-    const double shard = layer_params(m_) * static_cast<double>(l_.layers_per_stage) / static_cast<double>(o_.tp * l_.dp);
+    const double shard = layer_params(m_) * static_cast<double>(l_.layers_per_stage) / static_cast<double>(o_.tp * shards_);
     p.push_back(kernel("optimizer", {"opt"}, {"opt"}, 12.0 * shard, 30.0 * shard));
     return p;
   }
@@ -478,8 +587,8 @@ class Step {
   const TransformerOptions& o_;
   TransformerLayout l_;
   const TransformerModel& m_;
-  int64_t tokens_ = 0, sp_ = 0, qkv_ = 0, up_ = 0, ffn_ = 0;
-  int64_t bucket_layers_ = 1, buckets_ = 1;
+  int64_t tokens_ = 0, sp_ = 0, qkv_ = 0, kv_ = 0, up_ = 0, ffn_ = 0;
+  int64_t bucket_layers_ = 1, buckets_ = 1, shards_ = 1;
   ojson buffers_ = ojson::object();
 };
 
@@ -534,7 +643,7 @@ StepPrediction predict_step(const TransformerOptions& o, const sim::Machine& m) 
   r.mfu = r.model_tflops_per_gpu * 1e12 / m.peak(dtype ? *dtype : DType::bf16);
   // Stage 0's timeline (rank 0).
   const RankReport& rank = rep.timeline(rep.ranks.front());
-  std::vector<std::pair<double, double>> compute, all, tp, pp, dp;
+  std::vector<std::pair<double, double>> compute, all, tp, cp, pp, dp;
   for (const OpRecord& op : rank.ops) {
     const std::string name = op.name.str(), kind = op.op.str();
     const bool collective = kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter" || kind == "all_to_all" || kind == "collective_permute";
@@ -546,7 +655,7 @@ StepPrediction predict_step(const TransformerOptions& o, const sim::Machine& m) 
     }
     const std::pair<double, double> moving{op.transfer_start(), op.end_s};
     all.push_back(moving);
-    (name.rfind("tp ", 0) == 0 ? tp : name.rfind("pp ", 0) == 0 ? pp : dp).push_back(moving);
+    (name.rfind("tp ", 0) == 0 ? tp : name.rfind("cp ", 0) == 0 ? cp : name.rfind("pp ", 0) == 0 ? pp : dp).push_back(moving);
   }
   r.compute_s = covered(compute);
   // Each kind's transfer outside compute (and outside the kinds before it).
@@ -556,6 +665,7 @@ StepPrediction predict_step(const TransformerOptions& o, const sim::Machine& m) 
     return covered(compute) - before;
   };
   r.tp_s = exposed(tp);
+  r.cp_s = exposed(cp);
   r.pp_s = exposed(pp);
   r.dp_s = exposed(dp);
   r.bubble_s = std::max(0.0, r.step_s - covered(all));

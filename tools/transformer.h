@@ -33,6 +33,9 @@ struct TransformerOptions {
   int64_t tp = 1, pp = 1, cp = 1;
   std::string recompute = "none";  // none, selective (attention), full (each layer)
   std::string dtype = "bf16";
+  // Transformer Engine's userbuffers: the tp all-gathers and reduce-
+  // scatters beside their GEMMs as rings of chunks.
+  bool tp_comm_overlap = false;
   // Gradients are reduce-scattered over dp in buckets of this many
   // parameters (Megatron's default bucket, 40 M).
   int64_t bucket_params = 40'000'000;
@@ -85,9 +88,11 @@ namespace thunky::gen {
 // parallelism not hidden behind compute (the transfer of tp's, pp's and
 // dp's collectives outside compute), the pipeline bubble (neither
 // computing nor moving data: waiting for other stages), and the optimizer.
+// Each collective counts for the parallelism its name starts with (tp,
+// cp, pp, dp).
 struct StepPrediction {
   double step_s = 0, tokens_per_s_per_gpu = 0, model_tflops_per_gpu = 0, mfu = 0;
-  double compute_s = 0, tp_s = 0, pp_s = 0, dp_s = 0, bubble_s = 0, optimizer_s = 0;
+  double compute_s = 0, tp_s = 0, cp_s = 0, pp_s = 0, dp_s = 0, bubble_s = 0, optimizer_s = 0;
   TransformerMemory memory;
   int64_t classes = 0;  // of ranks, as thunky-sim folded them
 };
