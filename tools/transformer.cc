@@ -109,7 +109,7 @@ TransformerMemory transformer_memory(const TransformerOptions& o) {
   // Megatron's distributed optimizer: bf16 weights (2 bytes), fp32 main
   // gradients (4), and the fp32 master copy, Adam's m and v (12) split
   // over dp (Korthikanti et al.; the ZeRO paper's 16 bytes, stage 1).
-  r.weights = 2 * params;
+  r.weights = (o.fp8 ? 3 : 2) * params;  // FP8: an e4m3 copy of the weights beside the bf16 ones
   r.gradients = 4 * params;
   r.optimizer = 12 * params / (dp * static_cast<double>(o.cp));
   // Activations a layer holds (Korthikanti et al. 2022, sec. 4.2.2, with
@@ -144,14 +144,14 @@ class Step {
     ffn_ = m_.ffn / t;
     const int64_t h = m_.hidden;
     for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"x", {sp_, h}}, {"ln", {sp_, h}}, {"xf", {tokens_, h}}, {"qkv", {tokens_, qkv_}}, {"ctx", {tokens_, h / t}}, {"yf", {tokens_, h}},
+             {"x", {sp_, h}}, {"ln", {sp_, h}}, {"xf", {tokens_, h}}, {"xo", {tokens_, h}}, {"qkv", {tokens_, qkv_}}, {"ctx", {tokens_, h / t}}, {"yf", {tokens_, h}},
              {"y", {sp_, h}}, {"h1", {tokens_, up_}}, {"h2", {tokens_, ffn_}}, {"w_qkv", {h, qkv_}}, {"w_o", {h / t, h}}, {"w_1", {h, up_}},
              {"w_2", {ffn_, h}}, {"dx", {sp_, h}}, {"dy", {sp_, h}}, {"dls", {sp_, h}}, {"dyf", {tokens_, h}}, {"dxf", {tokens_, h}},
              {"dqkv", {tokens_, qkv_}}, {"dctx", {tokens_, h / t}}, {"dh1", {tokens_, up_}}, {"dh2", {tokens_, ffn_}}, {"dw_qkv", {h, qkv_}},
              {"dw_o", {h / t, h}}, {"dw_1", {h, up_}}, {"dw_2", {ffn_, h}}, {"w_out", {h, m_.vocab / t}}, {"logits", {tokens_, m_.vocab / t}},
              {"dw_out", {h, m_.vocab / t}}, {"loss", {tokens_}}, {"xin", {sp_, h}}, {"dxin", {sp_, h}}, {"kv0", {tokens_, kv_}}, {"kv1", {tokens_, kv_}},
              {"dkv0", {tokens_, kv_}}, {"dkv1", {tokens_, kv_}}, {"dkvr", {tokens_, kv_}}, {"rsc0", {sp_, h}}, {"rsc1", {sp_, h}}, {"rsr", {sp_, h}}})
-      buffer(name, shape, name == "loss" ? "f32" : o.dtype);
+      buffer(name, shape, name == "loss" ? "f32" : o.fp8 && fp8_operand(name) ? "f8e4m3" : o.dtype);
     for (const char* c : {"cnt_mb", "cnt_l"}) buffer(c, {}, "s32");
     for (const char* c : {"go_mb", "go_l"}) buffer(c, {}, "bool");
     buffers_["stage"] = {{"shape", ojson::array()}, {"dtype", "s32"}, {"role", "input"}, {"init", {{"kind", "axis_index"}, {"axis", "pp"}}}};
@@ -195,6 +195,16 @@ class Step {
   }
 
  private:
+  // FP8 (Transformer Engine's recipe): the layers' GEMMs take e4m3
+  // operands, the weights cast once a step and each activation cast by the
+  // kernel or collective that makes it (TE fuses the cast into the norm,
+  // the activation and the attention); their outputs, the attention, the
+  // logits and everything between stages stay in the training dtype.
+  static bool fp8_operand(const std::string& name) {
+    for (const char* n : {"ln", "xf", "ctx", "h2", "dy", "dyf", "dh1", "dqkv", "w_qkv", "w_o", "w_1", "w_2"})
+      if (name == n) return true;
+    return false;
+  }
   void buffer(const std::string& name, std::vector<int64_t> shape, const std::string& dtype) {
     buffers_[name] = {{"shape", shape}, {"dtype", dtype}};
   }
@@ -395,8 +405,8 @@ class Step {
     ojson p = ojson::array();
     const int64_t h = m_.hidden;
     if (s == 0) {
-      p.push_back(kernel("embedding", {"w_out"}, {o_.tp > 1 ? "xf" : "x"}, 0, bytes(2 * tokens_ * h)));
-      tp(p, "reduce_scatter", "reduce-scatter of the embedding", "xf", "x");
+      p.push_back(kernel("embedding", {"w_out"}, {o_.tp > 1 ? "xo" : "x"}, 0, bytes(2 * tokens_ * h)));
+      tp(p, "reduce_scatter", "reduce-scatter of the embedding", "xo", "x");
     }
     ojson layer = ojson::array();
     layer_forward(layer);
@@ -409,8 +419,8 @@ class Step {
       loop(p, "l", l_.layers_per_stage, layer);
     }
     if (s == o_.pp - 1) {
-      tp(p, "all_gather", "all-gather before the logits", "x", "xf");
-      p.push_back(gemm("logits", o_.tp > 1 ? "xf" : "x", "w_out", "logits"));
+      tp(p, "all_gather", "all-gather before the logits", "x", "xo");
+      p.push_back(gemm("logits", o_.tp > 1 ? "xo" : "x", "w_out", "logits"));
       p.push_back(kernel("cross-entropy", {"logits"}, {"loss"}, 6.0 * tokens_ * m_.vocab / o_.tp, bytes(tokens_ * m_.vocab / o_.tp)));
       if (o_.tp > 1) p.push_back({{"op", "all_reduce"}, {"name", "tp cross-entropy max and sum"}, {"src", "loss"}, {"dst", "loss"}, {"axis", "tp"}});
     }
@@ -425,7 +435,7 @@ class Step {
     if (s == o_.pp - 1) {
       p.push_back(kernel("cross-entropy backward", {"logits"}, {"logits"}, 4.0 * tokens_ * m_.vocab / o_.tp, bytes(2 * tokens_ * m_.vocab / o_.tp)));
       p.push_back(gemm("logits dgrad", "logits", "w_out", o_.tp > 1 ? "dxf" : "dx", false, true));
-      p.push_back(gemm("logits wgrad", o_.tp > 1 ? "xf" : "x", "logits", "dw_out", true));
+      p.push_back(gemm("logits wgrad", o_.tp > 1 ? "xo" : "x", "logits", "dw_out", true));
       tp(p, "reduce_scatter", "reduce-scatter of the logits' input grad", "dxf", "dx");
     }
     ojson layer = ojson::array();
@@ -515,6 +525,11 @@ class Step {
   // all-gather and the optimizer.
   ojson stage(int64_t s) const {
     ojson p = ojson::array();
+    if (o_.fp8) {
+      // The stage's weights cast to FP8 once a step (read 2 bytes, write 1).
+      const double params = layer_params(m_) * static_cast<double>(l_.layers_per_stage) / static_cast<double>(o_.tp);
+      p.push_back(kernel("cast weights to FP8", {"opt"}, {"w_qkv", "w_o", "w_1", "w_2"}, params, 3.0 * params));
+    }
     const int64_t m = l_.micro_batches, warm = std::min(o_.pp - s - 1, m), steady = m - warm;
     if (shards_ > 1)
       for (int64_t k = 0; k < buckets_; ++k)

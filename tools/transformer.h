@@ -36,6 +36,9 @@ struct TransformerOptions {
   // Transformer Engine's userbuffers: the tp all-gathers and reduce-
   // scatters beside their GEMMs as rings of chunks.
   bool tp_comm_overlap = false;
+  // FP8 GEMMs (e4m3 operands at the machine's f8e4m3 rate), as Transformer
+  // Engine's recipe; `dtype` stays the training dtype.
+  bool fp8 = false;
   // Gradients are reduce-scattered over dp in buckets of this many
   // parameters (Megatron's default bucket, 40 M).
   int64_t bucket_params = 40'000'000;

@@ -194,6 +194,39 @@ TEST(Transformer, TpCommOverlapRingsTheCollectivesBesideGemmChunks) {
   EXPECT_LT(overlapped.tp_s, 0.75 * plain.tp_s) << overlapped.tp_s << " " << plain.tp_s;
 }
 
+TEST(Transformer, Fp8GemmsRunAtTheFp8Rate) {
+  // 2 layers of hidden 4096 (32 heads), 2048 tokens, tp 2 on an H100 node:
+  // with FP8 the layers' GEMMs take e4m3 operands (weights and the
+  // activations the kernels before them write), the logits and the
+  // residual stream stay bf16, and a QKV GEMM ([2048, 4096] x [4096,
+  // 6144], 103 GFLOP) runs at the 1,979 TFLOP/s e4m3 peak instead of
+  // bf16's 989: in well under 3/4 of the time.
+  TransformerOptions o;
+  o.model = {"mid", 2, 4096, 32, 32, 16384, 32000, false, 2048};
+  o.gpus = 2, o.tp = 2, o.global_batch = 1;
+  auto qkv_seconds = [&](bool fp8) {
+    o.fp8 = fp8;
+    const ojson s = transformer(o);
+    EXPECT_EQ(s["buffers"]["w_qkv"]["dtype"], fp8 ? "f8e4m3" : "bf16");
+    EXPECT_EQ(s["buffers"]["x"]["dtype"], "bf16");
+    auto p = load_schedule_text(s.dump(), "fp8.json");
+    EXPECT_TRUE(p.ok()) << p.errors()[0].str();
+    auto r = sim::simulate(*p, sim::model("h100-8gpu"), nullptr);
+    EXPECT_TRUE(r.ok());
+    for (const auto& op : r->report.timeline(r->report.ranks[0]).ops)
+      if (op.name.str() == "QKV") return op.end_s - op.start_s;
+    return -1.0;
+  };
+  const double bf16 = qkv_seconds(false), fp8 = qkv_seconds(true);
+  ASSERT_GT(fp8, 0);
+  EXPECT_LT(fp8, 0.75 * bf16) << fp8 << " " << bf16;
+  // An FP8 copy of the weights: 3 bytes a parameter, not 2.
+  o.fp8 = true;
+  TransformerOptions plain = o;
+  plain.fp8 = false;
+  EXPECT_DOUBLE_EQ(transformer_memory(o).weights, 1.5 * transformer_memory(plain).weights);
+}
+
 TEST(Transformer, MemoryFollowsKorthikantiAndTheDistributedOptimizer) {
   TransformerOptions o;
   o.model = *transformer_preset("gpt3-175b");
