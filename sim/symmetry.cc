@@ -59,8 +59,8 @@ std::string RankClasses::label(int64_t rep, const std::vector<std::string>& axis
   for (size_t d = 0; d < shape.size(); ++d) {
     if (!s.empty()) s += ", ";
     s += axis_names[d] + "=";
-    if (step[d] == 1) s += "*";
-    else if (step[d] == shape[d]) s += std::to_string(coords[d]);
+    if (step[d] == shape[d]) s += std::to_string(coords[d]);  // (an axis of one rank too)
+    else if (step[d] == 1) s += "*";
     else s += std::to_string(coords[d]) + " mod " + std::to_string(step[d]);
   }
   return s;

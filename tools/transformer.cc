@@ -464,7 +464,11 @@ class Step {
   // pair each rank of stage s with its peer in s + 1 (the other stages'
   // ranks in groups of their own, which never launch it).
   ojson p2p(int64_t s, int dir, const std::string& src, const std::string& dst) const {
-    const int64_t inner = l_.dp * o_.cp * o_.tp, n = o_.pp * inner;
+    // With an even number of stages, groups of the pp axis alone pair them
+    // (s with s + 1, the others two by two); with an odd one, the combined
+    // index pairs the odd stage out's ranks among themselves.
+    const bool by_stage = o_.pp % 2 == 0;
+    const int64_t inner = by_stage ? 1 : l_.dp * o_.cp * o_.tp, n = o_.pp * inner;
     ojson groups = ojson::array();
     std::vector<int64_t> rest;
     for (int64_t k = 0; k < n; ++k) {
@@ -489,7 +493,7 @@ class Step {
     const std::string token = "p2p";
     return ojson{{{"op", "async_start"}, {"token", token}, {"stream", {{"kind", "communication"}, {"id", 0}}},
                   {"body", {{{"op", "collective_permute"}, {"name", what + " " + std::to_string(s) + "-" + std::to_string(s + 1)}, {"src", src}, {"dst", dst},
-                             {"axis", {"pp", "dp", "cp", "tp"}}, {"pairs", pairs}, {"groups", groups}}}}},
+                             {"axis", by_stage ? ojson("pp") : ojson{"pp", "dp", "cp", "tp"}}, {"pairs", pairs}, {"groups", groups}}}}},
                  {{"op", "async_done"}, {"token", token}}};
   }
   // Appends stage s's side of a p2p with its previous (prev) or next stage.
