@@ -144,6 +144,7 @@ std::vector<thunky::gen::TransformerOptions> sweep_layouts(const thunky::gen::Tr
       for (auto o : out) {
         (key == "tp" ? o.tp : key == "pp" ? o.pp : o.micro_batch) = x;
         next.push_back(o);
+        if (next.size() > 256) throw std::invalid_argument("--sweep: more than 256 layouts; sweep fewer values");
       }
     }
     out = next;
