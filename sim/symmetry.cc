@@ -4,7 +4,6 @@
 #include <memory>
 #include <map>
 #include <set>
-#include <unordered_set>
 
 #include "core/accounting.h"
 #include "core/control_flow.h"
@@ -112,12 +111,15 @@ struct Launches {
   std::vector<int64_t> sizes;                 // of the collective's axes
   std::vector<std::vector<int64_t>> groups;   // that launch
   std::set<std::pair<int64_t, int64_t>> edges;  // a permute's sends
-  bool holds(size_t dim, int64_t by) const {
+  std::vector<int64_t> group_of;                // by position: its launching group, or -1 (index_groups)
+  void index_groups() {
     int64_t n = 1;
     for (int64_t s : sizes) n *= s;
-    std::vector<int64_t> group_of(static_cast<size_t>(n), -1);
+    group_of.assign(static_cast<size_t>(n), -1);
     for (size_t g = 0; g < groups.size(); ++g)
       for (int64_t k : groups[g]) group_of[static_cast<size_t>(k)] = static_cast<int64_t>(g);
+  }
+  bool holds(size_t dim, int64_t by) const {
     for (const auto& g : groups) {
       const int64_t h = group_of[static_cast<size_t>(shifted(g.front(), sizes, dim, by))];
       if (h < 0 || groups[static_cast<size_t>(h)].size() != g.size()) return false;
@@ -147,7 +149,6 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
   // take it issue its commands: per mesh axis, the range they lie in.
   std::vector<std::pair<int64_t, int64_t>> pins(dims);
   for (size_t d = 0; d < dims; ++d) pins[d] = {0, mesh.shape[d] - 1};
-  std::vector<std::shared_ptr<Launches>> launches;  // kept alive for the tests
   std::function<void(const Block&)> visit = [&](const Block& block) {
    for (const Command& c : block) {
     // A view sized by an axis index gives the ranks along it different work.
@@ -224,7 +225,7 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
           for (int64_t s = 0; s < size; ++s) l->edges.insert({g[static_cast<size_t>(s)], g[static_cast<size_t>(floor_mod(s + permute->shift.value_or(0), size))]});
         }
       }
-    launches.push_back(l);
+    l->index_groups();
     for (size_t j = 0; j < axes.size(); ++j)
       tests[axes[j]].push_back({about(c) + (permute ? ": its pairs (or shift) and groups do not map onto themselves" : ": its groups do not map onto groups"),
                                 [l, j](int64_t by) { return l->holds(j, by); }});
