@@ -166,11 +166,16 @@ void draw_bar(std::ostringstream& o, const OpRecord& op, double x0, double x1, d
 }  // namespace
 
 std::string timeline_svg(const Report& r) {
-  const double left = 210, width = 1000, lane = 18, gap = 10, top = 76;
-  const double span = r.makespan_s > 0 ? r.makespan_s : 1e-9;
-  auto x = [&](double t) { return left + width * t / span; };
   std::map<int64_t, std::vector<std::string>> lanes;
   for (const auto& rank : r.ranks) lanes[rank.rank] = streams_of({&r.timeline(rank)});
+  // The lanes start past their longest label (about 6.5 px a character):
+  // a class of ranks is named at length.
+  size_t longest = 0;
+  for (const auto& rank : r.ranks)
+    for (const auto& s : lanes[rank.rank]) longest = std::max(longest, rank_label(r, rank).size() + 1 + s.size());
+  const double left = std::max(210.0, 20 + 6.5 * static_cast<double>(longest)), width = 1000, lane = 18, gap = 10, top = 76;
+  const double span = r.makespan_s > 0 ? r.makespan_s : 1e-9;
+  auto x = [&](double t) { return left + width * t / span; };
   std::map<std::pair<int64_t, std::string>, double> lane_y;
   double y = top;
   for (const auto& rank : r.ranks) {
@@ -186,7 +191,9 @@ std::string timeline_svg(const Report& r) {
   int64_t mesh = 1;
   for (auto d : r.mesh_shape) mesh *= d;
   std::string notes;
-  if (static_cast<int64_t>(r.ranks.size()) < mesh) notes = std::to_string(r.ranks.size()) + " of " + std::to_string(mesh) + " ranks shown (--trace-ranks chooses)";
+  const bool by_class = std::any_of(r.ranks.begin(), r.ranks.end(), [](const RankReport& x) { return !x.label.empty(); });
+  if (by_class) notes = std::to_string(r.ranks.size()) + " classes of the " + std::to_string(mesh) + " ranks, a lane group each (--trace-ranks for ranks)";
+  else if (static_cast<int64_t>(r.ranks.size()) < mesh) notes = std::to_string(r.ranks.size()) + " of " + std::to_string(mesh) + " ranks shown (--trace-ranks chooses)";
   size_t most_flows = 0;
   for (const auto& rank : r.ranks) most_flows = std::max(most_flows, r.timeline(rank).flows.size());
   if (static_cast<double>(most_flows) > width / 5)
