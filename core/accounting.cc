@@ -56,76 +56,58 @@ Work command_work(const Program& p, const Command& c, const RankCtx& ctx, ShapeC
   };
   auto elem = [&](const Ref& r) { return static_cast<int64_t>(dtype_size(ref_dtype(p, r))); };
   auto B = [&](const Ref& r) { return count(S(r)) * elem(r); };
-  switch (c.op) {
-    case Op::memzero: w.bytes = B(c.as<Memzero>().dst); break;
-    case Op::memset: w.bytes = B(c.as<Memset>().dst); break;
-    case Op::copy: w.bytes = B(c.as<Copy>().src) + B(c.as<Copy>().dst); break;
-    case Op::transpose: w.bytes = B(c.as<Transpose>().src) + B(c.as<Transpose>().dst); break;  // priced as a copy
-    case Op::gemm: {
-      const Gemm& g = c.as<Gemm>();
-      const std::span<const int64_t> a = S(g.a);
-      const size_t r = a.size();
-      const int64_t k = g.transpose_a ? a[r - 2] : a[r - 1];
-      const int64_t a_bytes = count(a) * elem(g.a);
-      const int64_t c_count = count(S(g.c));
-      w.flops = 2.0 * static_cast<double>(c_count) * static_cast<double>(k);
-      w.bytes = a_bytes + B(g.b) + c_count * elem(g.c) * (g.beta != 0 ? 2 : 1);
-      const std::span<const int64_t> cs = S(g.c);
-      w.gemm_m = cs[cs.size() - 2];
-      w.gemm_n = cs[cs.size() - 1];
-      w.gemm_k = k;
-      w.gemm_batch = cs.size() == 3 ? cs[0] : 1;
-      break;
-    }
-    case Op::map: {
-      const Map& m = c.as<Map>();
-      const int64_t out = count(S(m.out));
-      w.bytes = out * elem(m.out);
-      for (const auto& [k, r] : m.in) w.bytes += B(r);
-      w.flops = static_cast<double>(out) * static_cast<double>(expr_ops(*m.expr));
-      break;
-    }
-    case Op::reduce: {
-      const Reduce& x = c.as<Reduce>();
-      const int64_t in = count(S(x.in));
-      w.bytes = in * elem(x.in) + B(x.out);
-      w.flops = static_cast<double>(in);
-      break;
-    }
-    case Op::kernel:
-      for (const auto& r : c.as<Kernel>().reads) w.bytes += B(r);
-      for (const auto& r : c.as<Kernel>().writes) w.bytes += B(r);
-      break;
-    case Op::ptx_kernel:
-      for (const auto& r : c.as<PtxKernel>().args) w.bytes += B(r);
-      break;
-    case Op::custom_call: {
-      const CustomCall& x = c.as<CustomCall>();
-      for (const auto& r : x.operands) w.bytes += B(r);
-      for (const auto& r : x.results) w.bytes += B(r);
-      if (!x.operands.empty()) {  // Cholesky: n^3 / 3 per matrix
-        const std::span<const int64_t> a = S(x.operands[0]);
-        const double n = static_cast<double>(a.back());
-        w.flops = n * n * n / 3.0 * static_cast<double>(count(a)) / (n * n > 0 ? n * n : 1);
-      }
-      break;
-    }
-    case Op::all_reduce:
-    case Op::all_gather:
-    case Op::reduce_scatter:
-    case Op::all_to_all:
-    case Op::collective_permute:
+  auto sum_bytes = [&](const std::vector<Ref>& refs) {
+    for (const auto& r : refs) w.bytes += B(r);
+  };
+  std::visit(Overload{
+      [&](const Memzero& x) { w.bytes = B(x.dst); },
+      [&](const Memset& x) { w.bytes = B(x.dst); },
+      [&](const Copy& x) { w.bytes = B(x.src) + B(x.dst); },
+      [&](const Transpose& x) { w.bytes = B(x.src) + B(x.dst); },  // priced as a copy
+      [&](const Gemm& g) {
+        const std::span<const int64_t> a = S(g.a);
+        const size_t r = a.size();
+        const int64_t k = g.transpose_a ? a[r - 2] : a[r - 1];
+        const int64_t a_bytes = count(a) * elem(g.a);
+        const int64_t c_count = count(S(g.c));
+        w.flops = 2.0 * static_cast<double>(c_count) * static_cast<double>(k);
+        w.bytes = a_bytes + B(g.b) + c_count * elem(g.c) * (g.beta != 0 ? 2 : 1);
+        const std::span<const int64_t> cs = S(g.c);
+        w.gemm_m = cs[cs.size() - 2];
+        w.gemm_n = cs[cs.size() - 1];
+        w.gemm_k = k;
+        w.gemm_batch = cs.size() == 3 ? cs[0] : 1;
+      },
+      [&](const Map& m) {
+        const int64_t out = count(S(m.out));
+        w.bytes = out * elem(m.out);
+        for (const auto& [k, r] : m.in) w.bytes += B(r);
+        w.flops = static_cast<double>(out) * static_cast<double>(expr_ops(*m.expr));
+      },
+      [&](const Reduce& x) {
+        const int64_t in = count(S(x.in));
+        w.bytes = in * elem(x.in) + B(x.out);
+        w.flops = static_cast<double>(in);
+      },
+      [&](const Kernel& x) {
+        sum_bytes(x.reads);
+        sum_bytes(x.writes);
+      },
+      [&](const PtxKernel& x) { sum_bytes(x.args); },
+      [&](const CustomCall& x) {
+        sum_bytes(x.operands);
+        sum_bytes(x.results);
+        if (!x.operands.empty()) {  // Cholesky: n^3 / 3 per matrix
+          const std::span<const int64_t> a = S(x.operands[0]);
+          const double n = static_cast<double>(a.back());
+          w.flops = n * n * n / 3.0 * static_cast<double>(count(a)) / (n * n > 0 ? n * n : 1);
+        }
+      },
       // The payload: the larger of src and dst (the gathered or unreduced array).
-      w.bytes = std::max(B(collective_of(c).src), B(collective_of(c).dst));
-      break;
-    case Op::collective_group:  // its members are priced one by one
-    case Op::async_start:
-    case Op::async_done:
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_:
-    case Op::call: break;
-  }
+      [&](const CollectiveSpec auto& x) { w.bytes = std::max(B(x.src), B(x.dst)); },
+      // A group's members are priced one by one; the rest is structure.
+      [](const OfFamily<OpFamily::group, OpFamily::stream, OpFamily::control, OpFamily::call> auto&) {},
+  }, c.spec);
   if (c.cost) {
     if (c.cost->bytes) w.bytes = static_cast<int64_t>(*c.cost->bytes);
     if (c.cost->flops) w.flops = *c.cost->flops;

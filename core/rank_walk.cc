@@ -183,118 +183,105 @@ class RankWalker {
     commands.push_back(&c);
     command_token.push_back(cur_token_);
     auto scalar = [&](const Ref& r, DType want, const char* what) { return scalar_view(*p_, r, ctx_, want, what); };
-    switch (c.op) {
-      case Op::memzero:
-      case Op::memset:
-      case Op::copy:
-      case Op::transpose:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call: compute(c, slot, branch); break;
-      case Op::all_reduce:
-      case Op::all_gather:
-      case Op::reduce_scatter:
-      case Op::all_to_all:
-      case Op::collective_permute:
-        resolve_uses(c);
-        collective(c, view_of(collective_of(c).src), view_of(collective_of(c).dst));
-        add_uses(c, slot, branch);
-        break;
-      case Op::collective_group: {
-        check_collective_group(c);
-        // One launch: every member is issued at once on this stream.
-        uint32_t seq = hb_.tick(slot);
-        for (const auto& m : c.as<CollectiveGroup>().body) {
-          commands.push_back(&m);
-          command_token.push_back(cur_token_);
-          resolve_uses(m);
-          collective(m, view_of(collective_of(m).src), view_of(collective_of(m).dst));
-          for (const auto& u : uses_) add_access(m, slot, seq, branch, u);
-        }
-        break;
-      }
-      case Op::async_start: {
-        const AsyncStart& a = c.as<AsyncStart>();
-        // Elements of the map keep their place while the body adds more.
-        TokenState& t = tokens_[a.token];
-        if (structural_ && t.live)
-          throw ThunkyError(c.pointer + "/token", "token '" + display_token(a.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
-        // The target slot first: a new one must not move the clock joined.
-        const int target = slot_for(ns, a.stream, slot);
-        hb_.join(target, hb_.clock(slot));
-        const std::string* saved_token = cur_token_;
-        cur_token_ = &a.token;
-        walk(a.body, target, ns, branch);
-        cur_token_ = saved_token;
-        if (t.live) --live_at_depth(t.frame);
-        ++live_at_depth(frame_);
-        t.clock = hb_.clock(target);
-        t.frame = frame_;
-        t.live = true;
-        t.start = &c;
-        break;
-      }
-      case Op::async_done: {
-        const std::string& token = c.as<AsyncDone>().token;
-        auto it = tokens_.find(token);
-        if (it == tokens_.end() || !it->second.live) {
-          if (!structural_) break;
-          if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display_token(token) + "', which no earlier async_start started");
-          throw ThunkyError(c.pointer + "/token", "token '" + display_token(token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
-        }
-        if (it->second.frame != frame_ && structural_)
-          throw ThunkyError(c.pointer + "/token", "token '" + display_token(token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
-        hb_.join(slot, it->second.clock);
-        it->second.live = false;
-        --live_at_depth(it->second.frame);
-        break;
-      }
-      case Op::cond:
-      case Op::switch_: {
-        const Ref& r = c.op == Op::cond ? c.as<Cond>().pred : c.as<Switch>().index;
-        View v = c.op == Op::cond ? scalar(r, DType::boolean, "pred") : scalar(r, DType::s32, "index");
-        add_read(c, r, std::move(v), slot, branch);
-        const int id = cond_ids_++;
-        const Clock entry = hb_.clock(slot);
-        Clock exit = entry;
-        std::vector<const Block*> blocks;
-        std::vector<std::string> names;
-        for_each_sub_block(c, [&](const Block& b, SubBlock which) {
-          blocks.push_back(&b);
-          names.push_back(c.id() + which.suffix());
-        });
-        uint32_t own = entry.size() > static_cast<size_t>(slot) ? entry[slot] : 0;
-        for (size_t k = 0; k < blocks.size(); ++k) {
-          Clock start = entry;
-          reset_clock(slot, start, own);
-          branches_.push_back(BranchNode{branch, id, static_cast<int>(k)});
-          int node = static_cast<int>(branches_.size()) - 1;
-          ns_stack_.push_back(&ns);
-          region(*blocks[k], names[k], slot, node);
-          ns_stack_.pop_back();
-          const Clock& after = hb_.clock(slot);
-          own = std::max(own, after.size() > static_cast<size_t>(slot) ? after[slot] : 0u);
-          if (exit.size() < after.size()) exit.resize(after.size(), 0);
-          for (size_t i = 0; i < after.size(); ++i) exit[i] = std::max(exit[i], after[i]);
-        }
-        reset_clock(slot, exit, own);
-        break;
-      }
-      case Op::while_: {
-        const While& w = c.as<While>();
-        View v = scalar(w.cond_buf, DType::boolean, "cond_buf");
-        ns_stack_.push_back(&ns);
-        region(w.cond, c.id() + "/cond", slot, branch);
-        add_read(c, w.cond_buf, std::move(v), slot, branch);
-        region(w.body, c.id() + "/body", slot, branch);
-        ns_stack_.pop_back();
-        break;
-      }
-      case Op::call: walk(c.as<Call>().body, slot, ns, branch); break;
+    std::visit(Overload{
+        [&](const ComputeSpec auto&) { compute(c, slot, branch); },
+        [&](const CollectiveSpec auto& x) {
+          resolve_uses(c);
+          collective(c, view_of(x.src), view_of(x.dst));
+          add_uses(c, slot, branch);
+        },
+        [&](const CollectiveGroup& g) {
+          check_collective_group(c);
+          // One launch: every member is issued at once on this stream.
+          uint32_t seq = hb_.tick(slot);
+          for (const auto& m : g.body) {
+            commands.push_back(&m);
+            command_token.push_back(cur_token_);
+            resolve_uses(m);
+            collective(m, view_of(collective_of(m).src), view_of(collective_of(m).dst));
+            for (const auto& u : uses_) add_access(m, slot, seq, branch, u);
+          }
+        },
+        [&](const AsyncStart& a) { async_start(c, a, slot, ns, branch); },
+        [&](const AsyncDone& d) { async_done(c, d.token, slot); },
+        [&](const Cond& x) { branches(c, x.pred, scalar(x.pred, DType::boolean, "pred"), slot, ns, branch); },
+        [&](const Switch& x) { branches(c, x.index, scalar(x.index, DType::s32, "index"), slot, ns, branch); },
+        [&](const While& w) { loop(c, w, slot, ns, branch); },
+        [&](const Call& x) { walk(x.body, slot, ns, branch); },
+    }, c.spec);
+  }
+
+  void async_start(const Command& c, const AsyncStart& a, int slot, Namespace& ns, int branch) {
+    // Elements of the map keep their place while the body adds more.
+    TokenState& t = tokens_[a.token];
+    if (structural_ && t.live)
+      throw ThunkyError(c.pointer + "/token", "token '" + display_token(a.token) + "' is started again at " + c.id() + " before the async_start at " + t.start->pointer + " was awaited");
+    // The target slot first: a new one must not move the clock joined.
+    const int target = slot_for(ns, a.stream, slot);
+    hb_.join(target, hb_.clock(slot));
+    const std::string* saved_token = cur_token_;
+    cur_token_ = &a.token;
+    walk(a.body, target, ns, branch);
+    cur_token_ = saved_token;
+    if (t.live) --live_at_depth(t.frame);
+    ++live_at_depth(frame_);
+    t.clock = hb_.clock(target);
+    t.frame = frame_;
+    t.live = true;
+    t.start = &c;
+  }
+
+  void async_done(const Command& c, const std::string& token, int slot) {
+    auto it = tokens_.find(token);
+    if (it == tokens_.end() || !it->second.live) {
+      if (!structural_) return;
+      if (it == tokens_.end() || !it->second.start) throw ThunkyError(c.pointer + "/token", "async_done of token '" + display_token(token) + "', which no earlier async_start started");
+      throw ThunkyError(c.pointer + "/token", "token '" + display_token(token) + "' is awaited twice (the async_start at " + it->second.start->pointer + " was already awaited)");
     }
+    if (it->second.frame != frame_ && structural_)
+      throw ThunkyError(c.pointer + "/token", "token '" + display_token(token) + "' is awaited inside a cond branch or loop that did not start it (its async_start is " + it->second.start->pointer + ")");
+    hb_.join(slot, it->second.clock);
+    it->second.live = false;
+    --live_at_depth(it->second.frame);
+  }
+
+  // A cond's or switch's branches, each from the clock at entry; after
+  // it, the latest of them.
+  void branches(const Command& c, const Ref& r, View v, int slot, Namespace& ns, int branch) {
+    add_read(c, r, std::move(v), slot, branch);
+    const int id = cond_ids_++;
+    const Clock entry = hb_.clock(slot);
+    Clock exit = entry;
+    std::vector<const Block*> blocks;
+    std::vector<std::string> names;
+    for_each_sub_block(c, [&](const Block& b, SubBlock which) {
+      blocks.push_back(&b);
+      names.push_back(c.id() + which.suffix());
+    });
+    uint32_t own = entry.size() > static_cast<size_t>(slot) ? entry[slot] : 0;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      Clock start = entry;
+      reset_clock(slot, start, own);
+      branches_.push_back(BranchNode{branch, id, static_cast<int>(k)});
+      int node = static_cast<int>(branches_.size()) - 1;
+      ns_stack_.push_back(&ns);
+      region(*blocks[k], names[k], slot, node);
+      ns_stack_.pop_back();
+      const Clock& after = hb_.clock(slot);
+      own = std::max(own, after.size() > static_cast<size_t>(slot) ? after[slot] : 0u);
+      if (exit.size() < after.size()) exit.resize(after.size(), 0);
+      for (size_t i = 0; i < after.size(); ++i) exit[i] = std::max(exit[i], after[i]);
+    }
+    reset_clock(slot, exit, own);
+  }
+
+  void loop(const Command& c, const While& w, int slot, Namespace& ns, int branch) {
+    View v = scalar_view(*p_, w.cond_buf, ctx_, DType::boolean, "cond_buf");
+    ns_stack_.push_back(&ns);
+    region(w.cond, c.id() + "/cond", slot, branch);
+    add_read(c, w.cond_buf, std::move(v), slot, branch);
+    region(w.body, c.id() + "/body", slot, branch);
+    ns_stack_.pop_back();
   }
 
   void reset_clock(int slot, const Clock& c, uint32_t own) {

@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <string>
@@ -136,6 +138,40 @@ constexpr OpFamily op_family(Op op) {
 }
 // The five NCCL-style collectives (not the group).
 constexpr bool is_collective(Op op) { return op_family(op) == OpFamily::collective; }
+
+// Which collective a collective op is, as its description declares; any
+// other op is an error of the caller (std::logic_error).
+constexpr CollectiveKind collective_kind(Op op) {
+  constexpr auto kinds = []<size_t... I>(std::index_sequence<I...>) {
+    return std::array<std::optional<CollectiveKind>, sizeof...(I)>{[]<typename T>(std::type_identity<T>) -> std::optional<CollectiveKind> {
+      if constexpr (requires { T::collective; }) return T::collective;
+      else return std::nullopt;
+    }(std::type_identity<std::variant_alternative_t<I, OpSpec>>())...};
+  }(std::make_index_sequence<std::variant_size_v<OpSpec>>());
+  const std::optional<CollectiveKind> k = kinds[static_cast<size_t>(op)];
+  if (!k) throw std::logic_error("collective_kind of an op that is not a collective");
+  return *k;
+}
+
+// Visitors of OpSpec (std::visit) name their cases by family: one case
+// per op where behaviour differs, and a catch-all constrained to the
+// families the consumer does not handle op by op, so a new op of a handled
+// family does not compile until the consumer has its case:
+//   std::visit(Overload{[&](const Gemm& g) {...}, ...,
+//                       [](const NotCompute auto&) {}}, c.spec);
+template <typename... F> struct Overload : F... { using F::operator()...; };
+// A description of one of the families F...: OfFamily<OpFamily::compute,
+// OpFamily::collective> auto.
+template <typename T, OpFamily... F> concept OfFamily = ((T::family == F) || ...);
+template <typename T> concept ComputeSpec = OfFamily<T, OpFamily::compute>;
+template <typename T> concept CollectiveSpec = OfFamily<T, OpFamily::collective>;
+template <typename T> concept ControlSpec = OfFamily<T, OpFamily::control>;
+template <typename T> concept NotCompute = !ComputeSpec<T>;
+template <typename T> concept NotCollective = !CollectiveSpec<T>;
+template <typename T> concept NotControl = !ControlSpec<T>;
+// What whoever issues a block treats as one task of its stream: compute,
+// a collective, or a group of them.
+template <typename T> concept TaskSpec = OfFamily<T, OpFamily::compute, OpFamily::collective, OpFamily::group>;
 
 // Calls f(RefUse) for every ref the command reads or writes, reads before
 // writes, as its op's description lists them. Control flow reads its

@@ -362,18 +362,18 @@ CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx
 void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*>& src, uint8_t* dst) {
   const size_t es = dtype_size(c.dtype);
   const int64_t n = static_cast<int64_t>(c.ranks.size());
-  switch (c.op) {
-    case Op::all_reduce: reduce_into(c, src, 0, c.dst_count, dst); break;
-    case Op::reduce_scatter: reduce_into(c, src, c.position * c.dst_count, c.dst_count, dst); break;
-    case Op::all_gather:
+  switch (collective_kind(c.op)) {
+    case CollectiveKind::all_reduce: reduce_into(c, src, 0, c.dst_count, dst); break;
+    case CollectiveKind::reduce_scatter: reduce_into(c, src, c.position * c.dst_count, c.dst_count, dst); break;
+    case CollectiveKind::all_gather:
       for (int64_t p = 0; p < n; ++p) std::memcpy(dst + p * c.src_count * es, src[p], c.src_count * es);
       break;
-    case Op::all_to_all: {
+    case CollectiveKind::all_to_all: {
       const int64_t chunk = c.src_count / n;
       for (int64_t p = 0; p < n; ++p) std::memcpy(dst + p * chunk * es, src[p] + c.position * chunk * es, chunk * es);
       break;
     }
-    case Op::collective_permute: {
+    case CollectiveKind::collective_permute: {
       bool received = false;
       for (auto [s, t] : c.pairs)
         if (t == c.position) {
@@ -383,23 +383,6 @@ void collective_result(const CollectiveCall& c, const std::vector<const uint8_t*
       if (!received) std::memset(dst, 0, c.dst_count * es);
       break;
     }
-    case Op::memzero:  // not a collective: never called so
-    case Op::memset:
-    case Op::copy:
-    case Op::gemm:
-    case Op::map:
-    case Op::reduce:
-    case Op::kernel:
-    case Op::ptx_kernel:
-    case Op::custom_call:
-    case Op::transpose:
-    case Op::collective_group:
-    case Op::async_start:
-    case Op::async_done:
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_:
-    case Op::call: break;
   }
 }
 

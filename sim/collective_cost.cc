@@ -14,29 +14,12 @@ double combine(double latency, double transfer, bool additive) {
 
 // Multiplier of the AllGather bandwidth term for each op.
 double op_volume(Op op) {
-  switch (op) {
-    case Op::all_reduce: return 2.0;
-    case Op::all_to_all: return 0.25;
-    case Op::all_gather:
-    case Op::reduce_scatter:
-    case Op::collective_permute: return 1.0;
-    case Op::memzero:  // not collectives: never priced here
-    case Op::memset:
-    case Op::copy:
-    case Op::gemm:
-    case Op::map:
-    case Op::reduce:
-    case Op::kernel:
-    case Op::ptx_kernel:
-    case Op::custom_call:
-    case Op::transpose:
-    case Op::collective_group:
-    case Op::async_start:
-    case Op::async_done:
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_:
-    case Op::call: break;
+  switch (collective_kind(op)) {
+    case CollectiveKind::all_reduce: return 2.0;
+    case CollectiveKind::all_to_all: return 0.25;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::collective_permute: return 1.0;
   }
   return 1.0;
 }
@@ -128,29 +111,12 @@ double permute_seconds(const AxisLinks& links, int64_t hops, double bytes, bool 
 double bus_factor(Op op, int64_t n) {
   if (n <= 1) return 0;
   const double frac = static_cast<double>(n - 1) / static_cast<double>(n);
-  switch (op) {
-    case Op::all_reduce: return 2.0 * frac;
-    case Op::all_gather:
-    case Op::reduce_scatter:
-    case Op::all_to_all: return frac;
-    case Op::collective_permute: return 1.0;
-    case Op::memzero:  // not collectives: never priced here
-    case Op::memset:
-    case Op::copy:
-    case Op::gemm:
-    case Op::map:
-    case Op::reduce:
-    case Op::kernel:
-    case Op::ptx_kernel:
-    case Op::custom_call:
-    case Op::transpose:
-    case Op::collective_group:
-    case Op::async_start:
-    case Op::async_done:
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_:
-    case Op::call: break;
+  switch (collective_kind(op)) {
+    case CollectiveKind::all_reduce: return 2.0 * frac;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::all_to_all: return frac;
+    case CollectiveKind::collective_permute: return 1.0;
   }
   return 1.0;
 }

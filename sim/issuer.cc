@@ -97,61 +97,45 @@ bool Issuer::issue_until(int si) {
     const bool in_loop = f.in_loop;
     f.info += infos_[i].subtree;
     // `f` may dangle from here on: the cases below push frames.
-    switch (c.op) {
-      case Op::async_start: {
-        const AsyncStart& a = c.as<AsyncStart>();
-        const int fork = new_event(), target = stream_index(rank, a.stream);
-        push(cur, {Task::Kind::record, false, i, -1, fork});
-        push(target, {Task::Kind::wait, false, i, -1, fork});
-        stack.push_back({Frame::Kind::async_end, target, in_loop, nullptr, 0, i});
-        enter(rank, a.body, block(i, 0), target, in_loop);
-        break;
-      }
-      case Op::async_done: {
-        auto& tokens = me.tokens;
-        const int start = infos_[i].partner;
-        auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == start; });
-        push(cur, {Task::Kind::wait, true, i, -1, it->second});
-        *it = tokens.back();
-        tokens.pop_back();
-        break;
-      }
-      case Op::call: enter(rank, c.as<Call>().body, block(i, 0), cur, in_loop); break;
-      case Op::cond:
-      case Op::switch_: {
-        // The block's position among the command's blocks: then 0, else 1; branch k at k.
-        const Branch b = take_branch(c, decision(rank, c));
-        const size_t slot = c.op == Op::cond ? (b.decision ? 0 : 1) : static_cast<size_t>(b.decision);
-        enter(rank, *b.block, block(i, slot), cur, in_loop);
-        break;
-      }
-      case Op::while_: {
-        Frame loop{Frame::Kind::loop, cur, true, nullptr, 0, i};
-        loop.trips = decision(rank, c);
-        stack.push_back(loop);
-        break;
-      }
-      case Op::memzero:  // every other command: one task of its stream
-      case Op::memset:
-      case Op::copy:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call:
-      case Op::transpose:
-      case Op::all_reduce:
-      case Op::all_gather:
-      case Op::reduce_scatter:
-      case Op::all_to_all:
-      case Op::collective_permute:
-      case Op::collective_group:
-        push(cur, {Task::Kind::op, false, i, instance(rank, i, in_loop), -1});
-        // A group's members run exactly as often as the group.
-        if (c.op == Op::collective_group)
-          for (int m = members_begin(i); m < members_end(i); ++m) instance(rank, m, in_loop);
-    }
+    // The block's position among a command's blocks: then 0, else 1; branch k at k.
+    auto branch = [&](size_t slot, const Branch& b) { enter(rank, *b.block, block(i, slot), cur, in_loop); };
+    std::visit(Overload{
+        [&](const AsyncStart& a) {
+          const int fork = new_event(), target = stream_index(rank, a.stream);
+          push(cur, {Task::Kind::record, false, i, -1, fork});
+          push(target, {Task::Kind::wait, false, i, -1, fork});
+          stack.push_back({Frame::Kind::async_end, target, in_loop, nullptr, 0, i});
+          enter(rank, a.body, block(i, 0), target, in_loop);
+        },
+        [&](const AsyncDone&) {
+          auto& tokens = me.tokens;
+          const int start = infos_[i].partner;
+          auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == start; });
+          push(cur, {Task::Kind::wait, true, i, -1, it->second});
+          *it = tokens.back();
+          tokens.pop_back();
+        },
+        [&](const Call& x) { enter(rank, x.body, block(i, 0), cur, in_loop); },
+        [&](const Cond&) {
+          const Branch b = take_branch(c, decision(rank, c));
+          branch(b.decision ? 0 : 1, b);
+        },
+        [&](const Switch&) {
+          const Branch b = take_branch(c, decision(rank, c));
+          branch(static_cast<size_t>(b.decision), b);
+        },
+        [&](const While&) {
+          Frame loop{Frame::Kind::loop, cur, true, nullptr, 0, i};
+          loop.trips = decision(rank, c);
+          stack.push_back(loop);
+        },
+        [&](const TaskSpec auto& x) {
+          push(cur, {Task::Kind::op, false, i, instance(rank, i, in_loop), -1});
+          // A group's members run exactly as often as the group.
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, CollectiveGroup>)
+            for (int m = members_begin(i); m < members_end(i); ++m) instance(rank, m, in_loop);
+        },
+    }, c.spec);
   }
   return true;
 }

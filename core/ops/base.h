@@ -27,6 +27,11 @@ std::string_view op_name(Op op);
 // (op_family in core/schedule.h).
 enum class OpFamily { compute, collective, group, stream, control, call };
 
+// Which collective a collective op is; each collective's description
+// declares its own (core/ops/collective.h), and code that prices or runs
+// collectives switches over this, not over every op.
+enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute };
+
 struct Ref {
   std::shared_ptr<const RefSyntax> syntax;  // shared: schedules repeat refs
   int buffer = -1;  // index into Program::buffers once lowered

@@ -54,6 +54,7 @@ struct ReducingCollective : Collective {
 
 struct AllReduce : ReducingCollective {
   static constexpr Op kind = Op::all_reduce;
+  static constexpr CollectiveKind collective = CollectiveKind::all_reduce;
   static constexpr std::string_view json_name = "all_reduce";
   static AllReduce read(OpReader& r);
   void write(json& j) const { write_common(j); }
@@ -61,6 +62,7 @@ struct AllReduce : ReducingCollective {
 
 struct AllGather : Collective {
   static constexpr Op kind = Op::all_gather;
+  static constexpr CollectiveKind collective = CollectiveKind::all_gather;
   static constexpr std::string_view json_name = "all_gather";
   static AllGather read(OpReader& r);
   void write(json& j) const { write_common(j); }
@@ -68,6 +70,7 @@ struct AllGather : Collective {
 
 struct ReduceScatter : ReducingCollective {
   static constexpr Op kind = Op::reduce_scatter;
+  static constexpr CollectiveKind collective = CollectiveKind::reduce_scatter;
   static constexpr std::string_view json_name = "reduce_scatter";
   static ReduceScatter read(OpReader& r);
   void write(json& j) const { write_common(j); }
@@ -75,6 +78,7 @@ struct ReduceScatter : ReducingCollective {
 
 struct AllToAll : Collective {
   static constexpr Op kind = Op::all_to_all;
+  static constexpr CollectiveKind collective = CollectiveKind::all_to_all;
   static constexpr std::string_view json_name = "all_to_all";
   static AllToAll read(OpReader& r);
   void write(json& j) const { write_common(j); }
@@ -84,6 +88,7 @@ struct AllToAll : Collective {
 // target) positions, or every position i to (i + shift) mod n.
 struct CollectivePermute : Collective {
   static constexpr Op kind = Op::collective_permute;
+  static constexpr CollectiveKind collective = CollectiveKind::collective_permute;
   static constexpr std::string_view json_name = "collective_permute";
   std::optional<int64_t> shift;
   Box<std::vector<std::pair<int64_t, int64_t>>> pairs;

@@ -185,44 +185,24 @@ class Run {
 
   void issue(const Block& b, const StreamId& cur, Queues& q, std::map<std::string, EventPtr>& tokens) {
     for (const auto& c : b) {
-      switch (c.op) {
-        case Op::async_start: {
-          const AsyncStart& a = c.as<AsyncStart>();
-          auto fork = std::make_shared<Event>();
-          q[cur].push_back({Task::Kind::record, nullptr, fork, a.token, false});
-          q[a.stream].push_back({Task::Kind::wait, &c, fork, a.token, false});
-          issue(a.body, a.stream, q, tokens);
-          auto done = std::make_shared<Event>();
-          q[a.stream].push_back({Task::Kind::record, nullptr, done, a.token, true});
-          tokens[a.token] = done;
-          break;
-        }
-        case Op::async_done: {
-          const std::string& token = c.as<AsyncDone>().token;
-          q[cur].push_back({Task::Kind::wait, &c, tokens.at(token), token, true});
-          break;
-        }
-        case Op::call: issue(c.as<Call>().body, cur, q, tokens); break;
-        case Op::memzero:  // every other command: one task of its stream
-        case Op::memset:
-        case Op::copy:
-        case Op::gemm:
-        case Op::map:
-        case Op::reduce:
-        case Op::kernel:
-        case Op::ptx_kernel:
-        case Op::custom_call:
-        case Op::transpose:
-        case Op::all_reduce:
-        case Op::all_gather:
-        case Op::reduce_scatter:
-        case Op::all_to_all:
-        case Op::collective_permute:
-        case Op::collective_group:
-        case Op::cond:
-        case Op::switch_:
-        case Op::while_: q[cur].push_back({Task::Kind::exec, &c, nullptr, "", false});
-      }
+      std::visit(Overload{
+          [&](const AsyncStart& a) {
+            auto fork = std::make_shared<Event>();
+            q[cur].push_back({Task::Kind::record, nullptr, fork, a.token, false});
+            q[a.stream].push_back({Task::Kind::wait, &c, fork, a.token, false});
+            issue(a.body, a.stream, q, tokens);
+            auto done = std::make_shared<Event>();
+            q[a.stream].push_back({Task::Kind::record, nullptr, done, a.token, true});
+            tokens[a.token] = done;
+          },
+          [&](const AsyncDone& a) { q[cur].push_back({Task::Kind::wait, &c, tokens.at(a.token), a.token, true}); },
+          [&](const Call& x) { issue(x.body, cur, q, tokens); },
+          // Every other command is one task of its stream; control flow
+          // runs its blocks when the stream reaches it.
+          [&](const OfFamily<OpFamily::compute, OpFamily::collective, OpFamily::group, OpFamily::control> auto&) {
+            q[cur].push_back({Task::Kind::exec, &c, nullptr, "", false});
+          },
+      }, c.spec);
     }
   }
 
@@ -399,58 +379,41 @@ class Run {
     s.decisions[c.id()].push_back(value);
   }
 
+  // A collective, or a group of them, through the communicator.
+  void run_collectives(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
+    std::vector<CollectiveCall> calls;
+    std::vector<const Command*> members;
+    if (c.op == Op::collective_group)
+      for (const auto& m : c.as<CollectiveGroup>().body) members.push_back(&m);
+    else
+      members.push_back(&c);
+    for (const Command* m : members)
+      calls.push_back(collective_call(p_, *m, s.ctx, [&](const View& v) {
+        return (*s.memory)[v.buffer].data() + v.byte_offset();
+      }));
+    const std::vector<int> launch = launch_members(p_.mesh, s.rank, members);
+    // From the arrival here until every member has arrived is waiting;
+    // then the transfer (measured at the rendezvous).
+    const double start = now();
+    const Clock::time_point moving = comm_->run(static_cast<int>(s.rank), calls, launch, who(s, stream));
+    const double end = now();
+    const double moved = std::clamp(since_start(moving), start, end);
+    for (const Command* m : members) record(s, *m, stream, in_loop, start, end, moved);
+  }
+
   void exec(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
     if (stop_at_ && stop_at_->rank == s.rank && stop_at_->pointer == c.pointer) stop_here();
-    switch (c.op) {
-      case Op::cond:
-      case Op::switch_:
-      case Op::while_:
+    switch (op_family(c.op)) {
+      case OpFamily::control:
         run_control_flow(
             c, s.rank, opts_.max_trip_count, in_loop, [&](const Ref& r) { return read_scalar(s, r); },
             [&](const Block& b, bool loop) { run_block(s, b, stream, loop); }, [&](int64_t v) { decide(s, c, v); });
         return;
-      case Op::collective_group:
-      case Op::all_reduce:
-      case Op::all_gather:
-      case Op::reduce_scatter:
-      case Op::all_to_all:
-      case Op::collective_permute: {
-        std::vector<CollectiveCall> calls;
-        std::vector<const Command*> members;
-        if (c.op == Op::collective_group)
-          for (const auto& m : c.as<CollectiveGroup>().body) members.push_back(&m);
-        else
-          members.push_back(&c);
-        for (const Command* m : members)
-          calls.push_back(collective_call(p_, *m, s.ctx, [&](const View& v) {
-            return (*s.memory)[v.buffer].data() + v.byte_offset();
-          }));
-        const std::vector<int> launch = launch_members(p_.mesh, s.rank, members);
-        // From the arrival here until every member has arrived is waiting;
-        // then the transfer (measured at the rendezvous).
-        const double start = now();
-        const Clock::time_point moving = comm_->run(static_cast<int>(s.rank), calls, launch, who(s, stream));
-        const double end = now();
-        const double moved = std::clamp(since_start(moving), start, end);
-        if (c.op == Op::collective_group)
-          for (const auto& m : c.as<CollectiveGroup>().body) record(s, m, stream, in_loop, start, end, moved);
-        else
-          record(s, c, stream, in_loop, start, end, moved);
-        return;
-      }
-      case Op::memzero:  // compute: on a core, below
-      case Op::memset:
-      case Op::copy:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call:
-      case Op::transpose:
-      case Op::async_start:
-      case Op::async_done:
-      case Op::call: break;
+      case OpFamily::collective:
+      case OpFamily::group: run_collectives(s, c, stream, in_loop); return;
+      case OpFamily::compute: break;   // on a core, below
+      case OpFamily::stream:           // issue() made these events
+      case OpFamily::call: return;     // issue() inlined its body
     }
     // On a core of its own, from its start to its end (exec/cores.h).
     const bool wake = std::exchange(wake_after_queueing_, false);
@@ -463,75 +426,47 @@ class Run {
   }
 
   void compute(RankState& s, const Command& c) {
-    switch (c.op) {
-      case Op::memzero: {
-        cpu::Tensor d = tensor(s, c.as<Memzero>().dst);
-        std::memset(d.data, 0, d.bytes());
-        break;
-      }
-      case Op::memset: {
-        const Memset& x = c.as<Memset>();
-        if (x.bits) cpu::fill_bits(tensor(s, x.dst), *x.bits);
-        else cpu::fill(tensor(s, x.dst), x.value);
-        break;
-      }
-      case Op::copy: {
-        cpu::Tensor a = tensor(s, c.as<Copy>().src), d = tensor(s, c.as<Copy>().dst);
-        std::memmove(d.data, a.data, d.bytes());
-        break;
-      }
-      case Op::gemm: {
-        const Gemm& g = c.as<Gemm>();
-        cpu::gemm(tensor(s, g.a), tensor(s, g.b), tensor(s, g.c), g.transpose_a, g.transpose_b, g.alpha, g.beta);
-        break;
-      }
-      case Op::map: run_map(s, c.as<Map>()); break;
-      case Op::reduce: {
-        const Reduce& x = c.as<Reduce>();
-        if (x.arg) cpu::arg_reduce(tensor(s, x.in), x.axes.front(), x.fn, tensor(s, x.out));
-        else cpu::reduce(tensor(s, x.in), x.axes, x.fn, tensor(s, x.out));
-        break;
-      }
-      case Op::kernel: {
-        // A stand-in: read every input byte and rewrite every output byte,
-        // then hold the stream for the modelled time.
-        volatile uint8_t sink = 0;
-        for (const auto& r : c.as<Kernel>().reads) {
-          cpu::Tensor t = tensor(s, r);
-          for (size_t i = 0; i < t.bytes(); ++i) sink = sink ^ t.data[i];
-        }
-        for (const auto& r : c.as<Kernel>().writes) {
-          cpu::Tensor t = tensor(s, r);
-          for (size_t i = 0; i < t.bytes(); ++i) t.data[i] = static_cast<volatile uint8_t*>(t.data)[i];
-        }
-        if (c.cost && c.cost->seconds) std::this_thread::sleep_for(std::chrono::duration<double>(*c.cost->seconds));  // at most kMaxKernelSeconds (plan)
-        break;
-      }
-      case Op::ptx_kernel: run_map(s, *c.as<PtxKernel>().cpu); break;
-      case Op::custom_call: {
-        const CustomCall& x = c.as<CustomCall>();
-        bool lower = x.spec->backend_config.at("lower").get<bool>();
-        cpu::cholesky(tensor(s, x.operands[0]), tensor(s, x.results[0]), tensor(s, x.results[1]), lower);
-        break;
-      }
-      case Op::transpose: {
-        const Transpose& x = c.as<Transpose>();
-        cpu::transpose(tensor(s, x.src), x.perm, tensor(s, x.dst));
-        break;
-      }
-      case Op::all_reduce:  // not a compute command: run by run_command
-      case Op::all_gather:
-      case Op::reduce_scatter:
-      case Op::all_to_all:
-      case Op::collective_permute:
-      case Op::collective_group:
-      case Op::async_start:
-      case Op::async_done:
-      case Op::cond:
-      case Op::switch_:
-      case Op::while_:
-      case Op::call: break;
-    }
+    std::visit(Overload{
+        [&](const Memzero& x) {
+          cpu::Tensor d = tensor(s, x.dst);
+          std::memset(d.data, 0, d.bytes());
+        },
+        [&](const Memset& x) {
+          if (x.bits) cpu::fill_bits(tensor(s, x.dst), *x.bits);
+          else cpu::fill(tensor(s, x.dst), x.value);
+        },
+        [&](const Copy& x) {
+          cpu::Tensor a = tensor(s, x.src), d = tensor(s, x.dst);
+          std::memmove(d.data, a.data, d.bytes());
+        },
+        [&](const Gemm& g) { cpu::gemm(tensor(s, g.a), tensor(s, g.b), tensor(s, g.c), g.transpose_a, g.transpose_b, g.alpha, g.beta); },
+        [&](const Map& x) { run_map(s, x); },
+        [&](const Reduce& x) {
+          if (x.arg) cpu::arg_reduce(tensor(s, x.in), x.axes.front(), x.fn, tensor(s, x.out));
+          else cpu::reduce(tensor(s, x.in), x.axes, x.fn, tensor(s, x.out));
+        },
+        [&](const Kernel& x) {
+          // A stand-in: read every input byte and rewrite every output byte,
+          // then hold the stream for the modelled time.
+          volatile uint8_t sink = 0;
+          for (const auto& r : x.reads) {
+            cpu::Tensor t = tensor(s, r);
+            for (size_t i = 0; i < t.bytes(); ++i) sink = sink ^ t.data[i];
+          }
+          for (const auto& r : x.writes) {
+            cpu::Tensor t = tensor(s, r);
+            for (size_t i = 0; i < t.bytes(); ++i) t.data[i] = static_cast<volatile uint8_t*>(t.data)[i];
+          }
+          if (c.cost && c.cost->seconds) std::this_thread::sleep_for(std::chrono::duration<double>(*c.cost->seconds));  // at most kMaxKernelSeconds (plan)
+        },
+        [&](const PtxKernel& x) { run_map(s, *x.cpu); },
+        [&](const CustomCall& x) {
+          const bool lower = x.spec->backend_config.at("lower").get<bool>();
+          cpu::cholesky(tensor(s, x.operands[0]), tensor(s, x.results[0]), tensor(s, x.results[1]), lower);
+        },
+        [&](const Transpose& x) { cpu::transpose(tensor(s, x.src), x.perm, tensor(s, x.dst)); },
+        [](const NotCompute auto&) {},  // run by exec
+    }, c.spec);
   }
 
   void run_map(RankState& s, const Map& m) {

@@ -153,92 +153,43 @@ size_t CudaBackend::timestamp(RankState& s, const StreamId& id) {
 
 void CudaBackend::issue_block(RankState& s, const Block& b, const StreamId& cur, bool in_loop) {
   for (const auto& c : b) {
-    switch (c.op) {
-      case Op::async_start: {
-        const AsyncStart& a = c.as<AsyncStart>();
-        // A dependency event (plain) and timing events (for the flow arrows).
-        const size_t fork_t = timestamp(s, cur);
-        cudaEvent_t fork = s.joins.next();
-        THUNKY_CUDA_CHECK(cudaEventRecord(fork, stream(s, cur)));
-        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, a.stream), fork, 0));
-        const size_t started_t = timestamp(s, a.stream);
-        s.flows.push_back({cur.str(), a.stream.str(), a.token, fork_t, started_t, false});
-        issue_block(s, a.body, a.stream, in_loop);
-        const size_t end_t = timestamp(s, a.stream);
-        cudaEvent_t done = s.joins.next();
-        THUNKY_CUDA_CHECK(cudaEventRecord(done, stream(s, a.stream)));
-        s.tokens[a.token] = done;
-        s.token_end[a.token] = {a.stream.str(), end_t};
-        break;
-      }
-      case Op::async_done: {
-        const AsyncDone& a = c.as<AsyncDone>();
-        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, cur), s.tokens.at(a.token), 0));
-        const size_t joined_t = timestamp(s, cur);
-        auto [from, from_t] = s.token_end.at(a.token);
-        s.flows.push_back({from, cur.str(), a.token, from_t, joined_t, true});
-        break;
-      }
-      case Op::call: issue_block(s, c.as<Call>().body, cur, in_loop); break;
-      case Op::cond:
-      case Op::switch_:
-      case Op::while_:
-        if (capturing_) {
-          capture_control_flow(s, c, cur);
-          break;
-        }
-        issue_control_flow(s, c, cur, in_loop);
-        break;
-      case Op::memzero:  // every other command: one timed launch
-      case Op::memset:
-      case Op::copy:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call:
-      case Op::transpose:
-      case Op::all_reduce:
-      case Op::all_gather:
-      case Op::reduce_scatter:
-      case Op::all_to_all:
-      case Op::collective_permute:
-      case Op::collective_group: timed_command(s, c, cur, in_loop);
-    }
+    std::visit(Overload{
+        [&](const AsyncStart& a) {
+          // A dependency event (plain) and timing events (for the flow arrows).
+          const size_t fork_t = timestamp(s, cur);
+          cudaEvent_t fork = s.joins.next();
+          THUNKY_CUDA_CHECK(cudaEventRecord(fork, stream(s, cur)));
+          THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, a.stream), fork, 0));
+          const size_t started_t = timestamp(s, a.stream);
+          s.flows.push_back({cur.str(), a.stream.str(), a.token, fork_t, started_t, false});
+          issue_block(s, a.body, a.stream, in_loop);
+          const size_t end_t = timestamp(s, a.stream);
+          cudaEvent_t done = s.joins.next();
+          THUNKY_CUDA_CHECK(cudaEventRecord(done, stream(s, a.stream)));
+          s.tokens[a.token] = done;
+          s.token_end[a.token] = {a.stream.str(), end_t};
+        },
+        [&](const AsyncDone& a) {
+          THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, cur), s.tokens.at(a.token), 0));
+          const size_t joined_t = timestamp(s, cur);
+          auto [from, from_t] = s.token_end.at(a.token);
+          s.flows.push_back({from, cur.str(), a.token, from_t, joined_t, true});
+        },
+        [&](const Call& x) { issue_block(s, x.body, cur, in_loop); },
+        [&](const ControlSpec auto&) {
+          if (capturing_) capture_control_flow(s, c, cur);
+          else issue_control_flow(s, c, cur, in_loop);
+        },
+        [&](const TaskSpec auto&) { timed_command(s, c, cur, in_loop); },  // one timed launch
+    }, c.spec);
   }
 }
 
 // Eager control flow: the predicate to the host, then the branch taken.
 void CudaBackend::issue_control_flow(RankState& s, const Command& c, const StreamId& cur, bool in_loop) {
-    switch (c.op) {
-      case Op::cond:
-      case Op::switch_:
-      case Op::while_:
-        run_control_flow(
-            c, s.rank, opts_->max_trip_count, in_loop, [&](const Ref& r) { return read_scalar(s, r, cur); },
-            [&](const Block& b, bool loop) { issue_block(s, b, cur, loop); }, [&](int64_t v) { s.decisions[c.id()].push_back(v); });
-        break;
-      case Op::memzero:  // not control flow: never passed here
-      case Op::memset:
-      case Op::copy:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call:
-      case Op::transpose:
-      case Op::all_reduce:
-      case Op::all_gather:
-      case Op::reduce_scatter:
-      case Op::all_to_all:
-      case Op::collective_permute:
-      case Op::collective_group:
-      case Op::async_start:
-      case Op::async_done:
-      case Op::call: break;
-    }
+  run_control_flow(
+      c, s.rank, opts_->max_trip_count, in_loop, [&](const Ref& r) { return read_scalar(s, r, cur); },
+      [&](const Block& b, bool loop) { issue_block(s, b, cur, loop); }, [&](int64_t v) { s.decisions[c.id()].push_back(v); });
 }
 
 // An eager predicate: to the host, as XLA does without command buffers.

@@ -12,82 +12,62 @@ void CudaBackend::compute(RankState& s, const Command& c, const StreamId& cur) {
   StreamState& ss = s.streams.at(cur);
   cudaStream_t st = ss.stream;
   auto R = [&](const Ref& r) { return resolve(*p_, r, s.ctx); };
-  switch (c.op) {
-    case Op::memzero: {
-      const View d = R(c.as<Memzero>().dst);
-      if (bytes(d)) THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, d), 0, bytes(d), st));
-      break;
-    }
-    case Op::memset: {
-      const Memset& x = c.as<Memset>();
-      const View d = R(x.dst);
-      fill(s, d, x.bits ? *x.bits : fill_pattern(d.dtype, x.value), st);
-      break;
-    }
-    case Op::copy: {
-      const View a = R(c.as<Copy>().src), d = R(c.as<Copy>().dst);
-      const size_t n = bytes(d);
-      if (!n) break;
-      if (overlap(ptr(s, a), n, ptr(s, d), n) && ptr(s, a) != ptr(s, d)) {  // as memmove
-        uint8_t* tmp = ss.temp.get(n, "a staged copy", s.device);
-        THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp, ptr(s, a), n, cudaMemcpyDeviceToDevice, st));
-        THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, d), tmp, n, cudaMemcpyDeviceToDevice, st));
-      } else if (ptr(s, a) != ptr(s, d)) {
-        THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, d), ptr(s, a), n, cudaMemcpyDeviceToDevice, st));
-      }
-      break;
-    }
-    case Op::gemm: gemm(s, c, ss); break;
-    case Op::map: map(s, c, c.as<Map>(), ss); break;
-    case Op::reduce: {
-      const Reduce& x = c.as<Reduce>();
-      const View in = R(x.in), out = R(x.out);
-      if (!out.count()) break;
-      std::vector<bool> reduced(in.shape.size(), false);
-      for (auto a : x.axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(in.shape.size()) : a)] = true;
-      const uint8_t* src = ptr(s, in);
-      if (overlap(src, bytes(in), ptr(s, out), bytes(out))) {
-        uint8_t* tmp = ss.temp.get(bytes(in), "a staged reduce input", s.device);
-        THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes(in), cudaMemcpyDeviceToDevice, st));
-        src = tmp;
-      }
-      launch(s.kernels.at(&c), out.count(), reduce_params(src, ptr(s, out), out.count(), in.shape, reduced), st, sms(s));
-      break;
-    }
-    case Op::kernel: stand_in(s, c, st); break;
-    case Op::ptx_kernel: {
-      const PtxLaunch& l = *c.as<PtxKernel>().launch;
-      std::vector<void*> values;
-      for (const auto& r : c.as<PtxKernel>().args) values.push_back(ptr(s, R(r)));
-      std::vector<void*> args;
-      for (auto& v : values) args.push_back(&v);
-      auto dim = [](const std::vector<int64_t>& d) {
-        return dim3(static_cast<unsigned>(d.size() > 0 ? d[0] : 1), static_cast<unsigned>(d.size() > 1 ? d[1] : 1), static_cast<unsigned>(d.size() > 2 ? d[2] : 1));
-      };
-      THUNKY_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels.at(&c)), dim(l.grid), dim(l.block), args.data(), static_cast<size_t>(l.shmem_bytes), st));
-      break;
-    }
-    case Op::custom_call: cholesky(s, c, ss); break;
-    case Op::transpose: {
-      const Transpose& x = c.as<Transpose>();
-      const View in = R(x.src), out = R(x.dst);
-      if (!out.count()) break;
-      launch(s.kernels.at(&c), out.count(), transpose_params(ptr(s, in), ptr(s, out), in.shape, x.perm), st, sms(s));
-      break;
-    }
-    case Op::all_reduce:  // not a compute command: issued by issue_block
-    case Op::all_gather:
-    case Op::reduce_scatter:
-    case Op::all_to_all:
-    case Op::collective_permute:
-    case Op::collective_group:
-    case Op::async_start:
-    case Op::async_done:
-    case Op::cond:
-    case Op::switch_:
-    case Op::while_:
-    case Op::call: break;
-  }
+  std::visit(Overload{
+      [&](const Memzero& x) {
+        const View d = R(x.dst);
+        if (bytes(d)) THUNKY_CUDA_CHECK(cudaMemsetAsync(ptr(s, d), 0, bytes(d), st));
+      },
+      [&](const Memset& x) {
+        const View d = R(x.dst);
+        fill(s, d, x.bits ? *x.bits : fill_pattern(d.dtype, x.value), st);
+      },
+      [&](const Copy& x) {
+        const View a = R(x.src), d = R(x.dst);
+        const size_t n = bytes(d);
+        if (!n || ptr(s, a) == ptr(s, d)) return;
+        if (overlap(ptr(s, a), n, ptr(s, d), n)) {  // as memmove
+          uint8_t* tmp = ss.temp.get(n, "a staged copy", s.device);
+          THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp, ptr(s, a), n, cudaMemcpyDeviceToDevice, st));
+          THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, d), tmp, n, cudaMemcpyDeviceToDevice, st));
+        } else {
+          THUNKY_CUDA_CHECK(cudaMemcpyAsync(ptr(s, d), ptr(s, a), n, cudaMemcpyDeviceToDevice, st));
+        }
+      },
+      [&](const thunky::Gemm&) { gemm(s, c, ss); },
+      [&](const Map& x) { map(s, c, x, ss); },
+      [&](const Reduce& x) {
+        const View in = R(x.in), out = R(x.out);
+        if (!out.count()) return;
+        std::vector<bool> reduced(in.shape.size(), false);
+        for (auto a : x.axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(in.shape.size()) : a)] = true;
+        const uint8_t* src = ptr(s, in);
+        if (overlap(src, bytes(in), ptr(s, out), bytes(out))) {
+          uint8_t* tmp = ss.temp.get(bytes(in), "a staged reduce input", s.device);
+          THUNKY_CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes(in), cudaMemcpyDeviceToDevice, st));
+          src = tmp;
+        }
+        launch(s.kernels.at(&c), out.count(), reduce_params(src, ptr(s, out), out.count(), in.shape, reduced), st, sms(s));
+      },
+      [&](const Kernel&) { stand_in(s, c, st); },
+      [&](const PtxKernel& x) {
+        const PtxLaunch& l = *x.launch;
+        std::vector<void*> values;
+        for (const auto& r : x.args) values.push_back(ptr(s, R(r)));
+        std::vector<void*> args;
+        for (auto& v : values) args.push_back(&v);
+        auto dim = [](const std::vector<int64_t>& d) {
+          return dim3(static_cast<unsigned>(d.size() > 0 ? d[0] : 1), static_cast<unsigned>(d.size() > 1 ? d[1] : 1), static_cast<unsigned>(d.size() > 2 ? d[2] : 1));
+        };
+        THUNKY_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels.at(&c)), dim(l.grid), dim(l.block), args.data(), static_cast<size_t>(l.shmem_bytes), st));
+      },
+      [&](const CustomCall&) { cholesky(s, c, ss); },
+      [&](const Transpose& x) {
+        const View in = R(x.src), out = R(x.dst);
+        if (!out.count()) return;
+        launch(s.kernels.at(&c), out.count(), transpose_params(ptr(s, in), ptr(s, out), in.shape, x.perm), st, sms(s));
+      },
+      [](const NotCompute auto&) {},  // issued by issue_block
+  }, c.spec);
 }
 
 void CudaBackend::fill(RankState& s, const View& d, uint64_t pattern, cudaStream_t st) {

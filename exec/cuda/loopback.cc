@@ -117,16 +117,16 @@ class Loopback final : public RendezvousCommunicator {
     auto copy = [&](uint8_t* dst, const uint8_t* src, size_t bytes) {
       if (bytes) THUNKY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
     };
-    switch (c.op) {
-      case Op::all_gather:
+    switch (collective_kind(c.op)) {
+      case CollectiveKind::all_gather:
         for (int64_t p = 0; p < n; ++p) copy(c.dst + p * bytes_of(c, c.src_count), staged_src(c.ranks[p], i), bytes_of(c, c.src_count));
         break;
-      case Op::all_to_all: {
+      case CollectiveKind::all_to_all: {
         const size_t chunk = bytes_of(c, c.src_count / n);
         for (int64_t p = 0; p < n; ++p) copy(c.dst + p * chunk, staged_src(c.ranks[p], i) + c.position * chunk, chunk);
         break;
       }
-      case Op::collective_permute: {
+      case CollectiveKind::collective_permute: {
         int64_t from = -1;
         for (auto [src, dst] : c.pairs)
           if (dst == c.position) from = src;  // the last pair wins, as on the cpu backend
@@ -134,31 +134,14 @@ class Loopback final : public RendezvousCommunicator {
         else if (c.dst_count) THUNKY_CUDA_CHECK(cudaMemsetAsync(c.dst, 0, bytes_of(c, c.dst_count), s));
         break;
       }
-      case Op::all_reduce:
-      case Op::reduce_scatter: {
+      case CollectiveKind::all_reduce:
+      case CollectiveKind::reduce_scatter: {
         std::vector<const void*> srcs;
         for (int64_t p = 0; p < n; ++p) srcs.push_back(staged_src(c.ranks[p], i));
         const int64_t offset = c.op == Op::reduce_scatter ? c.position * c.dst_count : 0;
         if (c.dst_count) launch(kernels_.get(combine_kernel(c.dtype, c.reduction)), c.dst_count, combine_params(c.dst, c.dst_count, offset, srcs), s, sms_);
         break;
       }
-      case Op::memzero:  // not a collective: never called so
-      case Op::memset:
-      case Op::copy:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call:
-      case Op::transpose:
-      case Op::collective_group:
-      case Op::async_start:
-      case Op::async_done:
-      case Op::cond:
-      case Op::switch_:
-      case Op::while_:
-      case Op::call: break;
     }
   }
 
@@ -496,11 +479,11 @@ class Nccl final : public NcclTransport {
     const ncclDataType_t t = bytes_only ? ncclUint8 : nccl_type(c.dtype);
     const size_t scale = bytes_only ? 2 : 1;
     const int64_t n = static_cast<int64_t>(c.ranks.size());
-    switch (c.op) {
-      case Op::all_reduce: THUNKY_NCCL_CHECK(ncclAllReduce(c.src, c.dst, c.dst_count, t, nccl_op(c.reduction), k, s)); break;
-      case Op::all_gather: THUNKY_NCCL_CHECK(ncclAllGather(c.src, c.dst, c.src_count * scale, t, k, s)); break;
-      case Op::reduce_scatter: THUNKY_NCCL_CHECK(ncclReduceScatter(c.src, c.dst, c.dst_count, t, nccl_op(c.reduction), k, s)); break;
-      case Op::all_to_all: {
+    switch (collective_kind(c.op)) {
+      case CollectiveKind::all_reduce: THUNKY_NCCL_CHECK(ncclAllReduce(c.src, c.dst, c.dst_count, t, nccl_op(c.reduction), k, s)); break;
+      case CollectiveKind::all_gather: THUNKY_NCCL_CHECK(ncclAllGather(c.src, c.dst, c.src_count * scale, t, k, s)); break;
+      case CollectiveKind::reduce_scatter: THUNKY_NCCL_CHECK(ncclReduceScatter(c.src, c.dst, c.dst_count, t, nccl_op(c.reduction), k, s)); break;
+      case CollectiveKind::all_to_all: {
         const int64_t chunk = c.src_count / n;
         const size_t es = dtype_size(c.dtype) / scale;
         for (int64_t p = 0; p < n; ++p) {
@@ -509,7 +492,7 @@ class Nccl final : public NcclTransport {
         }
         break;
       }
-      case Op::collective_permute: {
+      case CollectiveKind::collective_permute: {
         const size_t bytes = bytes_of(c, c.src_count);
         const uint8_t* src = c.src;
         if (c.src == c.dst && bytes) {  // in place: send from a copy
@@ -527,23 +510,6 @@ class Nccl final : public NcclTransport {
         else if (bytes) THUNKY_CUDA_CHECK(cudaMemsetAsync(c.dst, 0, bytes, s));
         break;
       }
-      case Op::memzero:  // not a collective: never called so
-      case Op::memset:
-      case Op::copy:
-      case Op::gemm:
-      case Op::map:
-      case Op::reduce:
-      case Op::kernel:
-      case Op::ptx_kernel:
-      case Op::custom_call:
-      case Op::transpose:
-      case Op::collective_group:
-      case Op::async_start:
-      case Op::async_done:
-      case Op::cond:
-      case Op::switch_:
-      case Op::while_:
-      case Op::call: break;
     }
     return k;
   }
