@@ -296,17 +296,25 @@ class RankWalker {
   // A compute command: its op's rules, then its accesses (for_each_use),
   // all at one tick of its stream's clock.
   void compute(const Command& c, int slot, int branch) {
-    // Rules that resolve views of their own come first, as their messages
-    // are the more precise.
-    if (const Map* m = c.get_if<Map>()) check_map(*p_, *m, c.pointer, ctx_, structural_);
-    if (const PtxKernel* k = c.get_if<PtxKernel>(); k && k->cpu) check_map(*p_, *k->cpu, c.pointer + "/cpu", ctx_, structural_);
-    if (c.op == Op::custom_call) check_custom_call(*p_, c, ctx_);
-    resolve_uses(c);
-    if (const Memset* x = c.get_if<Memset>()) check_memset(*p_, c, view_of(x->dst));
-    if (const Copy* x = c.get_if<Copy>()) check_copy(*p_, c, view_of(x->src), view_of(x->dst));
-    if (const Transpose* x = c.get_if<Transpose>()) check_transpose(*p_, c, view_of(x->src), view_of(x->dst));
-    if (const Gemm* x = c.get_if<Gemm>()) check_gemm(*p_, c, view_of(x->a), view_of(x->b), view_of(x->c));
-    if (const Reduce* x = c.get_if<Reduce>()) check_reduce(*p_, c, view_of(x->in), view_of(x->out));
+    // Each op's rules. Rules that resolve views of their own come before
+    // resolve_uses, as their messages are the more precise; the others
+    // check the views of the command's refs.
+    std::visit(Overload{
+        [&](const Memzero&) { resolve_uses(c); },  // any view can be zeroed
+        [&](const Memset& x) { resolve_uses(c); check_memset(*p_, c, view_of(x.dst)); },
+        [&](const Copy& x) { resolve_uses(c); check_copy(*p_, c, view_of(x.src), view_of(x.dst)); },
+        [&](const Transpose& x) { resolve_uses(c); check_transpose(*p_, c, view_of(x.src), view_of(x.dst)); },
+        [&](const Gemm& x) { resolve_uses(c); check_gemm(*p_, c, view_of(x.a), view_of(x.b), view_of(x.c)); },
+        [&](const Reduce& x) { resolve_uses(c); check_reduce(*p_, c, view_of(x.in), view_of(x.out)); },
+        [&](const Map& m) { check_map(*p_, m, c.pointer, ctx_, structural_); resolve_uses(c); },
+        [&](const PtxKernel& k) {
+          if (k.cpu) check_map(*p_, *k.cpu, c.pointer + "/cpu", ctx_, structural_);
+          resolve_uses(c);
+        },
+        [&](const CustomCall&) { check_custom_call(*p_, c, ctx_); resolve_uses(c); },
+        [&](const Kernel&) { resolve_uses(c); },  // any views: it is priced, not computed
+        [](const NotCompute auto&) {},
+    }, c.spec);
     add_uses(c, slot, branch);
   }
 

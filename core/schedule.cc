@@ -408,6 +408,12 @@ std::string_view op_name(Op op) {
   return names[static_cast<size_t>(op)];
 }
 
+std::optional<Op> op_named(std::string_view name) {
+  for (size_t i = 0; i < std::variant_size_v<OpSpec>; ++i)
+    if (op_name(static_cast<Op>(i)) == name) return static_cast<Op>(i);
+  return std::nullopt;
+}
+
 std::string_view reduction_name(Reduction r) {
   switch (r) {
     case Reduction::sum: return "sum";

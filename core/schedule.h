@@ -129,30 +129,6 @@ constexpr bool ops_in_order(std::index_sequence<I...>) {
 static_assert(ops_in_order(std::make_index_sequence<std::variant_size_v<OpSpec>>()), "OpSpec's alternatives follow the order of Op");
 static_assert(std::variant_size_v<OpSpec> == static_cast<size_t>(Op::call) + 1, "every op has its description in OpSpec");
 
-// What kind of command an op is, from its description.
-constexpr OpFamily op_family(Op op) {
-  constexpr auto families = []<size_t... I>(std::index_sequence<I...>) {
-    return std::array<OpFamily, sizeof...(I)>{std::variant_alternative_t<I, OpSpec>::family...};
-  }(std::make_index_sequence<std::variant_size_v<OpSpec>>());
-  return families[static_cast<size_t>(op)];
-}
-// The five NCCL-style collectives (not the group).
-constexpr bool is_collective(Op op) { return op_family(op) == OpFamily::collective; }
-
-// Which collective a collective op is, as its description declares; any
-// other op is an error of the caller (std::logic_error).
-constexpr CollectiveKind collective_kind(Op op) {
-  constexpr auto kinds = []<size_t... I>(std::index_sequence<I...>) {
-    return std::array<std::optional<CollectiveKind>, sizeof...(I)>{[]<typename T>(std::type_identity<T>) -> std::optional<CollectiveKind> {
-      if constexpr (requires { T::collective; }) return T::collective;
-      else return std::nullopt;
-    }(std::type_identity<std::variant_alternative_t<I, OpSpec>>())...};
-  }(std::make_index_sequence<std::variant_size_v<OpSpec>>());
-  const std::optional<CollectiveKind> k = kinds[static_cast<size_t>(op)];
-  if (!k) throw std::logic_error("collective_kind of an op that is not a collective");
-  return *k;
-}
-
 // Visitors of OpSpec (std::visit) name their cases by family: one case
 // per op where behaviour differs, and a catch-all constrained to the
 // families the consumer does not handle op by op, so a new op of a handled
@@ -169,9 +145,62 @@ template <typename T> concept ControlSpec = OfFamily<T, OpFamily::control>;
 template <typename T> concept NotCompute = !ComputeSpec<T>;
 template <typename T> concept NotCollective = !CollectiveSpec<T>;
 template <typename T> concept NotControl = !ControlSpec<T>;
+// One of the descriptions U...: OneOf<Memzero, Copy> auto.
+template <typename T, typename... U> concept OneOf = (std::is_same_v<T, U> || ...);
 // What whoever issues a block treats as one task of its stream: compute,
 // a collective, or a group of them.
 template <typename T> concept TaskSpec = OfFamily<T, OpFamily::compute, OpFamily::collective, OpFamily::group>;
+
+// A table by op of what `fact` (a captureless lambda taking
+// std::type_identity<T>) says of each op's description T.
+template <typename Fact>
+constexpr auto op_table(Fact fact) {
+  return [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::array{fact(std::type_identity<std::variant_alternative_t<I, OpSpec>>())...};
+  }(std::make_index_sequence<std::variant_size_v<OpSpec>>());
+}
+
+// What kind of command an op is, from its description.
+constexpr OpFamily op_family(Op op) {
+  constexpr auto table = op_table([]<typename T>(std::type_identity<T>) { return T::family; });
+  return table[static_cast<size_t>(op)];
+}
+// The five NCCL-style collectives (not the group).
+constexpr bool is_collective(Op op) { return op_family(op) == OpFamily::collective; }
+
+// Whether an op's flops, not only its bytes, can bound its time (a compute
+// op's flop_bound); false for the other families.
+constexpr bool is_flop_bound(Op op) {
+  constexpr auto table = op_table([]<typename T>(std::type_identity<T>) {
+    if constexpr (ComputeSpec<T>) return T::flop_bound;
+    else return false;
+  });
+  return table[static_cast<size_t>(op)];
+}
+
+// A compute op's class (its compute_class); empty for the other families.
+constexpr std::optional<ComputeClass> compute_class(Op op) {
+  constexpr auto table = op_table([]<typename T>(std::type_identity<T>) -> std::optional<ComputeClass> {
+    if constexpr (ComputeSpec<T>) return T::compute_class;
+    else return std::nullopt;
+  });
+  return table[static_cast<size_t>(op)];
+}
+
+// Which collective a collective op is, as its description declares; any
+// other op is an error of the caller (std::logic_error).
+constexpr CollectiveKind collective_kind(Op op) {
+  constexpr auto table = op_table([]<typename T>(std::type_identity<T>) -> std::optional<CollectiveKind> {
+    if constexpr (CollectiveSpec<T>) return T::collective;
+    else return std::nullopt;
+  });
+  const std::optional<CollectiveKind> k = table[static_cast<size_t>(op)];
+  if (!k) throw std::logic_error("collective_kind of an op that is not a collective");
+  return *k;
+}
+
+// The op whose JSON name is `name`, if any.
+std::optional<Op> op_named(std::string_view name);
 
 // Calls f(RefUse) for every ref the command reads or writes, reads before
 // writes, as its op's description lists them. Control flow reads its

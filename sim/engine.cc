@@ -30,8 +30,7 @@ internal::KernelNeeds roofline(const Program& p, const Machine& m, const Command
     // than f32), runs at the machine's GEMM efficiency.
     const bool tensor_kernel = c.op == Op::kernel && dtype_size(flop_dtype(p, c)) < 4 && is_float(flop_dtype(p, c));
     const double eff = c.op == Op::gemm || tensor_kernel ? m.gemm_efficiency : 1.0;
-    const bool flop_bound = c.op == Op::gemm || c.op == Op::custom_call || c.op == Op::kernel || c.op == Op::ptx_kernel || c.op == Op::map;
-    if (flop_bound) n.compute_s = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
+    if (is_flop_bound(c.op)) n.compute_s = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
   }
   n.memory_s = static_cast<double>(w.bytes) / m.hbm_bandwidth;
   if (c.op == Op::gemm && m.sm_count > 0 && w.gemm_m > 0 && w.gemm_n > 0) {

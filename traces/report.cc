@@ -1,6 +1,7 @@
 #include "traces/report.h"
 
 #include "core/files.h"
+#include "core/schedule.h"
 #include "core/json_reader.h"
 
 #include <algorithm>
@@ -17,10 +18,9 @@ namespace thunky {
 
 using ojson = nlohmann::ordered_json;
 
-bool is_collective_op(const std::string& op) {
-  // Most ops are not collectives: their first letter says so at once.
-  if (op.empty() || (op[0] != 'a' && op[0] != 'r' && op[0] != 'c')) return false;
-  return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "all_to_all" || op == "collective_permute";
+bool is_collective_op(const std::string& name) {
+  const std::optional<Op> op = op_named(name);
+  return op && is_collective(*op);
 }
 
 namespace {

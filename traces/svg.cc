@@ -1,5 +1,7 @@
 #include "traces/svg.h"
 
+#include "core/schedule.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,12 +27,19 @@ std::string escape(const std::string& s) {
   return o;
 }
 
-const char* colour(const std::string& op) {
-  if (op == "gemm") return "#4e79a7";
-  if (is_collective_op(op)) return "#f28e2b";
-  if (op == "map" || op == "reduce") return "#59a14f";
-  if (op == "copy" || op == "memset" || op == "memzero") return "#9c9c9c";
-  if (op == "kernel" || op == "ptx_kernel" || op == "custom_call") return "#b07aa1";
+// A command's colour by its op's family and, for compute, its class.
+const char* colour(const std::string& name) {
+  const std::optional<Op> op = op_named(name);
+  if (!op) return "#76b7b2";
+  if (is_collective(*op)) return "#f28e2b";
+  const std::optional<ComputeClass> k = compute_class(*op);
+  if (!k) return "#76b7b2";  // structure: control flow, events
+  switch (*k) {
+    case ComputeClass::gemm: return "#4e79a7";
+    case ComputeClass::arithmetic: return "#59a14f";
+    case ComputeClass::movement: return "#9c9c9c";
+    case ComputeClass::opaque: return "#b07aa1";
+  }
   return "#76b7b2";
 }
 
@@ -45,7 +54,7 @@ struct Kind {
   const char* label;
   const char* example_op;
 };
-constexpr Kind kKinds[] = {{"GEMM", "gemm"}, {"collective", "all_reduce"}, {"map, reduce", "map"}, {"copy, memset", "copy"},
+constexpr Kind kKinds[] = {{"GEMM", "gemm"}, {"collective", "all_reduce"}, {"map, reduce", "map"}, {"copy, memset, transpose", "copy"},
                            {"kernel, custom", "kernel"}, {"other", "cond"}};
 
 // A tick step of 1, 2 or 5 times a power of ten giving at most about 10

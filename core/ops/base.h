@@ -27,6 +27,11 @@ std::string_view op_name(Op op);
 // (op_family in core/schedule.h).
 enum class OpFamily { compute, collective, group, stream, control, call };
 
+// What a compute op's work is, as reports group and colour it: a GEMM,
+// elementwise or reducing arithmetic, data movement, or work thunky does
+// not compute itself.
+enum class ComputeClass { gemm, arithmetic, movement, opaque };
+
 // Which collective a collective op is; each collective's description
 // declares its own (core/ops/collective.h), and code that prices or runs
 // collectives switches over this, not over every op.

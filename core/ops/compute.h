@@ -21,7 +21,9 @@ namespace thunky {
 
 class OpReader;
 
-// What every compute op shares: no blocks.
+// What every compute op shares: no blocks. Each compute op declares its
+// model facts beside its refs: `flop_bound` (whether its flops, not only
+// its bytes, can bound its time in the roofline) and `compute_class`.
 struct ComputeOp {
   static constexpr OpFamily family = OpFamily::compute;
   template <typename F> void blocks(F&&) const {}
@@ -30,6 +32,8 @@ struct ComputeOp {
 
 struct Memzero : ComputeOp {
   static constexpr Op kind = Op::memzero;
+  static constexpr bool flop_bound = false;
+  static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "memzero";
   Ref dst;
   static Memzero read(OpReader& r);
@@ -41,6 +45,8 @@ struct Memzero : ComputeOp {
 // or every 4-byte element to a 32-bit pattern.
 struct Memset : ComputeOp {
   static constexpr Op kind = Op::memset;
+  static constexpr bool flop_bound = false;
+  static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "memset";
   Ref dst;
   double value = 0;
@@ -52,6 +58,8 @@ struct Memset : ComputeOp {
 
 struct Copy : ComputeOp {
   static constexpr Op kind = Op::copy;
+  static constexpr bool flop_bound = false;
+  static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "copy";
   Ref src, dst;
   static Copy read(OpReader& r);
@@ -62,6 +70,8 @@ struct Copy : ComputeOp {
 // dst's dimension d is src's dimension perm[d].
 struct Transpose : ComputeOp {
   static constexpr Op kind = Op::transpose;
+  static constexpr bool flop_bound = false;
+  static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "transpose";
   Ref src, dst;
   std::vector<int64_t> perm;
@@ -73,6 +83,8 @@ struct Transpose : ComputeOp {
 // c = alpha * op(a) op(b) + beta * c, batched over leading dimensions.
 struct Gemm : ComputeOp {
   static constexpr Op kind = Op::gemm;
+  static constexpr bool flop_bound = true;
+  static constexpr ComputeClass compute_class = ComputeClass::gemm;
   static constexpr std::string_view json_name = "gemm";
   Ref a, b, c;
   bool transpose_a = false, transpose_b = false;
@@ -90,6 +102,8 @@ struct Gemm : ComputeOp {
 // numpy's rules.
 struct Map : ComputeOp {
   static constexpr Op kind = Op::map;
+  static constexpr bool flop_bound = true;
+  static constexpr ComputeClass compute_class = ComputeClass::arithmetic;
   static constexpr std::string_view json_name = "map";
   std::vector<std::pair<std::string, Ref>> in;  // in declaration order
   Ref out;
@@ -107,6 +121,8 @@ struct Map : ComputeOp {
 // max or min): the index along the one axis where it is first reached.
 struct Reduce : ComputeOp {
   static constexpr Op kind = Op::reduce;
+  static constexpr bool flop_bound = false;
+  static constexpr ComputeClass compute_class = ComputeClass::arithmetic;
   static constexpr std::string_view json_name = "reduce";
   Ref in, out;
   Reduction fn = Reduction::sum;
@@ -121,6 +137,8 @@ struct Reduce : ComputeOp {
 // writes `writes`.
 struct Kernel : ComputeOp {
   static constexpr Op kind = Op::kernel;
+  static constexpr bool flop_bound = true;
+  static constexpr ComputeClass compute_class = ComputeClass::opaque;
   static constexpr std::string_view json_name = "kernel";
   std::vector<Ref> reads, writes;
   static Kernel read(OpReader& r);
@@ -143,6 +161,8 @@ struct PtxLaunch {
 // `written`, written; `cpu` is the map the cpu backend runs instead.
 struct PtxKernel : ComputeOp {
   static constexpr Op kind = Op::ptx_kernel;
+  static constexpr bool flop_bound = true;
+  static constexpr ComputeClass compute_class = ComputeClass::opaque;
   static constexpr std::string_view json_name = "ptx_kernel";
   std::vector<Ref> args;
   std::vector<bool> written;
@@ -166,6 +186,8 @@ struct CustomCallSpec {
 // A library call by name (XLA's custom_call): cuSOLVER's Cholesky.
 struct CustomCall : ComputeOp {
   static constexpr Op kind = Op::custom_call;
+  static constexpr bool flop_bound = true;
+  static constexpr ComputeClass compute_class = ComputeClass::opaque;
   static constexpr std::string_view json_name = "custom_call";
   std::vector<Ref> operands, results;
   Box<CustomCallSpec> spec;

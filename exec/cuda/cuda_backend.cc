@@ -258,39 +258,48 @@ void CudaBackend::allow_shared_memory(cudaKernel_t k, int64_t bytes, int device,
 
 void CudaBackend::compile_block(RankState& s, const Block& b) {
   for (const auto& c : b) {
-    if (const Map* m = c.get_if<Map>()) {
-      s.kernels[&c] = kernels_->get(map_source(s, *m));
-      // The gather that stages a broadcast input expanded (CudaBackend::map).
-      const int64_t out = resolve(*p_, m->out, s.ctx).count();
-      for (const auto& [name, r] : m->in) {
-        const View v = resolve(*p_, r, s.ctx);
-        if (v.count() != out && v.count() != 1) kernels_->get(transpose_kernel(dtype_size(v.dtype)));
-      }
-    }
-    if (const Reduce* x = c.get_if<Reduce>()) {
-      const View in = resolve(*p_, x->in, s.ctx), out = resolve(*p_, x->out, s.ctx);
-      s.kernels[&c] = kernels_->get(reduce_kernel(in.dtype, out.dtype, x->fn, x->arg));
-    }
-    if (const Transpose* x = c.get_if<Transpose>()) s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(resolve(*p_, x->src, s.ctx).dtype)));
-    if (const PtxKernel* x = c.get_if<PtxKernel>()) {
-      cudaKernel_t k = s.kernels[&c] = kernels_->get_ptx(ptx_.at(&c), x->launch->kernel_name);
-      allow_shared_memory(k, x->launch->shmem_bytes, s.device, c);
-    }
-    if (is_collective(c.op) && shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter))
-      kernels_->get(combine_kernel(resolve(*p_, collective_of(c).src, s.ctx).dtype, reduction_of(c)));
-    if (const thunky::Gemm* g = c.get_if<thunky::Gemm>()) {
-      const View a = resolve(*p_, g->a, s.ctx), bv = resolve(*p_, g->b, s.ctx), cv = resolve(*p_, g->c, s.ctx);
-      const DType acc = gemm_accumulator(a.dtype);
-      const int64_t k = a.shape[a.shape.size() - (g->transpose_a ? 2 : 1)];
-      if (k == 0 && g->beta != 0) kernels_->get(beta_source(cv.dtype, acc, g->beta));
-      if (!gemm_direct(a, bv, cv)) {
-        // Through f32 (f64): widening and narrowing maps.
-        for (DType t : {a.dtype, bv.dtype, cv.dtype}) {
-          kernels_->get(convert_source(t, acc));
-          kernels_->get(convert_source(acc, t));
-        }
-      }
-    }
+    // The kernels each compute op launches, compiled before the run.
+    std::visit(Overload{
+        [&](const Map& m) {
+          s.kernels[&c] = kernels_->get(map_source(s, m));
+          // The gather that stages a broadcast input expanded (CudaBackend::map).
+          const int64_t out = resolve(*p_, m.out, s.ctx).count();
+          for (const auto& [name, r] : m.in) {
+            const View v = resolve(*p_, r, s.ctx);
+            if (v.count() != out && v.count() != 1) kernels_->get(transpose_kernel(dtype_size(v.dtype)));
+          }
+        },
+        [&](const Reduce& x) {
+          const View in = resolve(*p_, x.in, s.ctx), out = resolve(*p_, x.out, s.ctx);
+          s.kernels[&c] = kernels_->get(reduce_kernel(in.dtype, out.dtype, x.fn, x.arg));
+        },
+        [&](const Transpose& x) { s.kernels[&c] = kernels_->get(transpose_kernel(dtype_size(resolve(*p_, x.src, s.ctx).dtype))); },
+        [&](const PtxKernel& x) {
+          cudaKernel_t k = s.kernels[&c] = kernels_->get_ptx(ptx_.at(&c), x.launch->kernel_name);
+          allow_shared_memory(k, x.launch->shmem_bytes, s.device, c);
+        },
+        [&](const thunky::Gemm& g) {
+          const View a = resolve(*p_, g.a, s.ctx), bv = resolve(*p_, g.b, s.ctx), cv = resolve(*p_, g.c, s.ctx);
+          const DType acc = gemm_accumulator(a.dtype);
+          const int64_t k = a.shape[a.shape.size() - (g.transpose_a ? 2 : 1)];
+          if (k == 0 && g.beta != 0) kernels_->get(beta_source(cv.dtype, acc, g.beta));
+          if (!gemm_direct(a, bv, cv)) {
+            // Through f32 (f64): widening and narrowing maps.
+            for (DType t : {a.dtype, bv.dtype, cv.dtype}) {
+              kernels_->get(convert_source(t, acc));
+              kernels_->get(convert_source(acc, t));
+            }
+          }
+        },
+        // Runtime calls and library calls (and a kernel's stand-in, compiled once for all).
+        [](const OneOf<Memzero, Memset, Copy, Kernel, CustomCall> auto&) {},
+        [&](const CollectiveSpec auto& x) {
+          // On one shared GPU, reducing collectives combine with a kernel.
+          if (shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter))
+            kernels_->get(combine_kernel(resolve(*p_, x.src, s.ctx).dtype, reduction_of(c)));
+        },
+        [](const OfFamily<OpFamily::group, OpFamily::stream, OpFamily::control, OpFamily::call> auto&) {},
+    }, c.spec);
     for_each_sub_block(c, [&](const Block& sub) { compile_block(s, sub); });
   }
 }
