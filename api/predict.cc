@@ -15,7 +15,7 @@ bool unhinted_control_flow(const Program& p) {
   const std::vector<bool> written = written_buffers(p);
   return any_command(p.program, [&](const Command& c) {
     if (const While* w = c.get_if<While>()) return !w->trip_count;
-    return (c.op == Op::cond || c.op == Op::switch_) && !hinted_branch(c) && !deciding_axis(p, c, written);
+    return (c.op() == Op::cond || c.op() == Op::switch_) && !hinted_branch(c) && !deciding_axis(p, c, written);
   });
 }
 
@@ -26,7 +26,7 @@ std::vector<Diagnostic> contradicted_hints(const Program& p, const std::map<std:
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& c : b) {
       std::optional<int64_t> hinted = hinted_branch(c);  // a cond's: 1 then, 0 else
-      const char* field = c.op == Op::cond ? "taken" : "branch";
+      const char* field = c.op() == Op::cond ? "taken" : "branch";
       if (const While* w = c.get_if<While>()) hinted = w->trip_count, field = "trip_count";
       auto it = rank0.find(c.id());
       if (hinted && it != rank0.end()) {

@@ -90,10 +90,10 @@ inline ThunkyError runaway_loop(const Command& loop, int64_t rank, int64_t limit
 // is non-zero; past max_trips trips it throws runaway_loop.
 template <typename Read, typename Run, typename Decide>
 void run_control_flow(const Command& c, int64_t rank, int64_t max_trips, bool in_loop, Read&& read, Run&& run, Decide&& decide) {
-  if (c.op != Op::while_) {
-    const double v = read(c.op == Op::cond ? c.as<Cond>().pred : c.as<Switch>().index);
+  if (c.op() != Op::while_) {
+    const double v = read(c.op() == Op::cond ? c.as<Cond>().pred : c.as<Switch>().index);
     // A switch index is an s32 scalar; the clamp keeps the cast defined for any double.
-    const Branch b = take_branch(c, c.op == Op::cond ? (v != 0 ? 1 : 0) : std::isnan(v) ? 0 : static_cast<int64_t>(std::clamp(v, -1e18, 1e18)));
+    const Branch b = take_branch(c, c.op() == Op::cond ? (v != 0 ? 1 : 0) : std::isnan(v) ? 0 : static_cast<int64_t>(std::clamp(v, -1e18, 1e18)));
     decide(b.decision);
     run(*b.block, in_loop);
     return;

@@ -90,7 +90,7 @@ class Lowerer {
       if (n > kMaxLoweredCommands) break;
       n += 1;
       for_each_sub_block(c, [&](const Block& sub) { n += expanded(sub, depth); });
-      if (c.op != Op::call) continue;
+      if (c.op() != Op::call) continue;
       if (depth >= kMaxCallDepth) throw call_too_deep(c);
       n += function_size(c.as<Call>().fn, depth + 1);
     }
@@ -118,14 +118,14 @@ class Lowerer {
     for_each_use(c, [&](RefUse u) { bind(const_cast<Ref&>(*u.ref), s); });
     if (PtxKernel* k = c.get_if<PtxKernel>(); k && k->cpu)
       k->cpu->uses( [&](RefUse u) { bind(const_cast<Ref&>(*u.ref), s); });
-    if ((c.op == Op::all_gather || c.op == Op::reduce_scatter) && collective_of(c).src.buffer == collective_of(c).dst.buffer) use_.positional = true;
-    if (is_collective(c.op) && collective_of(c).groups) use_.moves = true;  // group membership differs by rank
+    if ((c.op() == Op::all_gather || c.op() == Op::reduce_scatter) && collective_of(c).src.buffer == collective_of(c).dst.buffer) use_.positional = true;
+    if (is_collective(c.op()) && collective_of(c).groups) use_.moves = true;  // group membership differs by rank
     if (AsyncStart* a = c.get_if<AsyncStart>()) a->token += s.token_suffix;
     if (AsyncDone* d = c.get_if<AsyncDone>()) d->token += s.token_suffix;
     for_each_sub_block(c, [&](Block& b, SubBlock which) {
       if (!b.empty()) lower_block(b, inlined ? id + which.suffix() : std::string(), s);
     });
-    if (c.op == Op::call) inline_call(c, id, s);
+    if (c.op() == Op::call) inline_call(c, id, s);
   }
 
   void inline_call(Command& c, const std::string& id, const Scope& outer) {

@@ -169,17 +169,17 @@ void check_map(const Program& p, const Map& m, const std::string& pointer, const
 void check_collective(const Program& p, const Command& c, const View& src, const View& dst, const Participants& part) {
   const int64_t n = part.size;
   if (src.dtype != dst.dtype)
-    throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " needs src and dst of one dtype: src is " + view_str(p, src) + ", dst is " + view_str(p, dst));
+    throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op())) + " needs src and dst of one dtype: src is " + view_str(p, src) + ", dst is " + view_str(p, dst));
   const int64_t sc = src.count(), dc = dst.count();
   auto mismatch = [&](const std::string& rule) {
-    throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(p, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(p, dst) + " (" + std::to_string(dc) + " elements)");
+    throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op())) + " over " + std::to_string(n) + " ranks needs " + rule + ": src is " + view_str(p, src) + " (" + std::to_string(sc) + " elements), dst is " + view_str(p, dst) + " (" + std::to_string(dc) + " elements)");
   };
-  if ((c.op == Op::all_reduce || c.op == Op::reduce_scatter) && !reduction_takes_integers(reduction_of(c)) && !is_float(src.dtype))
-    throw ThunkyError(c.pointer + "/reduction", std::string(op_name(c.op)) + " with mean needs a float dtype: src is " + view_str(p, src) + " (use sum, and divide)");
-  if (c.op == Op::all_gather && dc != n * sc) mismatch("dst to hold n x src elements");
-  if (c.op == Op::reduce_scatter && sc != n * dc) mismatch("src to hold n x dst elements");
-  if ((c.op == Op::all_reduce || c.op == Op::collective_permute) && sc != dc) mismatch("src and dst of equal element counts");
-  if (c.op == Op::all_to_all) {
+  if ((c.op() == Op::all_reduce || c.op() == Op::reduce_scatter) && !reduction_takes_integers(reduction_of(c)) && !is_float(src.dtype))
+    throw ThunkyError(c.pointer + "/reduction", std::string(op_name(c.op())) + " with mean needs a float dtype: src is " + view_str(p, src) + " (use sum, and divide)");
+  if (c.op() == Op::all_gather && dc != n * sc) mismatch("dst to hold n x src elements");
+  if (c.op() == Op::reduce_scatter && sc != n * dc) mismatch("src to hold n x dst elements");
+  if ((c.op() == Op::all_reduce || c.op() == Op::collective_permute) && sc != dc) mismatch("src and dst of equal element counts");
+  if (c.op() == Op::all_to_all) {
     if (sc != dc) mismatch("src and dst of equal element counts");
     if (sc % n != 0) mismatch("an element count divisible by the number of ranks");
   }
@@ -188,11 +188,11 @@ void check_collective(const Program& p, const Command& c, const View& src, const
     bool overlap = s0 < d1 && d0 < s1;
     bool identical = s0 == d0 && s1 == d1;
     bool ok = !overlap;
-    if ((c.op == Op::all_reduce || c.op == Op::collective_permute) && identical) ok = true;
-    if (c.op == Op::all_gather && s0 == d0 + part.position * sc && s1 == s0 + sc) ok = true;
-    if (c.op == Op::reduce_scatter && d0 == s0 + part.position * dc && d1 == d0 + dc) ok = true;
+    if ((c.op() == Op::all_reduce || c.op() == Op::collective_permute) && identical) ok = true;
+    if (c.op() == Op::all_gather && s0 == d0 + part.position * sc && s1 == s0 + sc) ok = true;
+    if (c.op() == Op::reduce_scatter && d0 == s0 + part.position * dc && d1 == d0 + dc) ok = true;
     if (!ok)
-      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op)) + ": src and dst overlap in buffer '" + p.buffers[src.buffer].name + "' (elements [" + std::to_string(s0) + ", " + std::to_string(s1) + ") and [" + std::to_string(d0) + ", " + std::to_string(d1) + ")); they must be disjoint or in place as the op allows");
+      throw ThunkyError(c.pointer + "/dst", std::string(op_name(c.op())) + ": src and dst overlap in buffer '" + p.buffers[src.buffer].name + "' (elements [" + std::to_string(s0) + ", " + std::to_string(s1) + ") and [" + std::to_string(d0) + ", " + std::to_string(d1) + ")); they must be disjoint or in place as the op allows");
   }
   if (const CollectivePermute* permute = c.get_if<CollectivePermute>(); permute && permute->pairs) {
     std::set<int64_t> sources, targets;
@@ -210,8 +210,8 @@ void check_collective(const Program& p, const Command& c, const View& src, const
 void check_collective_group(const Command& g) {
   const Block& body = g.as<CollectiveGroup>().body;
   for (const auto& c : body)
-    if (!is_collective(c.op))
-      throw ThunkyError(c.pointer + "/op", "a collective_group may hold only collectives, not '" + std::string(op_name(c.op)) + "'");
+    if (!is_collective(c.op()))
+      throw ThunkyError(c.pointer + "/op", "a collective_group may hold only collectives, not '" + std::string(op_name(c.op())) + "'");
   if (body.empty()) throw ThunkyError(g.pointer + "/body", "a collective_group needs at least one collective");
 }
 

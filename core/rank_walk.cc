@@ -390,7 +390,7 @@ std::string race_message(const Program& p, const RankWalker& w, const RaceReport
         << " on its stream, or after an async_done that joins it";
   // "/program/4 (gemm 'its name', reads, on computation:0)"
   auto access = [&](const Command& c, const Access& x) {
-    msg << c.id() << " (" << op_name(c.op);
+    msg << c.id() << " (" << op_name(c.op());
     if (!c.name.empty()) msg << " '" << c.name << "'";
     msg << ", " << (x.write ? "writes" : "reads") << ", on " << w.slot_names_[x.slot] << ")";
   };

@@ -616,7 +616,7 @@ json stream_json(const StreamId& s) {
 
 json to_json(const Command& c) {
   json j;
-  j["op"] = op_name(c.op);
+  j["op"] = op_name(c.op());
   if (!c.name.empty()) j["name"] = c.name;
   if (c.cost) {
     json cj = json::object();

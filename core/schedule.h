@@ -81,20 +81,21 @@ struct Cost {
   std::optional<double> bytes;
 };
 
-// What a command is: one typed description per op (core/ops/), in the
-// order of Op. Each holds its fields, reads and writes its JSON, and lists
-// the refs it reads and writes (`uses`) and the blocks it holds (`blocks`).
-// Code that must handle every op visits this variant or switches over Op
-// without a default, so a new op does not compile until each consumer
+// What a command is: one typed description per op (core/ops/), made from
+// THUNKY_OPS, so a description's index is its op. Each holds its fields,
+// reads and writes its JSON, lists the refs it reads and writes (`uses`)
+// and the blocks it holds (`blocks`), and declares its family and, for
+// compute, its model facts. Code visits this variant by family (Overload,
+// below), so a new op does not compile until each consumer of its family
 // handles it.
-using OpSpec = std::variant<Memzero, Memset, Copy, Gemm, Map, Reduce, Kernel, PtxKernel, CustomCall, Transpose,
-                            AllReduce, AllGather, ReduceScatter, AllToAll, CollectivePermute, CollectiveGroup,
-                            AsyncStart, AsyncDone, Cond, Switch, While, Call>;
+namespace detail {
+template <typename First, typename... T> using VariantOfRest = std::variant<T...>;
+}  // namespace detail
+#define THUNKY_OP_DESCRIPTION(op, Description) , Description
+using OpSpec = detail::VariantOfRest<void THUNKY_OPS(THUNKY_OP_DESCRIPTION)>;
+#undef THUNKY_OP_DESCRIPTION
 
 struct Command {
-  // Which op the command is: always the alternative `spec` holds (set()
-  // sets both).
-  Op op = Op::memzero;
   OpSpec spec;
   Box<Cost> cost;       // a price that overrides the machine model's
   std::string pointer;  // source JSON pointer (for messages)
@@ -106,11 +107,10 @@ struct Command {
   template <typename T> T& as() { return std::get<T>(spec); }
   template <typename T> const T* get_if() const { return std::get_if<T>(&spec); }
   template <typename T> T* get_if() { return std::get_if<T>(&spec); }
+  // Which op the command is: the alternative `spec` holds.
+  Op op() const { return static_cast<Op>(spec.index()); }
   // Makes the command the op `x`.
-  template <typename T> void set(T x) {
-    op = T::kind;
-    spec = std::move(x);
-  }
+  template <typename T> void set(T x) { spec = std::move(x); }
 
   // The command's pointer in the lowered schedule (for reports): its source
   // pointer, except inside an inlined call (set by lower()).
@@ -121,13 +121,6 @@ struct Command {
   std::string id_;  // empty where it equals `pointer`
 };
 
-// Each alternative of OpSpec sits at its op's place in Op.
-template <size_t... I>
-constexpr bool ops_in_order(std::index_sequence<I...>) {
-  return ((std::variant_alternative_t<I, OpSpec>::kind == static_cast<Op>(I)) && ...);
-}
-static_assert(ops_in_order(std::make_index_sequence<std::variant_size_v<OpSpec>>()), "OpSpec's alternatives follow the order of Op");
-static_assert(std::variant_size_v<OpSpec> == static_cast<size_t>(Op::call) + 1, "every op has its description in OpSpec");
 
 // Visitors of OpSpec (std::visit) name their cases by family: one case
 // per op where behaviour differs, and a catch-all constrained to the
@@ -211,7 +204,7 @@ void for_each_use(const Command& c, F&& f) {
   std::visit([&](const auto& x) { x.uses(f); }, c.spec);
 }
 
-// The fields every collective has (is_collective(c.op)); a mismatch throws.
+// The fields every collective has (is_collective(c.op())); a mismatch throws.
 inline const Collective& collective_of(const Command& c) {
   const Collective* k = std::visit([](const auto& x) -> const Collective* {
     if constexpr (std::is_base_of_v<Collective, std::decay_t<decltype(x)>>) return &x;

@@ -339,7 +339,7 @@ void RendezvousCommunicator::complete(std::unique_lock<std::mutex>& lock, const 
 
 CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx& ctx, const std::function<uint8_t*(const View&)>& address) {
   CollectiveCall call;
-  call.op = c.op;
+  call.op = c.op();
   call.reduction = reduction_of(c);
   const Collective& k = collective_of(c);
   const View sv = resolve(p, k.src, ctx), dv = resolve(p, k.dst, ctx);
@@ -352,7 +352,7 @@ CollectiveCall collective_call(const Program& p, const Command& c, const RankCtx
   call.ranks = part.ranks;
   call.position = part.position;
   const int64_t n = static_cast<int64_t>(part.ranks.size());
-  if (c.op == Op::collective_permute) call.pairs = permute_pairs(c, n);
+  if (c.op() == Op::collective_permute) call.pairs = permute_pairs(c, n);
   call.id = c.id();
   call.pointer = c.pointer;
   call.signature = collective_signature(p, c, sv, dv, n);

@@ -16,7 +16,7 @@ std::vector<CollectiveStat> collective_stats(const Program& p, const Report& r, 
   std::unordered_map<std::string, const Command*> by_id;
   std::function<void(const Block&)> index = [&](const Block& b) {
     for (const Command& c : b) {
-      if (is_collective(c.op)) by_id.emplace(c.id(), &c);
+      if (is_collective(c.op())) by_id.emplace(c.id(), &c);
       for_each_sub_block(c, index);
     }
   };
@@ -40,7 +40,7 @@ std::vector<CollectiveStat> collective_stats(const Program& p, const Report& r, 
     s.bytes = static_cast<double>(op.bytes);
     s.seconds = op.end_s - op.transfer_start();
     s.alg_bw = s.seconds > 0 ? s.bytes / s.seconds : 0;
-    s.bus_bw = s.alg_bw * bus_factor(it->second->op, s.ranks);
+    s.bus_bw = s.alg_bw * bus_factor(it->second->op(), s.ranks);
     s.algorithm = op.algorithm.str();
     if (s.algorithm.empty() && r.source == "exec") s.algorithm.push_back('-');  // a run has no model's algorithm
     stats.push_back(std::move(s));

@@ -28,12 +28,12 @@ internal::KernelNeeds roofline(const Program& p, const Machine& m, const Command
   if (w.flops > 0) {
     // A GEMM, or a kernel of tensor-core work (flops in a type narrower
     // than f32), runs at the machine's GEMM efficiency.
-    const bool tensor_kernel = c.op == Op::kernel && dtype_size(flop_dtype(p, c)) < 4 && is_float(flop_dtype(p, c));
-    const double eff = c.op == Op::gemm || tensor_kernel ? m.gemm_efficiency : 1.0;
-    if (is_flop_bound(c.op)) n.compute_s = (c.op == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
+    const bool tensor_kernel = c.op() == Op::kernel && dtype_size(flop_dtype(p, c)) < 4 && is_float(flop_dtype(p, c));
+    const double eff = c.op() == Op::gemm || tensor_kernel ? m.gemm_efficiency : 1.0;
+    if (is_flop_bound(c.op())) n.compute_s = (c.op() == Op::gemm ? gemm_flops_by_shape(m, w) : w.flops) / (peak(flop_dtype(p, c)) * eff);
   }
   n.memory_s = static_cast<double>(w.bytes) / m.hbm_bandwidth;
-  if (c.op == Op::gemm && m.sm_count > 0 && w.gemm_m > 0 && w.gemm_n > 0) {
+  if (c.op() == Op::gemm && m.sm_count > 0 && w.gemm_m > 0 && w.gemm_n > 0) {
     auto up = [](int64_t x, int64_t q) { return (x + q - 1) / std::max<int64_t>(1, q); };
     n.tiles = up(w.gemm_m, m.gemm_tile_m) * up(w.gemm_n, m.gemm_tile_n) * std::max<int64_t>(1, w.gemm_batch);
   }
@@ -143,7 +143,7 @@ int64_t Engine::expected_commands(const Block& b) {
   // a group; control flow, streams and calls only for what they hold.
   int64_t n = 0;
   for (const Command& c : b) {
-    switch (op_family(c.op)) {
+    switch (op_family(c.op())) {
       case OpFamily::control: {
         if (const While* w = c.get_if<While>()) {
           const int64_t trips = w->trip_count ? *w->trip_count : decided(c).value_or(0);
@@ -253,7 +253,7 @@ int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
     }
     // Compute commands and collectives hold no blocks: testing the op
     // first spares a leaf the cache misses of visiting its description.
-    const OpFamily family = op_family(c.op);
+    const OpFamily family = op_family(c.op());
     int k = 0, filled = 0;
     if (family != OpFamily::compute && family != OpFamily::collective)
       for_each_sub_block(c, [&](const Block& sub) { ++k, filled += sub.empty() ? 0 : 1; });
@@ -412,7 +412,7 @@ void Engine::finish_comm(int a, bool fresh) {
     const Stream& st = streams_[si];
     const Task& t = st.tasks[st.pc];
     const CmdInfo& g = infos_[t.info];
-    if (g.cmd->op == Op::collective_group) {
+    if (g.cmd->op() == Op::collective_group) {
       for (int m = members_begin(t.info); m < members_end(t.info); ++m)
         record(st.rank, {act.since[k], now_, m, t.instance, si, act.start});
     } else {
@@ -499,7 +499,7 @@ void Engine::step(int si) {
       e = Event{};
       free_events_.push_back(t.event);
       ++s.pc;
-    } else if (const Op op = infos_[t.info].cmd->op; is_collective(op) || op == Op::collective_group) {
+    } else if (const Op op = infos_[t.info].cmd->op(); is_collective(op) || op == Op::collective_group) {
       arrive(si, t);
       return;
     } else if (ready_.empty() && queue_.empty()) {

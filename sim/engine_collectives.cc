@@ -13,7 +13,7 @@ SetId Engine::member_set(int info, int64_t rank) {
   std::pmr::vector<SetId>& set_of_rank = set_of_rank_[in.sets];
   if (set_of_rank[rank].valid()) return set_of_rank[rank];
   std::vector<const Command*> members;
-  if (in.cmd->op == Op::collective_group)
+  if (in.cmd->op() == Op::collective_group)
     for (int m = members_begin(info); m < members_end(info); ++m) members.push_back(infos_[m].cmd);
   else
     members.push_back(in.cmd);
@@ -128,7 +128,7 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
         network_.flow(f).remaining = p.transfer_s * slower * cap;
         // Each GPU sends its part and receives another's: 2 bytes of HBM per byte sent.
         load.ctas = std::max(load.ctas, ctas);
-        if (p.transfer_s > 0) load.hbm = std::max(load.hbm, bytes * nccl_hbm_per_link_byte(c.op, NcclAlgo::p2p) / (p.transfer_s * slower));
+        if (p.transfer_s > 0) load.hbm = std::max(load.hbm, bytes * nccl_hbm_per_link_byte(c.op(), NcclAlgo::p2p) / (p.transfer_s * slower));
         latency = std::max(latency, p.latency_s);
         algorithm_of(mi) = {p.latency_s, p.transfer_s, true, p.algo, p.proto};
       } else {
@@ -138,18 +138,18 @@ double Engine::member_flows(Comm& act, int a, int mi, int64_t rank, const Partic
     }
     return bytes;
   }
-  const CollectiveCost cost = collective_cost(c.op, spans, bytes);
+  const CollectiveCost cost = collective_cost(c.op(), spans, bytes);
   double transfer = cost.transfer_s;
   latency = std::max(latency, cost.latency_s);
   if (cost.nccl) {
     algorithm_of(mi) = cost;
     // NCCL's CTAs: fewer than its own count move proportionally less.
-    const int64_t nccl_count = nccl_ctas(c.op, cost.algo, cost.proto, first.nccl_params, n, bytes);
+    const int64_t nccl_count = nccl_ctas(c.op(), cost.algo, cost.proto, first.nccl_params, n, bytes);
     const int64_t ctas = ctas_for(k, nccl_count);
     transfer *= std::max(1.0, static_cast<double>(nccl_count) / static_cast<double>(ctas));
     load.ctas = std::max(load.ctas, ctas);
     // The bytes each GPU sends (nccl-tests' bus bytes), through its HBM at the algorithm's rate.
-    if (transfer > 0) load.hbm = std::max(load.hbm, bytes * bus_factor(c.op, n) * nccl_hbm_per_link_byte(c.op, cost.algo) / transfer);
+    if (transfer > 0) load.hbm = std::max(load.hbm, bytes * bus_factor(c.op(), n) * nccl_hbm_per_link_byte(c.op(), cost.algo) / transfer);
   }
   // One flow over every link the collective drives, sized so that alone
   // it takes the closed-form transfer time at the slowest link's rate.
@@ -210,7 +210,7 @@ void Engine::start_collective(Comm act) {
   const Stream& s0 = streams_[act.streams[0]];
   const Task& t0 = s0.tasks[s0.pc];
   // The members: a group's body, or the collective itself.
-  const bool group = infos_[t0.info].cmd->op == Op::collective_group;
+  const bool group = infos_[t0.info].cmd->op() == Op::collective_group;
   const int first_member = group ? members_begin(t0.info) : t0.info, end_member = group ? members_end(t0.info) : t0.info + 1;
   double latency = 0;
   if (rank_stamp_.size() < static_cast<size_t>(p_.mesh.size())) rank_stamp_.resize(static_cast<size_t>(p_.mesh.size()), 0);
@@ -257,7 +257,7 @@ void Engine::take_from_devices(Comm& act) {
 
 void Engine::add_stat(Comm& act, int info, int32_t inst, int64_t n, double bytes) {
   const Command& c = *infos_[info].cmd;
-  const int row = recorder_.new_row(info, inst, [&] { return CollectiveStat{0, op_id(info, inst), std::string(op_name(c.op)), n, bytes, 0, 0, 0, algorithm_at(info)}; });
+  const int row = recorder_.new_row(info, inst, [&] { return CollectiveStat{0, op_id(info, inst), std::string(op_name(c.op())), n, bytes, 0, 0, 0, algorithm_at(info)}; });
   if (row >= 0) act.stats.push_back(row);
 }
 

@@ -152,8 +152,8 @@ class WorkMemo {
   // the views it reads and writes (for_each_use), which are all that
   // command_work reads. Collectives and control flow are never memoised.
   static bool key(const Command& c, Key& k) {
-    if (c.cost || op_family(c.op) != OpFamily::compute) return false;
-    k.op = c.op;
+    if (c.cost || op_family(c.op()) != OpFamily::compute) return false;
+    k.op = c.op();
     if (const Gemm* g = c.get_if<Gemm>()) k.flags = static_cast<uint8_t>(g->transpose_a + 2 * g->transpose_b + 4 * (g->beta != 0));
     if (const Map* m = c.get_if<Map>()) k.expr = m->expr.get();
     bool fits = true;
@@ -274,7 +274,7 @@ class Engine {
     } catch (const MachineError& e) {
       std::string what = e.what();
       what += ": needed by ";
-      what += p_.file + ":" + c.pointer + " (" + std::string(op_name(c.op)) + ")";
+      what += p_.file + ":" + c.pointer + " (" + std::string(op_name(c.op())) + ")";
       throw MachineError(e.pointer(), what);
     }
   }
@@ -373,7 +373,7 @@ class Engine {
 
   // A finished command: kept for the report, or only counted.
   void record(int64_t rank, const Rec& r) {
-    recorder_.record(rank, r, is_collective(infos_[r.info].cmd->op));
+    recorder_.record(rank, r, is_collective(infos_[r.info].cmd->op()));
     if (recorder_.wants_fold(rank)) recorder_.fold(rank, horizon(rank));
   }
   // The earliest start of a command of `rank` still to finish: now, or an

@@ -57,7 +57,7 @@ SimResult Engine::result() {
     std::optional<CommandNames>& n = command_names[static_cast<size_t>(info)];
     if (!n) {
       const Command& c = *infos_[info].cmd;
-      n = CommandNames{c.id(), op_name(c.op), c.name, algorithm_at(info), async_token(c)};
+      n = CommandNames{c.id(), op_name(c.op()), c.name, algorithm_at(info), async_token(c)};
     }
     return *n;
   };

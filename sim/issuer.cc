@@ -43,8 +43,8 @@ int64_t Issuer::decision(int64_t rank, const Command& c) {
                                                             " commands thunky-sim " + limit_verb_);
     return trips;
   }
-  if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op)) + " " + c.id() + " needs a sim hint (" +
-                                                    (c.op == Op::cond ? "\"sim\": {\"taken\": true}" : c.op == Op::switch_ ? "\"sim\": {\"branch\": k}" : "\"sim\": {\"trip_count\": n}") +
+  if (!decisions_) throw ThunkyError(c.pointer, std::string(op_name(c.op())) + " " + c.id() + " needs a sim hint (" +
+                                                    (c.op() == Op::cond ? "\"sim\": {\"taken\": true}" : c.op() == Op::switch_ ? "\"sim\": {\"branch\": k}" : "\"sim\": {\"trip_count\": n}") +
                                                     ") or inputs for the functional model");
   // The functional model never reached this command (it sits in a branch not taken).
   return 0;

@@ -163,7 +163,7 @@ TEST(RankClasses, EveryExampleAndTestSchedulePredictsWhatEveryRankPredicts) {
     const std::vector<bool> written = written_buffers(*p);
     if (any_command(p->program, [&](const Command& c) {
           if (const While* w = c.get_if<While>()) return !w->trip_count;
-          return (c.op == Op::cond || c.op == Op::switch_) && !hinted_branch(c) && !deciding_axis(*p, c, written);
+          return (c.op() == Op::cond || c.op() == Op::switch_) && !hinted_branch(c) && !deciding_axis(*p, c, written);
         })) {
       ExecOptions o;
       o.max_trip_count = 1000;

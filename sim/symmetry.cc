@@ -144,7 +144,7 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
   std::vector<bool> permuted(dims, false);
   auto dim_of = [&](const std::string& name) { return mesh.axis(name); };
   const std::vector<bool> written = written_buffers(p);
-  auto about = [](const Command& c) { return c.pointer + " (" + std::string(op_name(c.op)) + ")"; };
+  auto about = [](const Command& c) { return c.pointer + " (" + std::string(op_name(c.op())) + ")"; };
   // Inside a branch decided by an axis index, only the coordinates that
   // take it issue its commands: per mesh axis, the range they lie in.
   std::vector<std::pair<int64_t, int64_t>> pins(dims);
@@ -171,7 +171,7 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
         // The coordinates whose value takes branch k (take_branch's rule).
         int64_t lo = n, hi = -1;
         for (int64_t x = outer.first; x <= outer.second; ++x)
-          if (branch_at(c, x) == (c.op == Op::cond ? 1 - k : k)) lo = std::min(lo, x), hi = std::max(hi, x);
+          if (branch_at(c, x) == (c.op() == Op::cond ? 1 - k : k)) lo = std::min(lo, x), hi = std::max(hi, x);
         ++k;
         if (lo > hi) return;  // no rank takes it
         pins[*d] = {lo, hi};
@@ -181,7 +181,7 @@ RankClasses rank_classes(const Program& p, const Machine& m, const Decisions* de
       continue;
     }
     for_each_sub_block(c, [&](const Block& sub) { visit(sub); });
-    if (!is_collective(c.op)) continue;
+    if (!is_collective(c.op())) continue;
     const Collective& k = collective_of(c);
     std::vector<size_t> axes;
     std::vector<int64_t> sizes;

@@ -29,7 +29,7 @@ bool small_enough(const thunky::Program& p) {
   bool quick = true;
   std::function<void(const thunky::Block&)> walk = [&](const thunky::Block& block) {
     for (const auto& c : block) {
-      if (c.op == thunky::Op::kernel && c.cost && c.cost->seconds && *c.cost->seconds > 1e-3) quick = false;
+      if (c.op() == thunky::Op::kernel && c.cost && c.cost->seconds && *c.cost->seconds > 1e-3) quick = false;
       thunky::for_each_sub_block(c, walk);
     }
   };

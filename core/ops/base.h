@@ -16,11 +16,19 @@ namespace thunky {
 
 using json = nlohmann::ordered_json;
 
-enum class Op {
-  memzero, memset, copy, gemm, map, reduce, kernel, ptx_kernel, custom_call, transpose,
-  all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, collective_group,
-  async_start, async_done, cond, switch_, while_, call
-};
+// Every op, once: its enumerator and its description (core/ops/). Op and
+// OpSpec (core/schedule.h) are both made from this list, so an op's
+// position in Op is its description's index in OpSpec.
+#define THUNKY_OPS(X)                                                                                                   \
+  X(memzero, Memzero) X(memset, Memset) X(copy, Copy) X(gemm, Gemm) X(map, Map) X(reduce, Reduce) X(kernel, Kernel)    \
+  X(ptx_kernel, PtxKernel) X(custom_call, CustomCall) X(transpose, Transpose) X(all_reduce, AllReduce)                \
+  X(all_gather, AllGather) X(reduce_scatter, ReduceScatter) X(all_to_all, AllToAll)                                   \
+  X(collective_permute, CollectivePermute) X(collective_group, CollectiveGroup) X(async_start, AsyncStart)            \
+  X(async_done, AsyncDone) X(cond, Cond) X(switch_, Switch) X(while_, While) X(call, Call)
+
+#define THUNKY_OP_ENUMERATOR(op, Description) op,
+enum class Op { THUNKY_OPS(THUNKY_OP_ENUMERATOR) };
+#undef THUNKY_OP_ENUMERATOR
 std::string_view op_name(Op op);
 
 // What kind of command an op is; each op's description gives its own

@@ -53,7 +53,6 @@ struct ReducingCollective : Collective {
 };
 
 struct AllReduce : ReducingCollective {
-  static constexpr Op kind = Op::all_reduce;
   static constexpr CollectiveKind collective = CollectiveKind::all_reduce;
   static constexpr std::string_view json_name = "all_reduce";
   static AllReduce read(OpReader& r);
@@ -61,7 +60,6 @@ struct AllReduce : ReducingCollective {
 };
 
 struct AllGather : Collective {
-  static constexpr Op kind = Op::all_gather;
   static constexpr CollectiveKind collective = CollectiveKind::all_gather;
   static constexpr std::string_view json_name = "all_gather";
   static AllGather read(OpReader& r);
@@ -69,7 +67,6 @@ struct AllGather : Collective {
 };
 
 struct ReduceScatter : ReducingCollective {
-  static constexpr Op kind = Op::reduce_scatter;
   static constexpr CollectiveKind collective = CollectiveKind::reduce_scatter;
   static constexpr std::string_view json_name = "reduce_scatter";
   static ReduceScatter read(OpReader& r);
@@ -77,7 +74,6 @@ struct ReduceScatter : ReducingCollective {
 };
 
 struct AllToAll : Collective {
-  static constexpr Op kind = Op::all_to_all;
   static constexpr CollectiveKind collective = CollectiveKind::all_to_all;
   static constexpr std::string_view json_name = "all_to_all";
   static AllToAll read(OpReader& r);
@@ -87,7 +83,6 @@ struct AllToAll : Collective {
 // Each member sends its src to one other's dst: by `pairs` of (source,
 // target) positions, or every position i to (i + shift) mod n.
 struct CollectivePermute : Collective {
-  static constexpr Op kind = Op::collective_permute;
   static constexpr CollectiveKind collective = CollectiveKind::collective_permute;
   static constexpr std::string_view json_name = "collective_permute";
   std::optional<int64_t> shift;
@@ -100,7 +95,6 @@ struct CollectivePermute : Collective {
 // others' peers before the rest are issued.
 struct CollectiveGroup {
   static constexpr OpFamily family = OpFamily::group;
-  static constexpr Op kind = Op::collective_group;
   static constexpr std::string_view json_name = "collective_group";
   Block body;
 

@@ -31,7 +31,6 @@ struct ComputeOp {
 };
 
 struct Memzero : ComputeOp {
-  static constexpr Op kind = Op::memzero;
   static constexpr bool flop_bound = false;
   static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "memzero";
@@ -44,7 +43,6 @@ struct Memzero : ComputeOp {
 // Every element of dst set to a number (NaN and the infinities included),
 // or every 4-byte element to a 32-bit pattern.
 struct Memset : ComputeOp {
-  static constexpr Op kind = Op::memset;
   static constexpr bool flop_bound = false;
   static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "memset";
@@ -57,7 +55,6 @@ struct Memset : ComputeOp {
 };
 
 struct Copy : ComputeOp {
-  static constexpr Op kind = Op::copy;
   static constexpr bool flop_bound = false;
   static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "copy";
@@ -69,7 +66,6 @@ struct Copy : ComputeOp {
 
 // dst's dimension d is src's dimension perm[d].
 struct Transpose : ComputeOp {
-  static constexpr Op kind = Op::transpose;
   static constexpr bool flop_bound = false;
   static constexpr ComputeClass compute_class = ComputeClass::movement;
   static constexpr std::string_view json_name = "transpose";
@@ -82,7 +78,6 @@ struct Transpose : ComputeOp {
 
 // c = alpha * op(a) op(b) + beta * c, batched over leading dimensions.
 struct Gemm : ComputeOp {
-  static constexpr Op kind = Op::gemm;
   static constexpr bool flop_bound = true;
   static constexpr ComputeClass compute_class = ComputeClass::gemm;
   static constexpr std::string_view json_name = "gemm";
@@ -101,7 +96,6 @@ struct Gemm : ComputeOp {
 // out = expr(in...), elementwise; inputs broadcast to out's shape by
 // numpy's rules.
 struct Map : ComputeOp {
-  static constexpr Op kind = Op::map;
   static constexpr bool flop_bound = true;
   static constexpr ComputeClass compute_class = ComputeClass::arithmetic;
   static constexpr std::string_view json_name = "map";
@@ -120,7 +114,6 @@ struct Map : ComputeOp {
 // out = in reduced over `axes` by `fn`; with `arg`, argmax or argmin (fn
 // max or min): the index along the one axis where it is first reached.
 struct Reduce : ComputeOp {
-  static constexpr Op kind = Op::reduce;
   static constexpr bool flop_bound = false;
   static constexpr ComputeClass compute_class = ComputeClass::arithmetic;
   static constexpr std::string_view json_name = "reduce";
@@ -136,7 +129,6 @@ struct Reduce : ComputeOp {
 // Work thunky does not compute, priced by its cost: it reads `reads` and
 // writes `writes`.
 struct Kernel : ComputeOp {
-  static constexpr Op kind = Op::kernel;
   static constexpr bool flop_bound = true;
   static constexpr ComputeClass compute_class = ComputeClass::opaque;
   static constexpr std::string_view json_name = "kernel";
@@ -160,7 +152,6 @@ struct PtxLaunch {
 // A PTX kernel launched with views as arguments, each read and, where
 // `written`, written; `cpu` is the map the cpu backend runs instead.
 struct PtxKernel : ComputeOp {
-  static constexpr Op kind = Op::ptx_kernel;
   static constexpr bool flop_bound = true;
   static constexpr ComputeClass compute_class = ComputeClass::opaque;
   static constexpr std::string_view json_name = "ptx_kernel";
@@ -185,7 +176,6 @@ struct CustomCallSpec {
 
 // A library call by name (XLA's custom_call): cuSOLVER's Cholesky.
 struct CustomCall : ComputeOp {
-  static constexpr Op kind = Op::custom_call;
   static constexpr bool flop_bound = true;
   static constexpr ComputeClass compute_class = ComputeClass::opaque;
   static constexpr std::string_view json_name = "custom_call";

@@ -21,7 +21,6 @@ class OpReader;
 // Runs `then` where the boolean scalar `pred` is non-zero, else `else`.
 struct Cond {
   static constexpr OpFamily family = OpFamily::control;
-  static constexpr Op kind = Op::cond;
   static constexpr std::string_view json_name = "cond";
   Ref pred;
   Block then_, else_;
@@ -37,7 +36,6 @@ struct Cond {
 // Runs branches[index], the s32 scalar `index` clamped into range.
 struct Switch {
   static constexpr OpFamily family = OpFamily::control;
-  static constexpr Op kind = Op::switch_;
   static constexpr std::string_view json_name = "switch";
   Ref index;
   std::vector<Block> branches;
@@ -53,7 +51,6 @@ struct Switch {
 // Runs `cond`, then `body` while the boolean scalar `cond_buf` is non-zero.
 struct While {
   static constexpr OpFamily family = OpFamily::control;
-  static constexpr Op kind = Op::while_;
   static constexpr std::string_view json_name = "while";
   Ref cond_buf;
   Block body, cond;
@@ -70,7 +67,6 @@ struct While {
 // lower() inlines the function's program into `body`.
 struct Call {
   static constexpr OpFamily family = OpFamily::call;
-  static constexpr Op kind = Op::call;
   static constexpr std::string_view json_name = "call";
   std::string fn;
   std::vector<std::pair<std::string, Ref>> args;

@@ -15,7 +15,6 @@ class OpReader;
 
 struct AsyncStart {
   static constexpr OpFamily family = OpFamily::stream;
-  static constexpr Op kind = Op::async_start;
   static constexpr std::string_view json_name = "async_start";
   std::string token;
   StreamId stream;
@@ -30,7 +29,6 @@ struct AsyncStart {
 
 struct AsyncDone {
   static constexpr OpFamily family = OpFamily::stream;
-  static constexpr Op kind = Op::async_done;
   static constexpr std::string_view json_name = "async_done";
   std::string token;
 

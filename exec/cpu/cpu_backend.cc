@@ -303,7 +303,7 @@ class Run {
   // A command the cores run (exec/cores.h), as opposed to control flow and
   // collectives, which the stream's thread runs itself.
   static bool on_a_core(const Command& c) {
-    return !is_collective(c.op) && c.op != Op::collective_group && c.op != Op::cond && c.op != Op::switch_ && c.op != Op::while_;
+    return !is_collective(c.op()) && c.op() != Op::collective_group && c.op() != Op::cond && c.op() != Op::switch_ && c.op() != Op::while_;
   }
 
   void run_queue(RankState& s, std::vector<Task>& tasks, const StreamId& stream, bool in_loop) {
@@ -369,7 +369,7 @@ class Run {
     std::lock_guard<std::mutex> l(s.mu);
     std::string id = c.id();
     if (in_loop) id += "#" + std::to_string(s.instances[c.id()]++);
-    s.ops.push_back({id, std::string(op_name(c.op)), c.name, stream.str(), start, end, w.bytes, w.flops});
+    s.ops.push_back({id, std::string(op_name(c.op())), c.name, stream.str(), start, end, w.bytes, w.flops});
     s.ops.back().transfer_start_s = transfer_start;
     ++finished_;
   }
@@ -383,7 +383,7 @@ class Run {
   void run_collectives(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
     std::vector<CollectiveCall> calls;
     std::vector<const Command*> members;
-    if (c.op == Op::collective_group)
+    if (c.op() == Op::collective_group)
       for (const auto& m : c.as<CollectiveGroup>().body) members.push_back(&m);
     else
       members.push_back(&c);
@@ -403,7 +403,7 @@ class Run {
 
   void exec(RankState& s, const Command& c, const StreamId& stream, bool in_loop) {
     if (stop_at_ && stop_at_->rank == s.rank && stop_at_->pointer == c.pointer) stop_here();
-    switch (op_family(c.op)) {
+    switch (op_family(c.op())) {
       case OpFamily::control:
         run_control_flow(
             c, s.rank, opts_.max_trip_count, in_loop, [&](const Ref& r) { return read_scalar(s, r); },
@@ -704,7 +704,7 @@ class CpuBackend final : public Backend {
 
   static void refuse_unrunnable(const Program& p, const Block& b, std::vector<Diagnostic>& errors) {
     for (const auto& c : b) {
-      if (c.op == Op::kernel && c.cost && c.cost->seconds && *c.cost->seconds > kMaxKernelSeconds)
+      if (c.op() == Op::kernel && c.cost && c.cost->seconds && *c.cost->seconds > kMaxKernelSeconds)
         errors.push_back({ErrorKind::input, p.file, c.pointer + "/cost/seconds",
                           "a kernel stand-in of " + std::to_string(*c.cost->seconds) + " s: the cpu backend holds a stream at most " + std::to_string(static_cast<int>(kMaxKernelSeconds)) + " s for one"});
       if (const PtxKernel* k = c.get_if<PtxKernel>(); k && !k->cpu)

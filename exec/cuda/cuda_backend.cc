@@ -200,14 +200,14 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
   streams_.insert(StreamId{});
   for (const auto& c : b) {
     if (const AsyncStart* a = c.get_if<AsyncStart>()) streams_.insert(a->stream);
-    if (c.op == Op::while_) ++captured_loops_;
+    if (c.op() == Op::while_) ++captured_loops_;
     if (const Reduce* x = c.get_if<Reduce>()) {
       const size_t dims = resolve(p, x->in, rank_ctx(p.mesh, 0)).shape.size();
       if (dims > static_cast<size_t>(kMaxRank))
         errors.push_back({ErrorKind::input, p.file, c.pointer + "/in",
                           "a reduce over " + std::to_string(dims) + " dimensions: the cuda backend reduces views of at most " + std::to_string(kMaxRank)});
     }
-    if (c.op == Op::ptx_kernel && !ptx_.count(&c)) {
+    if (c.op() == Op::ptx_kernel && !ptx_.count(&c)) {
       const PtxLaunch& l = *c.as<PtxKernel>().launch;
       std::string text = l.ptx;
       if (!l.ptx_file.empty()) {
@@ -225,13 +225,13 @@ void CudaBackend::plan_block(const Block& b, std::vector<Diagnostic>& errors) {
       }
       ptx_[&c] = text;
     }
-    if (is_collective(c.op)) {
+    if (is_collective(c.op())) {
       for (int64_t r = 0; r < p.mesh.size(); ++r) {
         Participants part = participants(p.mesh, r, collective_of(c).axis, collective_of(c).groups.get());
         if (shared_ && part.ranks.size() > static_cast<size_t>(kMaxCombine))
           errors.push_back({ErrorKind::input, p.file, c.pointer, "a collective of " + std::to_string(part.ranks.size()) + " ranks on one GPU: the shared-device placement joins at most " + std::to_string(kMaxCombine)});
         if (!shared_) member_sets_.insert(part.ranks);
-        if (!shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter)) {
+        if (!shared_ && (c.op() == Op::all_reduce || c.op() == Op::reduce_scatter)) {
           DType t = ref_dtype(p, collective_of(c).src);
           const Reduction red = reduction_of(c);
           if (t == DType::s16 || (t == DType::boolean && (red == Reduction::sum || red == Reduction::prod)))
@@ -295,7 +295,7 @@ void CudaBackend::compile_block(RankState& s, const Block& b) {
         [](const OneOf<Memzero, Memset, Copy, Kernel, CustomCall> auto&) {},
         [&](const CollectiveSpec auto& x) {
           // On one shared GPU, reducing collectives combine with a kernel.
-          if (shared_ && (c.op == Op::all_reduce || c.op == Op::reduce_scatter))
+          if (shared_ && (c.op() == Op::all_reduce || c.op() == Op::reduce_scatter))
             kernels_->get(combine_kernel(resolve(*p_, x.src, s.ctx).dtype, reduction_of(c)));
         },
         [](const OfFamily<OpFamily::group, OpFamily::stream, OpFamily::control, OpFamily::call> auto&) {},

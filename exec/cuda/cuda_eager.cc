@@ -209,9 +209,9 @@ void CudaBackend::timed_command(RankState& s, const Command& c, const StreamId& 
   const auto t0 = Clock::now();
   const size_t start = timestamp(s, cur);
   std::vector<const Command*> members;
-  if (c.op == Op::collective_group)
+  if (c.op() == Op::collective_group)
     for (const auto& m : c.as<CollectiveGroup>().body) members.push_back(&m);
-  else if (is_collective(c.op))
+  else if (is_collective(c.op()))
     members.push_back(&c);
   if (!members.empty()) collective(s, c, members, cur);
   else compute(s, c, cur);
@@ -257,7 +257,7 @@ Report CudaBackend::read_timeline() {
     for (const auto& t : s->timed) {
       const Work w = command_work(*p_, *t.cmd, s->ctx);
       const std::string id = t.instance < 0 ? t.cmd->id() : t.cmd->id() + "#" + std::to_string(t.instance);
-      rr.ops.push_back({id, std::string(op_name(t.cmd->op)), t.cmd->name, t.stream.str(), at(t.start), at(t.end), w.bytes, w.flops});
+      rr.ops.push_back({id, std::string(op_name(t.cmd->op())), t.cmd->name, t.stream.str(), at(t.start), at(t.end), w.bytes, w.flops});
     }
     std::stable_sort(rr.ops.begin(), rr.ops.end(), [](const OpRecord& a, const OpRecord& b) { return a.start_s < b.start_s; });
     for (const auto& f : s->flows) rr.flows.push_back({f.from, f.to, at(f.from_event), at(f.to_event), f.token, f.join});

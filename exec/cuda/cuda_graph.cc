@@ -16,16 +16,16 @@ namespace thunky::cuda {
 // capturable (it may allocate or synchronise inside).
 std::string capture_obstacle(const Block& b, bool in_body) {
   for (const auto& c : b) {
-    if (c.op == Op::custom_call)
-      return "the " + std::string(op_name(c.op)) + " at " + c.id() + " is a cuSOLVER call, which cuSOLVER does not document as capturable";
+    if (c.op() == Op::custom_call)
+      return "the " + std::string(op_name(c.op())) + " at " + c.id() + " is a cuSOLVER call, which cuSOLVER does not document as capturable";
     if (in_body) {
-      const char* why = c.op == Op::async_start || c.op == Op::async_done ? "tokens (events)"
-                        : is_collective(c.op) || c.op == Op::collective_group ? "a collective"
+      const char* why = c.op() == Op::async_start || c.op() == Op::async_done ? "tokens (events)"
+                        : is_collective(c.op()) || c.op() == Op::collective_group ? "a collective"
                                                                                : nullptr;
-      if (why) return "the " + std::string(op_name(c.op)) + " at " + c.id() + " is inside a cond, switch or while, and a conditional graph node cannot hold " + why;
+      if (why) return "the " + std::string(op_name(c.op())) + " at " + c.id() + " is inside a cond, switch or while, and a conditional graph node cannot hold " + why;
     }
     // Every block of a cond, switch or while is a conditional body.
-    const bool body = in_body || c.op == Op::cond || c.op == Op::switch_ || c.op == Op::while_;
+    const bool body = in_body || c.op() == Op::cond || c.op() == Op::switch_ || c.op() == Op::while_;
     std::string why;
     for_each_sub_block(c, [&](const Block& sub) {
       if (why.empty()) why = capture_obstacle(sub, body);
