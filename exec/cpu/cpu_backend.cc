@@ -20,6 +20,7 @@
 #include "core/accounting.h"
 #include "core/broadcast.h"
 #include "core/control_flow.h"
+#include "core/program_walk.h"
 #include "core/init.h"
 #include "core/mesh.h"
 #include "core/validate.h"
@@ -27,6 +28,7 @@
 #include "exec/communicator.h"
 #include "exec/processes.h"
 #include "exec/cores.h"
+#include "core/program_walk.h"
 #include "exec/cpu/kernels.h"
 #include "exec/monitor.h"
 #include "exec/workers.h"
@@ -183,26 +185,32 @@ class Run {
 
   using Queues = std::map<StreamId, std::vector<Task>>;
 
-  void issue(const Block& b, const StreamId& cur, Queues& q, std::map<std::string, EventPtr>& tokens) {
-    for (const auto& c : b) {
-      std::visit(Overload{
-          [&](const AsyncStart& a) {
-            auto fork = std::make_shared<Event>();
-            q[cur].push_back({Task::Kind::record, nullptr, fork, a.token, false});
-            q[a.stream].push_back({Task::Kind::wait, &c, fork, a.token, false});
-            issue(a.body, a.stream, q, tokens);
-            auto done = std::make_shared<Event>();
-            q[a.stream].push_back({Task::Kind::record, nullptr, done, a.token, true});
-            tokens[a.token] = done;
-          },
-          [&](const AsyncDone& a) { q[cur].push_back({Task::Kind::wait, &c, tokens.at(a.token), a.token, true}); },
-          [&](const Call& x) { issue(x.body, cur, q, tokens); },
-          // Every other command is one task of its stream; control flow
-          // runs its blocks when the stream reaches it.
-          [&](const OfFamily<OpFamily::compute, OpFamily::collective, OpFamily::group, OpFamily::control> auto&) {
-            q[cur].push_back({Task::Kind::exec, &c, nullptr, "", false});
-          },
-      }, c.spec);
+  // The block's tasks, stream by stream (core/program_walk.h): an async
+  // region is an event recorded where it forks and waited for on its
+  // stream, and one recorded at its end for its async_done; every other
+  // command is one task of its stream (control flow runs its blocks when
+  // the stream reaches it).
+  void issue(const Block& b, const StreamId& main, Queues& q) {
+    std::map<const Command*, EventPtr> done;  // by async_start
+    ProgramWalk walk(b, main);
+    while (const std::optional<ProgramWalk::Step> s = walk.next()) {
+      const Command& c = *s->cmd;
+      switch (s->kind) {
+        case ProgramWalk::Step::Kind::fork: {
+          auto fork = std::make_shared<Event>();
+          const std::string& token = c.as<AsyncStart>().token;
+          q[s->stream].push_back({Task::Kind::record, nullptr, fork, token, false});
+          q[s->target].push_back({Task::Kind::wait, &c, fork, token, false});
+          break;
+        }
+        case ProgramWalk::Step::Kind::fork_end: {
+          auto end = done[&c] = std::make_shared<Event>();
+          q[s->stream].push_back({Task::Kind::record, nullptr, end, c.as<AsyncStart>().token, true});
+          break;
+        }
+        case ProgramWalk::Step::Kind::join: q[s->stream].push_back({Task::Kind::wait, &c, done.at(s->start), c.as<AsyncDone>().token, true}); break;
+        case ProgramWalk::Step::Kind::command: q[s->stream].push_back({Task::Kind::exec, &c, nullptr, "", false}); break;
+      }
     }
   }
 
@@ -247,7 +255,6 @@ class Run {
   // block's threads wait at `start` before they run.
   void run_block(RankState& s, const Block& b, const StreamId& main, bool in_loop, StartLine* start = nullptr) {
     Queues q;
-    std::map<std::string, EventPtr> tokens;
     q[main];
     struct Sub {
       Workers::Worker* thread = nullptr;
@@ -261,7 +268,7 @@ class Run {
       arrived = true;
     };
     try {
-      issue(b, main, q, tokens);
+      issue(b, main, q);
       for (auto& [stream, tasks] : q) {
         if (stream == main) continue;
         auto sub = std::make_unique<Sub>();

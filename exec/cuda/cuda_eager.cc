@@ -7,6 +7,7 @@
 
 #include "core/accounting.h"
 #include "core/control_flow.h"
+#include "core/program_walk.h"
 
 namespace thunky::cuda {
 
@@ -151,37 +152,45 @@ size_t CudaBackend::timestamp(RankState& s, const StreamId& id) {
   return i;
 }
 
-void CudaBackend::issue_block(RankState& s, const Block& b, const StreamId& cur, bool in_loop) {
-  for (const auto& c : b) {
-    std::visit(Overload{
-        [&](const AsyncStart& a) {
-          // A dependency event (plain) and timing events (for the flow arrows).
-          const size_t fork_t = timestamp(s, cur);
-          cudaEvent_t fork = s.joins.next();
-          THUNKY_CUDA_CHECK(cudaEventRecord(fork, stream(s, cur)));
-          THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, a.stream), fork, 0));
-          const size_t started_t = timestamp(s, a.stream);
-          s.flows.push_back({cur.str(), a.stream.str(), a.token, fork_t, started_t, false});
-          issue_block(s, a.body, a.stream, in_loop);
-          const size_t end_t = timestamp(s, a.stream);
-          cudaEvent_t done = s.joins.next();
-          THUNKY_CUDA_CHECK(cudaEventRecord(done, stream(s, a.stream)));
-          s.tokens[a.token] = done;
-          s.token_end[a.token] = {a.stream.str(), end_t};
-        },
-        [&](const AsyncDone& a) {
-          THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, cur), s.tokens.at(a.token), 0));
-          const size_t joined_t = timestamp(s, cur);
-          auto [from, from_t] = s.token_end.at(a.token);
-          s.flows.push_back({from, cur.str(), a.token, from_t, joined_t, true});
-        },
-        [&](const Call& x) { issue_block(s, x.body, cur, in_loop); },
-        [&](const ControlSpec auto&) {
-          if (capturing_) capture_control_flow(s, c, cur);
-          else issue_control_flow(s, c, cur, in_loop);
-        },
-        [&](const TaskSpec auto&) { timed_command(s, c, cur, in_loop); },  // one timed launch
-    }, c.spec);
+void CudaBackend::issue_block(RankState& s, const Block& b, const StreamId& main, bool in_loop) {
+  ProgramWalk walk(b, main, in_loop);
+  while (const std::optional<ProgramWalk::Step> step = walk.next()) {
+    const Command& c = *step->cmd;
+    const StreamId& cur = step->stream;
+    switch (step->kind) {
+      case ProgramWalk::Step::Kind::fork: {
+        // A dependency event (plain) and timing events (for the flow arrows).
+        const size_t fork_t = timestamp(s, cur);
+        cudaEvent_t fork = s.joins.next();
+        THUNKY_CUDA_CHECK(cudaEventRecord(fork, stream(s, cur)));
+        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, step->target), fork, 0));
+        const size_t started_t = timestamp(s, step->target);
+        s.flows.push_back({cur.str(), step->target.str(), c.as<AsyncStart>().token, fork_t, started_t, false});
+        break;
+      }
+      case ProgramWalk::Step::Kind::fork_end: {
+        const std::string& token = c.as<AsyncStart>().token;
+        const size_t end_t = timestamp(s, cur);
+        cudaEvent_t done = s.joins.next();
+        THUNKY_CUDA_CHECK(cudaEventRecord(done, stream(s, cur)));
+        s.tokens[token] = done;
+        s.token_end[token] = {cur.str(), end_t};
+        break;
+      }
+      case ProgramWalk::Step::Kind::join: {
+        const std::string& token = c.as<AsyncDone>().token;
+        THUNKY_CUDA_CHECK(cudaStreamWaitEvent(stream(s, cur), s.tokens.at(token), 0));
+        const size_t joined_t = timestamp(s, cur);
+        auto [from, from_t] = s.token_end.at(token);
+        s.flows.push_back({from, cur.str(), token, from_t, joined_t, true});
+        break;
+      }
+      case ProgramWalk::Step::Kind::command:
+        if (op_family(c.op()) != OpFamily::control) timed_command(s, c, cur, step->in_loop);  // one timed launch
+        else if (capturing_) capture_control_flow(s, c, cur);
+        else issue_control_flow(s, c, cur, step->in_loop);
+        break;
+    }
   }
 }
 
