@@ -12,7 +12,7 @@
 #              cuda eager and --graph, the dumps compared (below);
 #   compare    the ring collective matmul, thunky-sim against cuda;
 #   bench      the overlap benchmarks on cuda;
-#   calibrate  thunky-calibrate exec --backend cuda;
+#   calibrate  thunky-calibrate exec --backend cuda (interference too);
 #   jax        the JAX and jaxlib versions there, and whether jaxlib
 #              carries upstream thunky's dialect.
 # $OUT (default ./gpu-check-out) receives at most 6 files, each cut to 15 MiB:
@@ -272,8 +272,8 @@ cat "$work/bench.txt" >> "$log"
 end bench
 
 # ---- a model of this GPU
-begin calibrate 40
-timeout "$(limit 40)" "$bin/thunky-calibrate" exec --backend cuda --ranks 1 -o "$OUT/calibrated-gpu.json" > "$work/calibrate.txt" 2>&1
+begin calibrate 60
+timeout "$(limit 60)" "$bin/thunky-calibrate" exec --backend cuda --ranks 1 -o "$OUT/calibrated-gpu.json" > "$work/calibrate.txt" 2>&1
 rc=$?
 cat "$work/calibrate.txt" >> "$log"
 if [ $rehearse = 1 ]; then

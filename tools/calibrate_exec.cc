@@ -107,6 +107,30 @@ class Runner {
   std::string placement_;
 };
 
+// A kernel that holds `ctas` SMs for `ns` nanoseconds and does nothing
+// else, as a collective's CTAs hold them: one block an SM, each with 160
+// KiB of shared memory, which leaves no room beside it for a GEMM's block
+// (cuBLAS's large tiles take more than what is left of an SM's 228 KiB on
+// an H100). On one GPU it stands for NCCL's CTAs.
+ojson sm_holder(int64_t ctas, int64_t ns) {
+  const std::string ptx = ".version 7.0\n.target sm_70\n.address_size 64\n"
+                          ".visible .entry thunky_hold(.param .u64 unused)\n{\n"
+                          "  .reg .u64 %t<3>;\n  .reg .pred %p;\n"
+                          "  mov.u64 %t0, %globaltimer;\n"
+                          "$L_spin:\n  mov.u64 %t1, %globaltimer;\n  sub.u64 %t2, %t1, %t0;\n"
+                          "  setp.lt.u64 %p, %t2, " + std::to_string(ns) + ";\n  @%p bra $L_spin;\n  ret;\n}\n";
+  return {{"op", "ptx_kernel"}, {"name", "hold"}, {"args", {"flag"}}, {"written", {false}}, {"kernel_name", "thunky_hold"}, {"ptx", ptx},
+          {"grid", {ctas, 1, 1}}, {"block", {32, 1, 1}}, {"shmem_bytes", 160 * 1024}};
+}
+
+// Two factors of n closest to its square root (132: 11 x 12).
+std::pair<int64_t, int64_t> near_square(int64_t n) {
+  int64_t a = 1;
+  for (int64_t d = 1; d * d <= n; ++d)
+    if (n % d == 0) a = d;
+  return {a, n / a};
+}
+
 std::string gemm_label(const std::string& dtype, int64_t m, int64_t n, int64_t k) {
   return "gemm " + dtype + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
 }
@@ -265,6 +289,59 @@ Expected<ojson> calibrate_backend(const std::string& backend, int ranks, bool qu
                   static_cast<long long>(run.sm_count()), static_cast<long long>(fit.tile_m), static_cast<long long>(fit.tile_n), static_cast<long long>(fit.tile_k),
                   static_cast<long long>(fit.k_overhead), gemms.size(), 100 * fit.mean_abs_error, 100 * fit.max_abs_error);
     gemm_source = fitted;
+  }
+  // Interference (docs/machines.md, "Interference"): a GEMM of one wave
+  // (a tile an SM, at the fitted tile) and one of eight waves, each alone
+  // and beside a kernel holding 1, 8 and 24 SMs (NCCL's CTAs for a small
+  // collective, a send/recv and a ring); a map beside a large copy. The
+  // slowdowns measured, and the model's for the same, go into the notes.
+  if (gpu && run.sm_count() > 0 && !quick) {
+    const int64_t sms = run.sm_count();
+    const auto [rows, cols] = near_square(sms);
+    const int64_t tm = chip["gemm_tile"][0].get<int64_t>(), tn = chip["gemm_tile"][1].get<int64_t>(), k = 8192;
+    std::string measured;
+    for (const int64_t waves : {int64_t{1}, int64_t{8}}) {
+      const int64_t m = rows * tm * (waves == 8 ? 4 : 1), n = cols * tn * (waves == 8 ? 2 : 1);
+      ojson buffers = {{"a", input({m, k}, "bf16")}, {"b", input({k, n}, "bf16")}, {"c", output({m, n}, "bf16")}, {"flag", input({1}, "u8")}};
+      const ojson gemm = {{"op", "gemm"}, {"name", "g"}, {"a", "a"}, {"b", "b"}, {"c", "c"}};
+      progress("interference: " + gemm_label("bf16", m, n, k) + " alone");
+      auto alone = run.op_seconds(schedule("calibrate_gemm_alone", 1, buffers, ojson::array({gemm})), "g");
+      if (!alone) return alone.errors();
+      std::snprintf(buf, sizeof buf, "; a %lld-wave GEMM (%s, %.1f us alone) beside", static_cast<long long>(waves), gemm_label("bf16", m, n, k).c_str(), *alone * 1e6);
+      measured += buf;
+      for (const int64_t held : {int64_t{1}, int64_t{8}, int64_t{24}}) {
+        // The holder starts first and outlasts the GEMM three times over.
+        const int64_t ns = static_cast<int64_t>(3 * *alone * 1e9) + 100000;
+        ojson program = ojson::array({{{"op", "async_start"}, {"token", "h"}, {"stream", {{"kind", "communication"}, {"id", 0}}}, {"body", ojson::array({sm_holder(held, ns)})}},
+                                      gemm, {{"op", "async_done"}, {"token", "h"}}});
+        progress("interference: the GEMM beside " + std::to_string(held) + " SMs held");
+        auto beside = run.op_seconds(schedule("calibrate_gemm_beside", 1, buffers, program), "g");
+        if (!beside) return beside.errors();
+        // The model: the GEMM's tiles in waves on the SMs left while the holder runs.
+        const int64_t tiles = waves * sms, left = std::max<int64_t>(1, sms - held);
+        const double model = static_cast<double>((tiles + left - 1) / left) / static_cast<double>(waves);
+        std::snprintf(buf, sizeof buf, "%s %lld SMs held %.2fx (model %.2fx)", held == 1 ? "" : ",", static_cast<long long>(held), *beside / *alone, model);
+        measured += buf;
+      }
+    }
+    {
+      const int64_t bytes = copy_sizes.back();
+      ojson buffers = {{"x", input({bytes / 4}, "f32")}, {"y", output({bytes / 4}, "f32")}, {"src", input({bytes}, "u8")}, {"dst", output({bytes}, "u8")}};
+      const ojson map = {{"op", "map"}, {"name", "m"}, {"out", "y"}, {"expr", "x * 2.0 + 1.0"}, {"in", {{"x", "x"}}}};
+      progress("interference: a map beside a copy");
+      auto alone = run.op_seconds(schedule("calibrate_map_alone", 1, buffers, ojson::array({map})), "m");
+      ojson program = ojson::array({{{"op", "async_start"}, {"token", "t"}, {"stream", {{"kind", "communication"}, {"id", 0}}},
+                                     {"body", ojson::array({{{"op", "copy"}, {"name", "c"}, {"src", "src"}, {"dst", "dst"}}})}},
+                                    map, {{"op", "async_done"}, {"token", "t"}}});
+      auto beside = run.op_seconds(schedule("calibrate_map_beside", 1, buffers, program), "m");
+      if (!alone) return alone.errors();
+      if (!beside) return beside.errors();
+      // The model: both at HBM bandwidth share it in proportion, so the map takes up to 2x while they overlap.
+      std::snprintf(buf, sizeof buf, "; a %lld MiB map beside a copy of as many bytes %.2fx its time alone (model: up to 2x)", static_cast<long long>(bytes >> 20), *beside / *alone);
+      measured += buf;
+    }
+    notes += "; interference measured, not yet fitted (the CTA and HBM rules keep their defaults)" + measured;
+    progress("interference" + measured);
   }
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
