@@ -71,7 +71,7 @@ TEST(ProgramWalk, ControlFlowIsOneStepAndItsBlocksAreWalkedOnlyWhenEntered) {
   ASSERT_TRUE(s);
   EXPECT_EQ(s->cmd->op(), Op::cond);
   // The consumer decides: the else branch, in a loop for the sake of the flag.
-  walk.enter(s->cmd->as<Cond>().else_, s->stream, true);
+  walk.enter(s->cmd->as<Cond>().else_, s->stream, true, 0);
   s = walk.next();
   ASSERT_TRUE(s);
   EXPECT_EQ(s->cmd->op(), Op::memset);

@@ -50,92 +50,67 @@ int64_t Issuer::decision(int64_t rank, const Command& c) {
   return 0;
 }
 
-void Issuer::enter(int64_t rank, const Block& b, int base, int stream, bool in_loop) {
-  if (!b.empty()) ranks_[static_cast<size_t>(rank)].stack.push_back({Frame::Kind::block, stream, in_loop, &b, 0, base});
-}
+int Issuer::SubtreeOf::operator()(int info) const { return (*infos)[static_cast<size_t>(info)].subtree; }
 
 bool Issuer::issue_until(int si) {
   const int64_t rank = t_.streams[si].rank;
   RankState& me = ranks_[static_cast<size_t>(rank)];
-  auto& stack = me.stack;
   // Indexed each time: issuing may add streams (and move them).
   while (t_.streams[si].pc >= t_.streams[si].tasks.size()) {
-    if (stack.empty()) return false;
-    Frame& f = stack.back();
-    if (f.kind == Frame::Kind::async_end) {
-      const int done = new_event(), target = f.stream, i = f.info;
-      stack.pop_back();
-      push(target, {Task::Kind::record, true, i, -1, done});
-      auto& tokens = me.tokens;
-      auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == i; });
-      if (it != tokens.end()) it->second = done;
-      else tokens.emplace_back(i, done);
-      continue;
-    }
-    if (f.kind == Frame::Kind::loop) {
-      const Command& c = *infos_[f.info].cmd;
-      const int i = f.info, cur = f.stream;
-      if (!f.body_next) {
-        f.body_next = true;
-        enter(rank, c.as<While>().cond, block(i, 1), cur, true);
-      } else if (f.trip < f.trips) {
-        f.body_next = false;
-        ++f.trip;
-        enter(rank, c.as<While>().body, block(i, 0), cur, true);
-      } else {
-        stack.pop_back();
+    if (!me.walk.next(me.step)) return false;
+    const Walk::Step* step = &me.step;
+    const Command& c = *step->cmd;
+    const int i = step->number, cur = step->tag;
+    const bool in_loop = step->in_loop;
+    switch (step->kind) {
+      case Walk::Step::Kind::fork: {
+        const int fork = new_event();
+        push(cur, {Task::Kind::record, false, i, -1, fork});
+        const int target = stream_index(rank, step->target);
+        me.walk.tag_fork_body(target);
+        push(target, {Task::Kind::wait, false, i, -1, fork});
+        break;
       }
-      continue;
-    }
-    if (f.pos == f.block->size()) {
-      stack.pop_back();
-      continue;
-    }
-    prefetch_ahead(*f.block, f.pos);
-    const Command& c = (*f.block)[f.pos++];
-    const int i = f.info, cur = f.stream;
-    const bool in_loop = f.in_loop;
-    f.info += infos_[i].subtree;
-    // `f` may dangle from here on: the cases below push frames.
-    // The block's position among a command's blocks: then 0, else 1; branch k at k.
-    auto branch = [&](size_t slot, const Branch& b) { enter(rank, *b.block, block(i, slot), cur, in_loop); };
-    std::visit(Overload{
-        [&](const AsyncStart& a) {
-          const int fork = new_event(), target = stream_index(rank, a.stream);
-          push(cur, {Task::Kind::record, false, i, -1, fork});
-          push(target, {Task::Kind::wait, false, i, -1, fork});
-          stack.push_back({Frame::Kind::async_end, target, in_loop, nullptr, 0, i});
-          enter(rank, a.body, block(i, 0), target, in_loop);
-        },
-        [&](const AsyncDone&) {
-          auto& tokens = me.tokens;
-          const int start = infos_[i].partner;
-          auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == start; });
-          push(cur, {Task::Kind::wait, true, i, -1, it->second});
-          *it = tokens.back();
-          tokens.pop_back();
-        },
-        [&](const Call& x) { enter(rank, x.body, block(i, 0), cur, in_loop); },
-        [&](const Cond&) {
-          const Branch b = take_branch(c, decision(rank, c));
-          branch(b.decision ? 0 : 1, b);
-        },
-        [&](const Switch&) {
-          const Branch b = take_branch(c, decision(rank, c));
-          branch(static_cast<size_t>(b.decision), b);
-        },
-        [&](const While&) {
-          Frame loop{Frame::Kind::loop, cur, true, nullptr, 0, i};
-          loop.trips = decision(rank, c);
-          stack.push_back(loop);
-        },
-        [&](const TaskSpec auto& x) {
+      case Walk::Step::Kind::fork_end: {
+        const int done = new_event();
+        push(cur, {Task::Kind::record, true, i, -1, done});
+        auto& tokens = me.tokens;
+        auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == i; });
+        if (it != tokens.end()) it->second = done;
+        else tokens.emplace_back(i, done);
+        break;
+      }
+      case Walk::Step::Kind::join: {
+        auto& tokens = me.tokens;
+        auto it = std::find_if(tokens.begin(), tokens.end(), [&](const auto& t) { return t.first == step->start_number; });
+        push(cur, {Task::Kind::wait, true, i, -1, it->second});
+        *it = tokens.back();
+        tokens.pop_back();
+        break;
+      }
+      case Walk::Step::Kind::command:
+        if (op_family(c.op()) != OpFamily::control) {  // one task of its stream
           push(cur, {Task::Kind::op, false, i, instance(rank, i, in_loop), -1});
           // A group's members run exactly as often as the group.
-          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, CollectiveGroup>)
+          if (c.op() == Op::collective_group)
             for (int m = members_begin(i); m < members_end(i); ++m) instance(rank, m, in_loop);
-        },
-    }, c.spec);
+          break;
+        }
+        std::visit(Overload{
+            // The block's position among a command's blocks: then 0, else 1; branch k at k.
+            [&](const Cond&) {
+              const Branch b = take_branch(c, decision(rank, c));
+              me.walk.enter(*b.block, step->stream, in_loop, block(i, b.decision ? 0 : 1), cur);
+            },
+            [&](const Switch&) {
+              const Branch b = take_branch(c, decision(rank, c));
+              me.walk.enter(*b.block, step->stream, in_loop, block(i, static_cast<size_t>(b.decision)), cur);
+            },
+            [&](const While&) { me.walk.enter_loop(c, decision(rank, c), step->stream, block(i, 0), block(i, 1), cur); },
+            [](const NotControl auto&) {},  // one task, above
+        }, c.spec);
+        break;
+    }
   }
   return true;
 }
@@ -147,8 +122,12 @@ void Issuer::start(const std::vector<int64_t>& ranks, int64_t mesh_size, int64_t
   stride_.assign(p_.mesh.shape.size(), 1);
   for (size_t d = p_.mesh.shape.size(); d-- > 1;) stride_[d - 1] = stride_[d] * p_.mesh.shape[d];
   ranks_.reserve(static_cast<size_t>(mesh_size));
-  for (int64_t r = 0; r < mesh_size; ++r) ranks_.emplace_back(arena_);
-  auto begin = [&](int64_t r) { enter(r, p_.program, 0, stream_index(r, StreamId{}), false); };
+  for (int64_t r = 0; r < mesh_size; ++r) ranks_.emplace_back(arena_, SubtreeOf{&infos_});
+  auto begin = [&](int64_t r) {
+    RankState& me = ranks_[static_cast<size_t>(r)];
+    // The main stream first, as a GPU program's.
+    me.walk.enter(p_.program, StreamId{}, false, 0, stream_index(r, StreamId{}));
+  };
   if (ranks.empty())
     for (int64_t r = 0; r < mesh_size; ++r) begin(r);
   for (int64_t r : ranks) begin(r);

@@ -3,8 +3,8 @@
 // only the tasks between what a stream runs and what the issuer has
 // reached are held. It walks blocks, async regions and calls, and takes
 // the branches and trips that the sim hints or the functional model's
-// decisions give. It owns each rank's walk: a stack of frames, the rank's
-// streams by id, its live tokens, its cursors into the decisions, and the
+// decisions give. It owns each rank's walk (core/program_walk.h, numbered
+// as the engine's tables), the rank's streams by id, its tokens' events, its cursors into the decisions, and the
 // runs so far of commands inside loops. It fills the engine's tables of
 // streams and events, which the engine runs.
 #pragma once
@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/program_walk.h"
 #include "core/schedule.h"
 #include "sim/engine.h"
 
@@ -78,23 +79,20 @@ class Issuer {
   const std::pmr::vector<std::pair<StreamId, int>>& streams_of(int64_t rank) const { return ranks_[static_cast<size_t>(rank)].streams; }
 
  private:
-  struct Frame {
-    enum class Kind : uint8_t { block, async_end, loop } kind;
-    int stream = 0;
-    bool in_loop = false;
-    const Block* block = nullptr;  // block: the commands, the next one and its number
-    size_t pos = 0;
-    int info = 0;                  // block: next command's number; async_end, loop: the command's
-    int64_t trips = 0, trip = 0;   // loop
-    bool body_next = false;        // loop: the body (not the cond) comes next
+  // The size of a command's subtree, by its number (CmdInfo::subtree).
+  struct SubtreeOf {
+    const std::pmr::vector<CmdInfo>* infos;
+    int operator()(int info) const;
   };
+  using Walk = BasicProgramWalk<SubtreeOf>;
   struct RankState {
-    explicit RankState(std::pmr::memory_resource* m) : stack(m), streams(m), tokens(m), cursors(m), instances(m) {}
-    std::pmr::vector<Frame> stack;
+    RankState(std::pmr::memory_resource* m, SubtreeOf subtree) : walk(subtree), streams(m), tokens(m), cursors(m), instances(m) {}
+    Walk walk;
     std::pmr::vector<std::pair<StreamId, int>> streams;
-    std::pmr::vector<std::pair<int, int>> tokens;  // live tokens: async_start number -> its done event
+    std::pmr::vector<std::pair<int, int>> tokens;  // async_start number -> the event its body's end records
     std::pmr::unordered_map<const Command*, size_t> cursors;
     std::pmr::unordered_map<int, int32_t> instances;  // commands inside loops -> runs so far
+    Walk::Step step;  // the walk's last step
   };
 
   int block(int info, size_t k) const;
@@ -104,7 +102,6 @@ class Issuer {
   int64_t decision(int64_t rank, const Command& c);
   int32_t instance(int64_t rank, int info, bool in_loop) { return in_loop ? ranks_[static_cast<size_t>(rank)].instances[info]++ : -1; }
   void push(int stream, Task t) { t_.streams[static_cast<size_t>(stream)].tasks.push_back(t); }
-  void enter(int64_t rank, const Block& b, int base, int stream, bool in_loop);
   int new_event();
 
   const Program& p_;
