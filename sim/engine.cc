@@ -93,10 +93,8 @@ Engine::Engine(const Program& p, const Machine& m, const Decisions* d, bool fold
   for (const auto& name : p.mesh.axis_names) links_by_dim_.push_back(m.axis(name));
   strides_.assign(p.mesh.shape.size(), 1);
   for (int i = static_cast<int>(p.mesh.shape.size()) - 2; i >= 0; --i) strides_[i] = strides_[i + 1] * p.mesh.shape[i + 1];
-  std::pmr::vector<Scope> scopes(&arena_);
-  scopes.emplace_back();
   infos_.reserve(static_cast<size_t>(p.command_count));
-  number(p.program, scopes);
+  number_commands(p.program, infos_, block_starts_);
   // Ranks that share a host's cores (chip.host_cores) queue for them
   // together: no rank's timeline stands for the others'.
   classes_ = fold && n > 1 ? rank_classes(p, m, d) : RankClasses::none(p.mesh, "every rank is simulated (--every-rank)");
@@ -233,23 +231,29 @@ std::vector<Diagnostic> Engine::simulate_all(Keep keep) {
   return {};
 }
 
-int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
-  const int first = static_cast<int>(infos_.size());
+namespace {
+
+// The tokens live in a region of control flow: async_start number by name.
+using Scope = std::pmr::unordered_map<std::string_view, int>;
+constexpr size_t kNumberAhead = 8;
+
+int number(const Block& b, std::pmr::vector<Scope>& scopes, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& starts) {
+  const int first = static_cast<int>(infos.size());
   for (const auto& c : b) {
     // A long block's commands are far apart (a Command is four cache
     // lines): their first lines are asked for some commands ahead.
     if (&c + kNumberAhead < b.data() + b.size()) __builtin_prefetch(&c + kNumberAhead);
-    const int i = static_cast<int>(infos_.size());
-    infos_.emplace_back();
-    infos_[i].cmd = &c;
+    const int i = static_cast<int>(infos.size());
+    infos.emplace_back();
+    infos[i].cmd = &c;
     if (const AsyncStart* a = c.get_if<AsyncStart>()) scopes.back()[a->token] = i;
     if (const AsyncDone* d = c.get_if<AsyncDone>()) {
       for (auto s = scopes.rbegin(); s != scopes.rend(); ++s)
         if (auto it = s->find(d->token); it != s->end()) {
-          infos_[i].partner = it->second;
+          infos[i].partner = it->second;
           break;
         }
-      if (infos_[i].partner < 0) throw ThunkyError(c.pointer, "async_done of unknown token '" + d->token + "'");
+      if (infos[i].partner < 0) throw ThunkyError(c.pointer, "async_done of unknown token '" + d->token + "'");
     }
     // Compute commands and collectives hold no blocks: testing the op
     // first spares a leaf the cache misses of visiting its description.
@@ -258,9 +262,9 @@ int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
     if (family != OpFamily::compute && family != OpFamily::collective)
       for_each_sub_block(c, [&](const Block& sub) { ++k, filled += sub.empty() ? 0 : 1; });
     if (filled > 0) {
-      const int at = static_cast<int>(block_starts_.size());
-      block_starts_.resize(block_starts_.size() + static_cast<size_t>(k));
-      infos_[i].blocks = at;
+      const int at = static_cast<int>(starts.size());
+      starts.resize(starts.size() + static_cast<size_t>(k));
+      infos[i].blocks = at;
       k = 0;
       // The blocks in the order of the op's description (block_start
       // finds them by that position). An async_start's body and a call
@@ -269,13 +273,21 @@ int Engine::number(const Block& b, std::pmr::vector<Scope>& scopes) {
       const bool scope = family == OpFamily::control;
       for_each_sub_block(c, [&](const Block& sub) {
         if (scope && !sub.empty()) scopes.emplace_back();
-        block_starts_[at + k++] = number(sub, scopes);
+        starts[at + k++] = number(sub, scopes, infos, starts);
         if (scope && !sub.empty()) scopes.pop_back();
       });
     }
-    infos_[i].subtree = static_cast<int>(infos_.size()) - i;
+    infos[i].subtree = static_cast<int>(infos.size()) - i;
   }
   return first;
+}
+
+}  // namespace
+
+void number_commands(const Block& program, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& block_starts) {
+  std::pmr::vector<Scope> scopes(infos.get_allocator().resource());
+  scopes.emplace_back();
+  number(program, scopes, infos, block_starts);
 }
 
 const RankCtx& Engine::ctx(int64_t rank) {

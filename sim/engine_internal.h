@@ -81,6 +81,13 @@ struct CmdInfo {
 inline int block_start(const std::pmr::vector<CmdInfo>& infos, const std::pmr::vector<int>& starts, int info, size_t k) {
   return infos[info].blocks < 0 ? 0 : starts[infos[info].blocks + k];
 }
+// Numbers the program's commands in preorder (each command, then its
+// blocks' commands, taken or not): each one's CmdInfo (command, subtree,
+// blocks, an async_done's partner), and where each command's sub-blocks
+// start (block_start). Refuses an async_done of a token no async_start in
+// its scope names.
+void number_commands(const Block& program, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& block_starts);
+
 // A collective_group's members are numbered from its first block's start
 // to this.
 inline int members_end(const std::pmr::vector<CmdInfo>& infos, const std::pmr::vector<int>& starts, int info) {
@@ -233,10 +240,6 @@ class Engine {
   std::vector<Diagnostic> simulate_all(Keep keep);
 
   // ---- the rank-independent facts ----
-  // The tokens live in a region of control flow: async_start number by name.
-  using Scope = std::pmr::unordered_map<std::string_view, int>;
-
-  static constexpr size_t kNumberAhead = 8;
   static constexpr double kMaxSimulatedSeconds = Recorder::kMaxSimulatedSeconds;
   // Rank-commands one rank runs in `b`, from the sim hints (or, where a
   // command has none, the functional model's decisions for rank 0: a
@@ -245,8 +248,6 @@ class Engine {
   // Starts the recorder, keeping `keep`; refuses, before the run, one
   // expected to finish more commands than the recorder's limit.
   void start_recording(Keep keep);
-
-  int number(const Block& b, std::pmr::vector<Scope>& scopes);
 
   // Where the k-th sub-block of a command starts (block_start).
   int block(int info, size_t k) const { return block_start(infos_, block_starts_, info, k); }
