@@ -310,7 +310,7 @@ class Run {
   // A command the cores run (exec/cores.h), as opposed to control flow and
   // collectives, which the stream's thread runs itself.
   static bool on_a_core(const Command& c) {
-    return !is_collective(c.op()) && c.op() != Op::collective_group && c.op() != Op::cond && c.op() != Op::switch_ && c.op() != Op::while_;
+    return op_family(c.op()) == OpFamily::compute;
   }
 
   void run_queue(RankState& s, std::vector<Task>& tasks, const StreamId& stream, bool in_loop) {
