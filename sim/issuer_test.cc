@@ -54,7 +54,10 @@ struct Issued {
       std::string line = t.kind == Task::Kind::op ? "op " + std::string(infos[static_cast<size_t>(t.info)].cmd->name)
                          : t.kind == Task::Kind::record ? "record"
                                                         : "wait";
-      if (t.instance >= 0) line += "#" + std::to_string(t.instance);
+      if (t.instance >= 0) {
+        line += '#';  // piece by piece: GCC 12 warns (-Wrestrict, wrongly) of "#" + std::string
+        line += std::to_string(t.instance);
+      }
       if (t.join) line += " join";
       out.push_back(line);
     }
