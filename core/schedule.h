@@ -136,13 +136,9 @@ template <typename T> concept ComputeSpec = OfFamily<T, OpFamily::compute>;
 template <typename T> concept CollectiveSpec = OfFamily<T, OpFamily::collective>;
 template <typename T> concept ControlSpec = OfFamily<T, OpFamily::control>;
 template <typename T> concept NotCompute = !ComputeSpec<T>;
-template <typename T> concept NotCollective = !CollectiveSpec<T>;
 template <typename T> concept NotControl = !ControlSpec<T>;
 // One of the descriptions U...: OneOf<Memzero, Copy> auto.
 template <typename T, typename... U> concept OneOf = (std::is_same_v<T, U> || ...);
-// What whoever issues a block treats as one task of its stream: compute,
-// a collective, or a group of them.
-template <typename T> concept TaskSpec = OfFamily<T, OpFamily::compute, OpFamily::collective, OpFamily::group>;
 
 // A table by op of what `fact` (a captureless lambda taking
 // std::type_identity<T>) says of each op's description T.

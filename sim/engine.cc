@@ -233,11 +233,9 @@ std::vector<Diagnostic> Engine::simulate_all(Keep keep) {
 
 namespace {
 
-// The tokens live in a region of control flow: async_start number by name.
-using Scope = std::pmr::unordered_map<std::string_view, int>;
 constexpr size_t kNumberAhead = 8;
 
-int number(const Block& b, std::pmr::vector<Scope>& scopes, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& starts) {
+int number(const Block& b, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& starts) {
   const int first = static_cast<int>(infos.size());
   for (const auto& c : b) {
     // A long block's commands are far apart (a Command is four cache
@@ -246,15 +244,6 @@ int number(const Block& b, std::pmr::vector<Scope>& scopes, std::pmr::vector<Cmd
     const int i = static_cast<int>(infos.size());
     infos.emplace_back();
     infos[i].cmd = &c;
-    if (const AsyncStart* a = c.get_if<AsyncStart>()) scopes.back()[a->token] = i;
-    if (const AsyncDone* d = c.get_if<AsyncDone>()) {
-      for (auto s = scopes.rbegin(); s != scopes.rend(); ++s)
-        if (auto it = s->find(d->token); it != s->end()) {
-          infos[i].partner = it->second;
-          break;
-        }
-      if (infos[i].partner < 0) throw ThunkyError(c.pointer, "async_done of unknown token '" + d->token + "'");
-    }
     // Compute commands and collectives hold no blocks: testing the op
     // first spares a leaf the cache misses of visiting its description.
     const OpFamily family = op_family(c.op());
@@ -267,15 +256,8 @@ int number(const Block& b, std::pmr::vector<Scope>& scopes, std::pmr::vector<Cmd
       infos[i].blocks = at;
       k = 0;
       // The blocks in the order of the op's description (block_start
-      // finds them by that position). An async_start's body and a call
-      // share their issuer's tokens; the regions of control flow have
-      // their own.
-      const bool scope = family == OpFamily::control;
-      for_each_sub_block(c, [&](const Block& sub) {
-        if (scope && !sub.empty()) scopes.emplace_back();
-        starts[at + k++] = number(sub, scopes, infos, starts);
-        if (scope && !sub.empty()) scopes.pop_back();
-      });
+      // finds them by that position).
+      for_each_sub_block(c, [&](const Block& sub) { starts[at + k++] = number(sub, infos, starts); });
     }
     infos[i].subtree = static_cast<int>(infos.size()) - i;
   }
@@ -284,11 +266,7 @@ int number(const Block& b, std::pmr::vector<Scope>& scopes, std::pmr::vector<Cmd
 
 }  // namespace
 
-void number_commands(const Block& program, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& block_starts) {
-  std::pmr::vector<Scope> scopes(infos.get_allocator().resource());
-  scopes.emplace_back();
-  number(program, scopes, infos, block_starts);
-}
+void number_commands(const Block& program, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& block_starts) { number(program, infos, block_starts); }
 
 const RankCtx& Engine::ctx(int64_t rank) {
   RankCtx& c = ctx_[rank];

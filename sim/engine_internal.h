@@ -70,7 +70,6 @@ struct CmdInfo {
   Work work;
   double seconds = 0;
   KernelNeeds needs;
-  int partner = -1;                  // async_done: its async_start
   int32_t sets = -1;  // collectives: into Engine::set_of_rank_
 };
 
@@ -83,9 +82,8 @@ inline int block_start(const std::pmr::vector<CmdInfo>& infos, const std::pmr::v
 }
 // Numbers the program's commands in preorder (each command, then its
 // blocks' commands, taken or not): each one's CmdInfo (command, subtree,
-// blocks, an async_done's partner), and where each command's sub-blocks
-// start (block_start). Refuses an async_done of a token no async_start in
-// its scope names.
+// blocks), and where each command's sub-blocks start (block_start). Which
+// async_start an async_done joins is the program walk's to find.
 void number_commands(const Block& program, std::pmr::vector<CmdInfo>& infos, std::pmr::vector<int>& block_starts);
 
 // A collective_group's members are numbered from its first block's start
